@@ -1,0 +1,171 @@
+"""Attempt records: one commit per attempt under ``refs/agentgate/attempts/<slug>/<n>``.
+
+The record commit has the snapshot as its tree and the base as its parent, so ``git show``
+on the ref shows exactly what the agent changed. Its message carries the verdict and the tail
+of the failing output; it is never part of the target's history.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import AttemptNotFound
+
+if TYPE_CHECKING:
+    from .repo import Author, BaseRepo
+
+PREFIX = "refs/agentgate/attempts/"
+TRAILERS = ("Verdict", "Agent", "Task", "Test", "Base", "Landed", "Reason", "Check")
+
+
+def slugify(task: str, limit: int = 60) -> str:
+    """Lowercase letters, digits and dashes, from the task text."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:limit].strip("-")
+    return slug or "task"
+
+
+def format_message(
+    *,
+    task: str,
+    status: str,
+    reason: str,
+    check: str,
+    output: str,
+    agent: str,
+    test: str,
+    base: str,
+    landed: str | None,
+) -> str:
+    """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
+    subject = f"agentgate {status}: {task}".splitlines()[0][:200]
+    body = [subject, ""]
+    if reason:
+        body += [f"Reason: {reason}", ""]
+    if output.strip():
+        body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
+    trailers = {
+        "Verdict": status,
+        "Agent": agent,
+        "Task": " ".join(task.split()),
+        "Test": test,
+        "Base": base,
+        "Check": check,
+    }
+    if landed:
+        trailers["Landed"] = landed
+    body += [f"Agentgate-{key}: {value}" for key, value in trailers.items() if value]
+    return "\n".join(body) + "\n"
+
+
+def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
+    """Create ``refs/agentgate/attempts/<slug>/<n>`` with the next free ``n``.
+
+    ``n`` is claimed by compare-and-swap against "does not exist", so two processes never
+    get the same number and a number is never reused while its ref exists.
+    """
+    taken = [row[0].rsplit("/", 1)[-1] for row in repo.refs(f"{PREFIX}{slug}/")]
+    n = max((int(x) for x in taken if x.isdigit()), default=0) + 1
+    while True:
+        ref = f"{PREFIX}{slug}/{n}"
+        if repo.update_ref(ref, commit, None, message):
+            return ref
+        n += 1
+
+
+@dataclass(frozen=True)
+class AttemptInfo:
+    """One recorded attempt, as listed by ``agentgate attempts``."""
+
+    ref: str
+    commit: str
+    date: str
+    subject: str
+    trailers: dict[str, str]
+
+    @property
+    def verdict(self) -> str:
+        return self.trailers.get("Verdict", "")
+
+    @property
+    def task(self) -> str:
+        return self.trailers.get("Task", "")
+
+    @property
+    def agent(self) -> str:
+        return self.trailers.get("Agent", "")
+
+    @property
+    def base(self) -> str:
+        return self.trailers.get("Base", "")
+
+    @property
+    def landed(self) -> str:
+        return self.trailers.get("Landed", "")
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "ref": self.ref,
+            "commit": self.commit,
+            "date": self.date,
+            "task": self.task,
+            "agent": self.agent,
+            "verdict": self.verdict,
+            "base": self.base,
+            "landed": self.landed,
+        }
+
+
+def parse_trailers(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.startswith("Agentgate-"):
+            found[key[len("Agentgate-") :]] = value.strip()
+    return found
+
+
+def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
+    """Every attempt, newest first, read with one ``git for-each-ref``."""
+    fmt = "%(refname)%00%(objectname)%00%(committerdate:iso-strict)%00%(subject)%00%(trailers:only,unfold)%00%(creatordate:unix)%01"
+    out = repo.git(
+        "for-each-ref", "--sort=-creatordate", f"--format={fmt}", "--end-of-options", PREFIX
+    ).out
+    rows = []
+    for chunk in out.split("\x01"):
+        parts = chunk.strip("\n").split("\0")
+        if len(parts) < 5:
+            continue
+        ref, commit, date, subject, trailers = parts[:5]
+        rows.append(AttemptInfo(ref, commit, date, subject, parse_trailers(trailers)))
+    # Same-second records: the higher attempt number is the newer one.
+    rows.sort(key=lambda a: (a.date, _number(a.ref)), reverse=True)
+    return rows
+
+
+def _number(ref: str) -> int:
+    tail = ref.rsplit("/", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def find(repo: BaseRepo, name: str) -> AttemptInfo:
+    """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit."""
+    attempts = list_attempts(repo)
+    for attempt in attempts:
+        if name in (attempt.ref, attempt.ref[len(PREFIX) :], attempt.commit):
+            return attempt
+    short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
+    matches = [a for a in attempts if a.ref[len(PREFIX) :].startswith(short)]
+    if not matches and re.fullmatch(r"[0-9a-f]{4,40}", name):
+        matches = [a for a in attempts if a.commit.startswith(name)]
+    if len(matches) == 1:
+        return matches[0]
+    raise AttemptNotFound(name, [m.ref for m in matches])
+
+
+def record_commit(
+    repo: BaseRepo, tree: str, base: str, message: str, author: Author
+) -> str:
+    """The record commit: the snapshot tree on the base, message as given."""
+    return repo.commit_tree(tree, [base], message, author)

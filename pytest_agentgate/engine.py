@@ -1,0 +1,400 @@
+"""The gated lifecycle as plain Python: fork, snapshot, gate, preflight, promote, record.
+
+The pytest plugin is a thin layer over :class:`Engine`; an orchestrator that is not pytest
+drives the same calls::
+
+    engine = Engine.open("../service", target="main", promote=True,
+                         gate=GateSpec(commands=("python -m pytest -q",)))
+    ws = engine.fork(task="Add total()")
+    ...  # the agent edits ws.path
+    attempt = engine.run_attempt(ws, task="Add total()", agent="agent-a")
+    print(attempt.verdict.status, attempt.ref)
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _git, attempts, oplog, promote, workspace
+from .errors import AgentgateError, ConfigError, GitError
+from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
+from .promote import Move, PromoteOutcome
+from .repo import Author, BaseRepo, MergePreview, check_branch_name
+from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
+
+NO_GATE = (
+    "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "
+    "(checks=[...] on the marker), or gate=[] on the marker to say the test's own outcome is enough"
+)
+
+
+@dataclass
+class Attempt:
+    """One agent task's attempt, filled in as the lifecycle goes."""
+
+    task: str
+    agent: str
+    workspace: Workspace
+    test: str = ""
+    snapshot: Snapshot | None = None
+    commit: str | None = None  # the clean commit that would land (tree = snapshot)
+    checks: list[CheckResult] = field(default_factory=list)
+    preview: MergePreview | None = None
+    target_before: str | None = None
+    move: Move | None = None
+    verdict: Verdict = field(default_factory=lambda: Verdict("error", "not judged yet"))
+    ref: str | None = None  # refs/agentgate/attempts/<slug>/<n>
+    record: str | None = None  # the record commit the ref points to
+    retest_skipped: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.workspace.path
+
+    @property
+    def base(self) -> str:
+        return self.workspace.base
+
+    @property
+    def changed_paths(self) -> tuple[str, ...]:
+        return self.snapshot.changed_paths if self.snapshot else ()
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "task": self.task,
+            "agent": self.agent,
+            "test": self.test,
+            "verdict": self.verdict.status,
+            "reason": self.verdict.reason,
+            "check": self.verdict.check,
+            "base": self.base,
+            "attempt_ref": self.ref,
+            "attempt_commit": self.record,
+            "tree": self.snapshot.tree if self.snapshot else None,
+            "target_old": self.move.old if self.move else self.target_before,
+            "target_new": self.move.new if self.move else self.target_before,
+            "promotion": self.move.kind if self.move else None,
+            "retested": bool(self.move and self.move.retested),
+            "retest_skipped": self.retest_skipped,
+            "changed_paths": list(self.changed_paths),
+            "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+class Engine:
+    """The lifecycle against one base repository and one target branch."""
+
+    def __init__(
+        self,
+        repo: BaseRepo,
+        target: str,
+        *,
+        promote: bool = False,
+        base: str | None = None,
+        workdir: Path | None = None,
+        gate: GateSpec | None = None,
+        retest: bool = True,
+        exclude: Sequence[str] = DEFAULT_EXCLUDE,
+        max_files: int = DEFAULT_MAX_FILES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        agent: str = "agent",
+    ) -> None:
+        self.repo = repo
+        self.target = target
+        self.promote_enabled = promote
+        self.pinned_base = base
+        self.workdir = workdir or Path(tempfile.gettempdir()) / "agentgate"
+        self.gate = gate or GateSpec()
+        self.retest = retest
+        self.exclude = tuple(exclude)
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.agent = agent
+        self._started = False
+
+    @classmethod
+    def open(
+        cls,
+        repo: str | Path,
+        target: str | None = None,
+        *,
+        base: str | None = None,
+        sources: dict[str, str] | None = None,
+        **kwargs: object,
+    ) -> Engine:
+        """Open the repository, check names and git's version, and resolve the base.
+
+        ``sources`` maps ``repo``/``target``/``base`` to where each value came from, so an
+        error can name it (``--agentgate-target``, ``ini agentgate_target``...).
+        """
+        where = sources or {}
+        _git.require_version()
+        base_repo = BaseRepo.open(repo, where.get("repo", "repo"))
+        if target is None:
+            target = base_repo.head_branch()
+            if target is None:
+                raise ConfigError(
+                    f"{base_repo.label} has no branch checked out (detached HEAD or bare); "
+                    "name the target with --agentgate-target BRANCH",
+                    source=where.get("target", "target"),
+                )
+        check_branch_name(target, where.get("target", "target"))
+        if base_repo.resolve(f"refs/heads/{target}") is None:
+            if base_repo.resolve("HEAD") is None:
+                raise ConfigError(
+                    f"{base_repo.label} has no commits yet; commit something first",
+                    value=target,
+                    source=where.get("repo", "repo"),
+                )
+            raise ConfigError(
+                f"branch {target!r} does not exist in {base_repo.label}; "
+                "name an existing branch with --agentgate-target",
+                value=target,
+                source=where.get("target", "target"),
+            )
+        pinned = base_repo.commit(base, where.get("base", "base")) if base else None
+        engine = cls(base_repo, target, base=pinned, **kwargs)  # type: ignore[arg-type]
+        return engine
+
+    # -- where things land ------------------------------------------------------------
+
+    @property
+    def ref(self) -> str:
+        """The ref promotion moves: the branch, or its dry-run scratch ref."""
+        return promote.target_ref(self.target, dry_run=not self.promote_enabled)
+
+    def start(self, run_id: str | None = None) -> None:
+        """Begin a run: in a dry run, reset the scratch ref to the target's tip once per run.
+
+        Every process of one run (pytest-xdist workers) passes the same ``run_id``, so the
+        first one resets the scratch ref and the others judge against what it accumulates.
+        """
+        if self._started:
+            return
+        self._started = True
+        if self.promote_enabled:
+            return
+        run_id = run_id or uuid.uuid4().hex
+        marker = self.repo.private_dir / "dryrun" / f"{self.target.replace('/', '%2F')}.run"
+        marker.parent.mkdir(exist_ok=True)
+        with promote.target_lock(self.repo, self.ref):
+            try:
+                seen = marker.read_text(encoding="utf-8").strip()
+            except FileNotFoundError:
+                seen = ""
+            if seen == run_id:
+                return
+            tip = self.repo.commit(f"refs/heads/{self.target}", "target")
+            current = self.repo.ref_value(self.ref)
+            if current != tip:
+                if not self.repo.update_ref(self.ref, tip, current, "agentgate dry run starts"):
+                    raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
+                oplog.append(
+                    self.repo.git_dir,
+                    oplog.OpRecord(op="dryrun-reset", ref=self.ref, old=current, new=tip, agent=self.agent),
+                )
+            marker.write_text(run_id + "\n", encoding="utf-8")
+
+    # -- the lifecycle, step by step ------------------------------------------------------
+
+    def fork(self, task: str = "task", base: str | None = None) -> Workspace:
+        """A private workspace at ``base``, the pinned base, or the target's tip now."""
+        self.start()
+        at = base or self.pinned_base or self.repo.commit(self.ref, "target")
+        return workspace.fork(self.repo, at, self.target, self.workdir, attempts.slugify(task)[:30])
+
+    def snapshot(self, ws: Workspace) -> Snapshot:
+        return workspace.snapshot(
+            ws, exclude=self.exclude, max_files=self.max_files, max_bytes=self.max_bytes
+        )
+
+    def judge(
+        self, attempt: Attempt, spec: GateSpec, extra_checks: Sequence[Check] = ()
+    ) -> list[CheckResult]:
+        assert attempt.snapshot is not None
+        return judge(self.repo, attempt.snapshot, spec, attempt, self.workdir, extra_checks)
+
+    def preflight(self, attempt: Attempt) -> MergePreview:
+        """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
+        assert attempt.commit is not None
+        tip = self.repo.commit(self.ref, "target")
+        attempt.target_before = tip
+        return self.repo.merge_preview(tip, attempt.commit)
+
+    def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
+        """Promote the attempt's commit onto the target (or the dry-run ref)."""
+        assert attempt.commit is not None
+        retest = None
+        if spec.commands and self.retest:
+
+            def retest(tree: str) -> tuple[bool, str, str]:
+                result = run_commands(self.repo, tree, spec, self.workdir, label="retest")
+                return result.ok, result.message, result.output
+
+        elif spec.commands:
+            attempt.retest_skipped = True
+        verb = "promote" if self.promote_enabled else "dry-run promote"
+        return promote.promote(
+            self.repo,
+            self.ref,
+            attempt.commit,
+            attempt.base,
+            author=Author.for_agent(attempt.agent),
+            message=f"agentgate: merge {attempt.task}\n\nAgentgate-Agent: {attempt.agent}\n"
+            f"Agentgate-Task: {' '.join(attempt.task.split())}\n",
+            reflog_message=f"agentgate {verb}: {attempt.task[:80]} by {attempt.agent}",
+            retest=retest,
+            agent=attempt.agent,
+            task=attempt.task,
+        )
+
+    def record(self, attempt: Attempt) -> str:
+        """Write the attempt's record commit and its ref, now that the verdict is final."""
+        v = attempt.verdict
+        tree = attempt.snapshot.tree if attempt.snapshot else self.repo.tree_of(attempt.base)
+        output = v.output or attempt.workspace.output_tail()
+        if attempt.snapshot and attempt.snapshot.excluded:
+            output = (
+                "Left out of the snapshot (secrets): "
+                + ", ".join(attempt.snapshot.excluded)
+                + ("\n" + output if output else "")
+            )
+        message = attempts.format_message(
+            task=attempt.task,
+            status=v.status,
+            reason=v.reason,
+            check=v.check,
+            output=output if not v.accepted else "",
+            agent=attempt.agent,
+            test=attempt.test,
+            base=attempt.base,
+            landed=attempt.move.new if attempt.move else None,
+        )
+        begin = time.perf_counter()
+        author = Author.for_agent(attempt.agent)
+        commit = attempts.record_commit(self.repo, tree, attempt.base, message, author)
+        objects, size = self.repo.count_new_objects(commit, None)
+        ref = attempts.write_ref(self.repo, attempts.slugify(attempt.task), commit, message)
+        oplog.append(
+            self.repo.git_dir,
+            oplog.OpRecord(
+                op="attempt",
+                ref=ref,
+                old=None,
+                new=commit,
+                agent=attempt.agent,
+                task=attempt.task,
+                objects=objects,
+                bytes=size,
+                duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+                note=v.status,
+            ),
+        )
+        attempt.ref, attempt.record = ref, commit
+        return ref
+
+    # -- the whole story -----------------------------------------------------------------
+
+    def run_attempt(
+        self,
+        ws: Workspace,
+        *,
+        task: str,
+        agent: str | None = None,
+        test: str = "",
+        spec: GateSpec | None = None,
+        test_failure: str | None = None,
+        extra_checks: Sequence[Check] = (),
+    ) -> Attempt:
+        """Judge what the agent left in ``ws`` and promote it if everything passes.
+
+        ``test_failure`` is the reason the test body failed, if it did (that rejects).
+        Whatever happens, the attempt is recorded; errors become an ``error`` verdict.
+        """
+        attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
+        attempt.timings["fork"] = ws.fork_ms
+        spec = spec or self.gate
+        ws.end_processes()
+        try:
+            attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks)
+        except AgentgateError as exc:
+            attempt.verdict = Verdict("error", str(exc), "engine")
+        finally:
+            clock = time.perf_counter()
+            self.record(attempt)
+            attempt.timings["record"] = (time.perf_counter() - clock) * 1000
+        return attempt
+
+    def _decide(
+        self,
+        attempt: Attempt,
+        spec: GateSpec,
+        test_failure: str | None,
+        extra_checks: Sequence[Check],
+    ) -> Verdict:
+        timings = attempt.timings
+        clock = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[name] = (now - clock) * 1000
+            clock = now
+
+        try:
+            attempt.snapshot = self.snapshot(attempt.workspace)
+        except workspace.SnapshotRefused as exc:
+            return Verdict("rejected", exc.reason, "snapshot")
+        finally:
+            lap("snapshot")
+        if test_failure is not None:
+            return Verdict("rejected", f"the test failed: {test_failure}", "test")
+        if attempt.snapshot.tree == attempt.snapshot.base_tree:
+            return Verdict("rejected", "no changes", "snapshot")
+        if not spec.has_gate:
+            return Verdict("error", NO_GATE, "gate")
+        attempt.checks = self.judge(attempt, spec, extra_checks)
+        lap("gate")
+        failed = next((c for c in attempt.checks if not c.ok), None)
+        if failed is not None:
+            reason = "gate timed out" if "timed out" in failed.message else failed.message
+            if reason != failed.message:
+                reason = f"{reason}: {failed.message}"
+            return Verdict("rejected", reason, failed.name, failed.output)
+        author = Author.for_agent(attempt.agent)
+        attempt.commit = self.repo.commit_tree(
+            attempt.snapshot.tree,
+            [attempt.base],
+            f"{attempt.task}\n\nAgentgate-Agent: {attempt.agent}\n"
+            f"Agentgate-Task: {' '.join(attempt.task.split())}\n",
+            author,
+        )
+        attempt.preview = self.preflight(attempt)
+        lap("preflight")
+        if attempt.preview.conflicts:
+            return Verdict(
+                "conflict",
+                f"preflight merge conflicts in: {', '.join(attempt.preview.conflicts)}",
+                "preflight",
+            )
+        outcome = self.land(attempt, spec)
+        lap("promote")
+        if outcome.conflicts:
+            return Verdict(
+                "conflict", f"merge conflicts in: {', '.join(outcome.conflicts)}", "promote"
+            )
+        if outcome.retest_failure is not None:
+            return Verdict(
+                "rejected",
+                f"re-test on the merged tree failed: {outcome.retest_failure}",
+                "retest",
+                outcome.retest_output,
+            )
+        attempt.move = outcome.move
+        return Verdict("promoted" if self.promote_enabled else "passed", "", "")

@@ -1,0 +1,166 @@
+"""The checks that decide an attempt, and the verdict they make.
+
+Order matters and is fixed: the test's own outcome, the diff limits, checks written in Python,
+then gate commands, each in a clean checkout of the exact tree being judged. The first check
+that fails decides; later ones are not run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from . import _proc
+from .workspace import changed_lines, checkout_tree
+
+if TYPE_CHECKING:
+    from .repo import BaseRepo
+    from .workspace import Snapshot
+
+Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
+DEFAULT_GATE_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's answer. ``name`` says which check, ``message`` why it failed."""
+
+    name: str
+    ok: bool
+    message: str = ""
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision on an attempt: a status, the check that decided, and the evidence."""
+
+    status: Status
+    reason: str = ""
+    check: str = ""
+    output: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.status in ("promoted", "passed")
+
+
+#: A check written in Python: given the attempt, returns a bool or a :class:`CheckResult`.
+Check = Callable[[Any], "bool | CheckResult"]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """Everything that judges one attempt."""
+
+    commands: tuple[str, ...] = ()
+    checks: tuple[Check, ...] = ()
+    protect: tuple[str, ...] = ()
+    max_changed_lines: int | None = None
+    timeout: float = DEFAULT_GATE_TIMEOUT
+    #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
+    outcome_is_enough: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_gate(self) -> bool:
+        return bool(self.commands or self.checks or self.outcome_is_enough)
+
+
+def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
+    """Protected paths and the changed-line budget."""
+    if spec.protect:
+        touched = [
+            path
+            for path in snap.changed_paths
+            if any(fnmatch.fnmatchcase(path, pattern) for pattern in spec.protect)
+        ]
+        if touched:
+            return CheckResult(
+                "protect", False, f"changes protected paths: {', '.join(touched)}"
+            )
+    if spec.max_changed_lines is not None:
+        lines = changed_lines(repo, snap.base_tree, snap.tree)
+        if lines > spec.max_changed_lines:
+            return CheckResult(
+                "max_changed_lines",
+                False,
+                f"changes {lines} lines, over max_changed_lines={spec.max_changed_lines}",
+            )
+    return CheckResult("limits", True)
+
+
+def run_check(check: Check, attempt: Any) -> CheckResult:
+    """Run one Python check; an exception it raises is a failed check, not a crash."""
+    name = getattr(check, "__name__", repr(check))
+    try:
+        answer = check(attempt)
+    except Exception as exc:  # noqa: BLE001 - a check's bug must reject, not crash the run
+        return CheckResult(name, False, f"check {name} raised {type(exc).__name__}: {exc}")
+    if isinstance(answer, CheckResult):
+        return answer
+    if isinstance(answer, bool):
+        return CheckResult(name, answer, "" if answer else f"check {name} returned False")
+    return CheckResult(
+        name, False, f"check {name} returned {answer!r}; return a bool or a CheckResult"
+    )
+
+
+def run_commands(
+    repo: BaseRepo, tree: str, spec: GateSpec, workdir: Path, label: str = "gate"
+) -> CheckResult:
+    """Run each gate command in its own clean checkout of ``tree``; the first failure decides."""
+    for command in spec.commands:
+        checkout = checkout_tree(repo, tree, workdir, name=label)
+        env = dict(os.environ)
+        env.update(spec.env)
+        env["AGENTGATE_CHECKOUT"] = str(checkout)
+        env["AGENTGATE_ACTIVE"] = "1"
+        env.pop("PYTEST_XDIST_WORKER", None)
+        env.pop("PYTEST_CURRENT_TEST", None)
+        try:
+            result = _proc.run_command(command, cwd=checkout, env=env, timeout=spec.timeout)
+        finally:
+            shutil.rmtree(checkout, ignore_errors=True)
+        if result.timed_out:
+            return CheckResult(
+                f"gate: {command}", False, f"gate timed out after {spec.timeout:g} s: {command}",
+                result.tail(),
+            )  # fmt: skip
+        if result.returncode != 0:
+            return CheckResult(
+                f"gate: {command}",
+                False,
+                f"gate command exited {result.returncode}: {command}",
+                result.tail(),
+            )
+    return CheckResult("gate", True)
+
+
+def judge(
+    repo: BaseRepo,
+    snap: Snapshot,
+    spec: GateSpec,
+    attempt: Any,
+    workdir: Path,
+    extra_checks: Sequence[Check] = (),
+) -> list[CheckResult]:
+    """Run the checks in order and return them up to and including the first failure."""
+    results: list[CheckResult] = []
+    limits = check_limits(repo, snap, spec)
+    results.append(limits)
+    if not limits.ok:
+        return results
+    for check in (*spec.checks, *extra_checks):
+        outcome = run_check(check, attempt)
+        results.append(outcome)
+        if not outcome.ok:
+            return results
+    if spec.commands:
+        results.append(run_commands(repo, snap.tree, spec, workdir))
+    return results

@@ -1,0 +1,337 @@
+"""Moving a target: promotion, rollback and revert, each by compare-and-swap under a lock.
+
+The lock (one ``filelock`` per repository and target, in the plugin's own directory) keeps the
+plugin's own writers in line; the old value on ``git update-ref`` is what makes every move
+safe against anybody else. When the target is checked out in the base repository, its files
+follow the ref: checked clean first, then updated by a two-tree ``read-tree -m -u``, with a
+journal so that a crash between the ref move and the file update is finished by the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import oplog
+from .errors import (
+    DirtyWorktree,
+    GateFailed,
+    MergeConflict,
+    NothingToRevert,
+    RefMoved,
+    WorktreeBlocked,
+)
+from .repo import Author, BaseRepo
+
+LOCK_POLL_S = 0.002
+_JOURNAL = "worktree-sync.json"
+MAX_RETRIES = 20
+
+
+@dataclass(frozen=True)
+class Move:
+    """A ref move that happened: which ref, from where, to where."""
+
+    ref: str
+    old: str
+    new: str
+    kind: str  # fast-forward, merge, rollback, revert
+    tree: str
+    retested: bool = False
+    lock_wait_ms: float = 0.0
+
+
+def target_ref(branch: str, dry_run: bool) -> str:
+    return f"refs/agentgate/dryrun/{branch}" if dry_run else f"refs/heads/{branch}"
+
+
+@contextmanager
+def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
+    """Hold the plugin's lock for ``ref``; yields how long the wait took, in ms.
+
+    filelock's lock is an ``flock`` the operating system drops when the holder dies, so a
+    killed process never leaves it held. It polls; the interval is short so that the worst
+    wait under contention stays close to the holder's own time.
+    """
+    from filelock import FileLock
+
+    folder = repo.private_dir / "locks"
+    folder.mkdir(exist_ok=True)
+    name = ref.replace("/", "%2F")
+    begin = time.perf_counter()
+    lock = FileLock(str(folder / f"{name}.lock"), timeout=-1)
+    lock.acquire(poll_interval=LOCK_POLL_S)
+    try:
+        yield (time.perf_counter() - begin) * 1000
+    finally:
+        lock.release()
+
+
+# -- the checked-out target -----------------------------------------------------------
+
+
+def checked_out(repo: BaseRepo, ref: str) -> bool:
+    """Whether ``ref`` is the branch checked out in the base repository's working tree."""
+    if repo.bare or not ref.startswith("refs/heads/"):
+        return False
+    return repo.head_branch() == ref[len("refs/heads/") :]
+
+
+def dirty_paths(repo: BaseRepo) -> list[str]:
+    """Tracked files with uncommitted changes (staged or not) in the base working tree."""
+    assert repo.worktree is not None
+    repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1))
+    out = repo.git("diff-index", "--name-only", "-z", "HEAD", "--", work_tree=repo.worktree).stdout
+    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def _journal(repo: BaseRepo) -> Path:
+    return repo.private_dir / _JOURNAL
+
+
+def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
+    """Raise unless the working tree can go from ``old`` to ``new`` without losing anything."""
+    assert repo.worktree is not None
+    dirty = dirty_paths(repo)
+    if dirty:
+        raise DirtyWorktree(repo.worktree, dirty)
+    probe = repo.git(
+        "read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128)
+    )
+    if probe.returncode != 0:
+        raise WorktreeBlocked(repo.worktree, probe.stderr)
+
+
+def sync_worktree(repo: BaseRepo, old: str, new: str) -> None:
+    """Bring the checked-out files from ``old`` to ``new`` (two-tree merge, keeps untracked)."""
+    assert repo.worktree is not None
+    repo.git("read-tree", "-m", "-u", old, new, work_tree=repo.worktree)
+    repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1))
+
+
+def recover_worktree(repo: BaseRepo) -> str | None:
+    """Finish a working-tree update a killed process left half done; say what was done."""
+    journal = _journal(repo)
+    try:
+        data = json.loads(journal.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        journal.unlink(missing_ok=True)
+        return None
+    ref, old, new = data["ref"], data["old"], data["new"]
+    note = None
+    if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
+        index_tree = repo.git("write-tree", ok=(0, 128)).out.strip()
+        if index_tree == repo.tree_of(old):
+            sync_worktree(repo, old, new)
+            note = f"finished updating {repo.worktree} from {old[:12]} to {new[:12]}"
+    journal.unlink(missing_ok=True)
+    return note
+
+
+def move_target(
+    repo: BaseRepo, ref: str, new: str, old: str, message: str, *, update_worktree: bool = True
+) -> bool:
+    """Compare-and-swap ``ref`` from ``old`` to ``new`` and bring a checked-out tree along.
+
+    Returns False when the ref was not at ``old`` (nothing changed). Raises
+    :class:`DirtyWorktree` or :class:`WorktreeBlocked` before moving anything.
+    """
+    follow = update_worktree and checked_out(repo, ref)
+    if follow:
+        check_worktree(repo, old, new)
+        journal = _journal(repo)
+        tmp = journal.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
+        os.replace(tmp, journal)
+    try:
+        moved = repo.update_ref(ref, new, old, message, reflog=True)
+    except BaseException:
+        if follow:
+            _journal(repo).unlink(missing_ok=True)
+        raise
+    if follow:
+        if moved:
+            sync_worktree(repo, old, new)
+        _journal(repo).unlink(missing_ok=True)
+    return moved
+
+
+# -- promotion ------------------------------------------------------------------------
+
+#: Re-test of a merged tree: returns (passed, why it failed, output tail).
+Retest = Callable[[str], tuple[bool, str, str]]
+
+
+@dataclass(frozen=True)
+class PromoteOutcome:
+    """What promotion did: a move, or why it did not move (conflict or failed re-test)."""
+
+    move: Move | None
+    conflicts: tuple[str, ...] = ()
+    retest_failure: str | None = None
+    retest_output: str = ""
+
+
+def promote(
+    repo: BaseRepo,
+    ref: str,
+    commit: str,
+    base: str,
+    *,
+    author: Author,
+    message: str,
+    reflog_message: str,
+    retest: Retest | None = None,
+    agent: str = "",
+    task: str = "",
+) -> PromoteOutcome:
+    """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
+
+    Under the lock, the ref is re-read. At ``base`` (or missing, for a fresh dry-run ref)
+    it fast-forwards; otherwise ``commit`` is merged onto the ref's tip and, when ``retest``
+    is given, the merged tree is re-tested before the ref moves. A lost compare-and-swap
+    (someone outside the lock moved the ref) starts over; nothing is ever overwritten.
+    """
+    begin = time.perf_counter()
+    with target_lock(repo, ref) as waited:
+        recover_worktree(repo)
+        for _ in range(MAX_RETRIES):
+            tip = repo.ref_value(ref)
+            if tip is None:
+                raise RefMoved(ref, base, None)
+            if tip == base or repo.is_ancestor(tip, commit):
+                new, kind, tree, retested = commit, "fast-forward", repo.tree_of(commit), False
+            else:
+                preview = repo.merge_preview(tip, commit)
+                if preview.conflicts:
+                    return PromoteOutcome(None, conflicts=preview.conflicts)
+                retested = False
+                if retest is not None:
+                    ok, why, output = retest(preview.tree)
+                    retested = True
+                    if not ok:
+                        return PromoteOutcome(None, retest_failure=why, retest_output=output)
+                new = repo.commit_tree(preview.tree, [tip, commit], message, author)
+                kind, tree = "merge", preview.tree
+            if move_target(repo, ref, new, tip, f"{reflog_message} ({kind})"):
+                move = Move(ref, tip, new, kind, tree, retested, waited)
+                _log(repo, "promote", move, agent, task, begin)
+                return PromoteOutcome(move)
+    raise RefMoved(ref, base, repo.ref_value(ref))
+
+
+def _log(repo: BaseRepo, op: str, move: Move, agent: str, task: str, begin: float) -> None:
+    objects, size = repo.count_new_objects(move.new, move.old)
+    oplog.append(
+        repo.git_dir,
+        oplog.OpRecord(
+            op=op,
+            ref=move.ref,
+            old=move.old,
+            new=move.new,
+            agent=agent,
+            task=task,
+            objects=objects,
+            bytes=size,
+            duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+            note=move.kind,
+        ),
+    )
+
+
+# -- undo -----------------------------------------------------------------------------
+
+
+def rollback(
+    repo: BaseRepo,
+    ref: str,
+    to: str,
+    *,
+    expect: str | None,
+    author: Author,
+    agent: str,
+    dry_run: bool = False,
+) -> Move:
+    """A new commit on ``ref`` whose tree is exactly ``to``'s tree; history is kept."""
+    begin = time.perf_counter()
+    tree = repo.tree_of(to)
+    with target_lock(repo, ref):
+        recover_worktree(repo)
+        tip = repo.ref_value(ref)
+        if tip is None or (expect is not None and tip != expect):
+            raise RefMoved(ref, expect, tip)
+        message = (
+            f"agentgate rollback to {to[:12]}\n\n"
+            f"Restores the tree of {to} ({tree}).\n\n"
+            f"Agentgate-Agent: {agent}\nAgentgate-Rollback-To: {to}\n"
+        )
+        if dry_run:
+            if checked_out(repo, ref):
+                dirty = dirty_paths(repo)
+                if dirty:
+                    raise DirtyWorktree(repo.worktree, dirty)
+            return Move(ref, tip, "", "rollback", tree)
+        new = repo.commit_tree(tree, [tip], message, author)
+        if not move_target(repo, ref, new, tip, f"agentgate rollback to {to[:12]} by {agent}"):
+            raise RefMoved(ref, tip, repo.ref_value(ref))
+        move = Move(ref, tip, new, "rollback", tree)
+        _log(repo, "rollback", move, agent, f"rollback to {to}", begin)
+        return move
+
+
+def revert(
+    repo: BaseRepo,
+    ref: str,
+    attempt_commit: str,
+    attempt_base: str,
+    *,
+    expect: str | None,
+    author: Author,
+    agent: str,
+    task: str,
+    retest: Retest | None = None,
+    dry_run: bool = False,
+) -> Move:
+    """Undo one attempt's change on top of the current target, keeping later work.
+
+    The inverse change is merged with ``git merge-tree`` by giving it a synthetic history
+    whose merge base is the attempt's own tree, so the result is "tip + (base - attempt)".
+    """
+    begin = time.perf_counter()
+    with target_lock(repo, ref):
+        recover_worktree(repo)
+        tip = repo.ref_value(ref)
+        if tip is None or (expect is not None and tip != expect):
+            raise RefMoved(ref, expect, tip)
+        helper = Author("agentgate", "agentgate@localhost")
+        pivot = repo.commit_tree(repo.tree_of(attempt_commit), [], "revert pivot\n", helper)
+        ours = repo.commit_tree(repo.tree_of(tip), [pivot], "revert ours\n", helper)
+        theirs = repo.commit_tree(repo.tree_of(attempt_base), [pivot], "revert theirs\n", helper)
+        preview = repo.merge_preview(ours, theirs)
+        if preview.conflicts:
+            raise MergeConflict(preview.conflicts, "revert")
+        if preview.tree == repo.tree_of(tip):
+            raise NothingToRevert(attempt_commit)
+        if retest is not None:
+            ok, why, output = retest(preview.tree)
+            if not ok:
+                raise GateFailed(why, output)
+        if dry_run:
+            return Move(ref, tip, "", "revert", preview.tree)
+        message = (
+            f"agentgate revert: {task}\n\nReverts the change of attempt {attempt_commit}.\n\n"
+            f"Agentgate-Agent: {agent}\nAgentgate-Reverts: {attempt_commit}\n"
+        )
+        new = repo.commit_tree(preview.tree, [tip], message, author)
+        if not move_target(repo, ref, new, tip, f"agentgate revert {attempt_commit[:12]} by {agent}"):
+            raise RefMoved(ref, tip, repo.ref_value(ref))
+        move = Move(ref, tip, new, "revert", preview.tree)
+        _log(repo, "revert", move, agent, task, begin)
+        return move

@@ -1,0 +1,257 @@
+"""The base repository: resolving names, reading and writing objects, moving refs safely.
+
+Refs only move through :meth:`BaseRepo.update_ref`, which always passes the old value, so a
+lost race is reported as ``False`` and never overwrites someone else's move.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _git
+from .errors import BadRefName, GitError, RepoNotFound, RevisionNotFound
+
+ZERO = "0" * 40
+_OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+@dataclass(frozen=True)
+class Author:
+    """Who a commit is attributed to: the agent."""
+
+    name: str
+    email: str
+
+    @classmethod
+    def for_agent(cls, agent: str) -> Author:
+        local = re.sub(r"[^A-Za-z0-9._-]+", "-", agent).strip("-") or "agent"
+        return cls(agent, f"{local}@agentgate.invalid")
+
+    def env(self) -> dict[str, str]:
+        return {"GIT_AUTHOR_NAME": self.name, "GIT_AUTHOR_EMAIL": self.email}
+
+
+@dataclass(frozen=True)
+class MergePreview:
+    """The result of a three-way merge that moved no ref."""
+
+    tree: str
+    conflicts: tuple[str, ...]
+
+    @property
+    def clean(self) -> bool:
+        return not self.conflicts
+
+
+def check_branch_name(name: str, source: str = "") -> str:
+    """Return ``name`` if git accepts it as a branch name, else raise :class:`BadRefName`."""
+    if (
+        not name
+        or name.startswith("-")
+        or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in name)
+    ):
+        raise BadRefName(name, source)
+    result = _git.run(
+        ["check-ref-format", "--branch", name], git_dir=None, ok=(0, 1, 128), cwd=Path("/")
+    )
+    if result.returncode != 0:
+        raise BadRefName(name, source)
+    return name
+
+
+class BaseRepo:
+    """A repository the agents' work lands in (bare or with a working tree)."""
+
+    def __init__(self, git_dir: Path, worktree: Path | None) -> None:
+        self.git_dir = git_dir
+        self.worktree = worktree
+
+    @classmethod
+    def open(cls, path: str | Path, source: str = "") -> BaseRepo:
+        """Find the repository at ``path`` (its top, a subdirectory, or a bare repository).
+
+        Discovery is done by reading the filesystem, not by letting git search, so only a
+        real ``.git`` directory is accepted: a ``.git`` *file* (a linked worktree or a
+        submodule) is followed once, to a directory that must itself be a repository.
+        """
+        start = Path(path).expanduser()
+        if not start.exists():
+            raise RepoNotFound(path, source)
+        start = start.resolve()
+        for candidate in (start, *start.parents):
+            dotgit = candidate / ".git"
+            if dotgit.is_dir() and _looks_like_git_dir(dotgit):
+                return cls(dotgit, candidate)
+            if dotgit.is_file():
+                target = _read_gitfile(dotgit)
+                if target is not None and _looks_like_git_dir(target):
+                    return cls(target, candidate)
+            if _looks_like_git_dir(candidate) and (candidate / "config").is_file():
+                return cls(candidate, None)
+        raise RepoNotFound(path, source)
+
+    # -- running git ------------------------------------------------------------------
+
+    @property
+    def bare(self) -> bool:
+        return self.worktree is None
+
+    @property
+    def label(self) -> str:
+        return str(self.worktree or self.git_dir)
+
+    @property
+    def private_dir(self) -> Path:
+        """A directory inside the git directory that only the plugin writes."""
+        path = self.git_dir / "agentgate"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def git(
+        self,
+        *args: str,
+        work_tree: Path | None = None,
+        index: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        input: bytes | None = None,
+        ok: Sequence[int] = (0,),
+    ) -> _git.GitResult:
+        return _git.run(
+            args,
+            git_dir=self.git_dir,
+            work_tree=work_tree,
+            index=index,
+            env=env,
+            input=input,
+            ok=ok,
+            safe_directory=self.worktree or self.git_dir,
+        )
+
+    # -- names --------------------------------------------------------------------------
+
+    def resolve(self, rev: str) -> str | None:
+        """The commit ``rev`` names, or None; never treats ``rev`` as an option."""
+        result = self.git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
+        )
+        return result.out.strip() or None
+
+    def commit(self, rev: str, source: str = "") -> str:
+        """The commit ``rev`` names; :class:`RevisionNotFound` names the source otherwise."""
+        if not rev or rev.startswith("-"):
+            raise RevisionNotFound(rev, self.label, source)
+        oid = self.resolve(rev)
+        if oid is None:
+            raise RevisionNotFound(rev, self.label, source)
+        return oid
+
+    def ref_value(self, ref: str) -> str | None:
+        """What a full ref name points at, or None when it does not exist."""
+        result = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", ref, ok=(0, 1))
+        return result.out.strip() or None
+
+    def tree_of(self, rev: str) -> str:
+        return self.git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
+
+    def head_branch(self) -> str | None:
+        """The branch HEAD points at (short name), or None when detached."""
+        result = self.git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+        return result.out.strip() or None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        result = self.git("merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
+        return result.returncode == 0
+
+    def is_shallow(self) -> bool:
+        return (self.git_dir / "shallow").exists()
+
+    def refs(self, prefix: str, fmt: str = "%(refname)%00%(objectname)") -> list[list[str]]:
+        """Rows of ``for-each-ref`` under ``prefix``, fields split on NUL."""
+        out = self.git("for-each-ref", f"--format={fmt}", "--end-of-options", prefix).out
+        return [line.split("\0") for line in out.splitlines() if line]
+
+    # -- objects ------------------------------------------------------------------------
+
+    def commit_tree(
+        self, tree: str, parents: Sequence[str], message: str, author: Author
+    ) -> str:
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        return self.git(*args, env=author.env(), input=message.encode()).out.strip()
+
+    def merge_preview(self, ours: str, theirs: str) -> MergePreview:
+        """A real three-way merge of two commits (``git merge-tree --write-tree``).
+
+        It writes the merged blobs and trees into the object store and moves no ref.
+        """
+        result = self.git(
+            "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages",
+            "--end-of-options", ours, theirs,
+            ok=(0, 1),
+        )  # fmt: skip
+        names = _git.split_z(result.stdout)
+        if not names:
+            raise GitError(["merge-tree"], result.returncode, result.stderr or "no output")
+        conflicts = tuple(dict.fromkeys(names[1:])) if result.returncode == 1 else ()
+        return MergePreview(names[0], conflicts)
+
+    def count_new_objects(self, new: str, old: str | None) -> tuple[int, int]:
+        """How many objects, and bytes on disk, ``new`` holds that ``old`` (or no ref) lacks."""
+        excl = [old] if old and old != ZERO else ["--all"]
+        names = self.git(
+            "rev-list", "--objects", "--no-object-names", new, "--not", *excl
+        ).stdout
+        if not names.strip():
+            return 0, 0
+        sizes = self.git(
+            "cat-file", "--batch-check=%(objectsize:disk)", input=names
+        ).out.split()
+        return len(sizes), sum(int(size) for size in sizes if size.isdigit())
+
+    # -- refs ---------------------------------------------------------------------------
+
+    def update_ref(
+        self, ref: str, new: str, old: str | None, message: str, *, reflog: bool = False
+    ) -> bool:
+        """Move ``ref`` from ``old`` (None: must not exist) to ``new``; False if it moved."""
+        args = ["update-ref"]
+        if reflog:
+            args.append("--create-reflog")
+        args += ["-m", message, "--end-of-options", ref, new, old or ZERO]
+        result = self.git(*args, ok=(0, 1, 128))
+        if result.returncode == 0:
+            return True
+        if "cannot lock ref" in result.stderr or "but expected" in result.stderr:
+            if ".lock': File exists" in result.stderr:
+                raise GitError(args, result.returncode, result.stderr)
+            return False
+        raise GitError(args, result.returncode, result.stderr)
+
+    def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
+        result = self.git("update-ref", "-m", message, "-d", "--end-of-options", ref, old, ok=(0, 1, 128))
+        return result.returncode == 0
+
+
+def _looks_like_git_dir(path: Path) -> bool:
+    return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
+
+
+def _read_gitfile(path: Path) -> Path | None:
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    target = Path(text[len("gitdir:") :].strip())
+    if not target.is_absolute():
+        target = path.parent / target
+    return target.resolve()
+
+
+def is_oid(text: str) -> bool:
+    return bool(_OID.match(text))

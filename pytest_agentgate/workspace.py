@@ -1,0 +1,280 @@
+"""Forking a private workspace at an exact base commit, and snapshotting what the agent left.
+
+The workspace holds the base commit's files and a ``.git`` of its own for the agent (objects
+borrowed from the base through alternates). The plugin never runs git with that ``.git``: it
+snapshots with the *base* repository's git directory, ``--work-tree=<workspace>`` and a private
+index it keeps outside the workspace. The index is written by the checkout itself, so it is
+stat-valid and a snapshot hashes only the files the agent changed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _git, _proc
+from .errors import AgentgateError, GitError
+from .repo import BaseRepo
+
+#: Paths never snapshotted: secrets an agent might leave in its workspace.
+DEFAULT_EXCLUDE = (".env", ".env.*", "*.pem", "*.key", "id_rsa*")
+DEFAULT_MAX_FILES = 100_000
+DEFAULT_MAX_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path that differs between the base tree and the snapshot."""
+
+    status: str  # A, M, D, T
+    path: str
+    old_mode: str
+    new_mode: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The tree the agent left, and what it changed against the base."""
+
+    base: str
+    base_tree: str
+    tree: str
+    changes: tuple[Change, ...]
+    excluded: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()
+    hashed: int = 0
+
+    @property
+    def changed_paths(self) -> tuple[str, ...]:
+        return tuple(change.path for change in self.changes)
+
+
+class SnapshotRefused(AgentgateError):
+    """The workspace holds something that must not become a tree (reported, not stored)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass
+class Workspace:
+    """A private directory at the base commit that one agent task may change freely."""
+
+    path: Path
+    base: str
+    branch: str
+    repo: BaseRepo
+    index: Path
+    runs: list[_proc.CommandResult] = field(default_factory=list)
+    fork_ms: float = 0.0
+    _groups: list[int] = field(default_factory=list)
+
+    def run(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        timeout: float | None = 600,
+        env: Mapping[str, str] | None = None,
+    ) -> _proc.CommandResult:
+        """Run a command in the workspace; its output is kept for the attempt record.
+
+        ``GIT_CEILING_DIRECTORIES`` stops an agent that deleted its ``.git`` from reaching
+        a repository that encloses the workspace.
+        """
+        run_env = _git.scrubbed_env(env)
+        for key in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "LC_ALL", "LANGUAGE"):
+            if key in os.environ:
+                run_env[key] = os.environ[key]
+            elif env is None or key not in env:
+                run_env.pop(key, None)
+        run_env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
+        result = _proc.run_command(
+            cmd, cwd=self.path, env=run_env, timeout=timeout, started=self._groups
+        )
+        self.runs.append(result)
+        return result
+
+    def end_processes(self) -> None:
+        """End whatever the agent's commands left running in their process groups."""
+        for pgid in self._groups:
+            _proc.kill_group(pgid)
+        self._groups.clear()
+
+    def output_tail(self, lines: int = _proc.TAIL_LINES) -> str:
+        text = "\n".join(f"$ {r.command}\n{r.output}" for r in self.runs)
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -> Workspace:
+    """Check out ``base`` into a new directory under ``root`` and give it its own ``.git``."""
+    begin = time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
+    index = _private_index_path(repo)
+    try:
+        repo.git("read-tree", "--reset", "-u", "--end-of-options", base, work_tree=path, index=index)
+        make_agent_git(repo, path, branch, base, index)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        index.unlink(missing_ok=True)
+        raise
+    return Workspace(
+        path=path,
+        base=base,
+        branch=branch,
+        repo=repo,
+        index=index,
+        fork_ms=(time.perf_counter() - begin) * 1000,
+    )
+
+
+def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Path) -> None:
+    """Write the agent's own ``.git``: the branch at ``base``, a clean index, borrowed objects.
+
+    It has no remote, and its only link to the base is a read-only alternates entry, so
+    nothing done in it (commits, ``update-ref``, hooks) can move a ref of the base.
+    """
+    dotgit = path / ".git"
+    _git.run(
+        ["init", "--quiet", f"--initial-branch={branch}", str(path)], git_dir=None, cwd=path
+    )
+    (dotgit / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    (dotgit / "objects" / "info" / "alternates").write_text(
+        f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"
+    )
+    ref = dotgit / "refs" / "heads" / branch
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(f"{base}\n", encoding="ascii")
+    shutil.copyfile(index, dotgit / "index")
+
+
+def _private_index_path(repo: BaseRepo) -> Path:
+    folder = repo.private_dir / "index"
+    folder.mkdir(exist_ok=True)
+    return folder / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def _matches(path: str, patterns: Iterable[str]) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return any(
+        fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns
+    )
+
+
+def snapshot(
+    ws: Workspace,
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> Snapshot:
+    """Turn the files the agent left into a tree whose parent is the base.
+
+    One pass lists what differs from the private index (new, modified, deleted, honouring
+    ``.gitignore``); only those paths are hashed. Secrets matching ``exclude`` stay out and
+    are named in the result; nested repositories and paths git refuses raise
+    :class:`SnapshotRefused`. The limits are checked from file sizes before anything is read.
+    """
+    repo = ws.repo
+    listed = repo.git(
+        "ls-files", "-z", "--others", "--modified", "--exclude-standard",
+        work_tree=ws.path, index=ws.index,
+    ).stdout  # fmt: skip
+    paths = list(dict.fromkeys(_git.split_z(listed)))
+    nested = [p.rstrip("/") for p in paths if p.endswith("/")]
+    if nested:
+        raise SnapshotRefused(
+            f"nested git repository at {', '.join(nested)}: an agent may not add a repository "
+            "inside the workspace (it would be stored as a gitlink)"
+        )
+    excluded = tuple(p for p in paths if _matches(p, exclude))
+    keep = [p for p in paths if p not in excluded]
+    if len(keep) > max_files:
+        raise SnapshotRefused(f"attempt changes {len(keep)} files, over the limit of {max_files}")
+    total = 0
+    for rel in keep:
+        try:
+            total += (ws.path / rel).lstat().st_size
+        except OSError:
+            continue  # deleted
+        if total > max_bytes:
+            raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    if keep:
+        payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in keep)
+        try:
+            repo.git(
+                "update-index", "--add", "--remove", "--replace", "-z", "--stdin",
+                work_tree=ws.path, index=ws.index, input=payload,
+            )  # fmt: skip
+        except GitError as err:
+            raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
+    tree = repo.git("write-tree", index=ws.index).out.strip()
+    base_tree = repo.tree_of(ws.base)
+    return Snapshot(
+        base=ws.base,
+        base_tree=base_tree,
+        tree=tree,
+        changes=diff_trees(repo, base_tree, tree),
+        excluded=excluded,
+        hashed=len(keep),
+    )
+
+
+def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[Change, ...]:
+    """The paths that differ between two trees, with their modes (no rename detection)."""
+    if old == new:
+        return ()
+    raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
+    fields = raw.split(b"\0")
+    changes = []
+    for i in range(0, len(fields) - 1, 2):
+        meta = fields[i].decode("ascii")
+        if not meta.startswith(":"):
+            break
+        old_mode, new_mode, _o, _n, status = meta[1:].split(" ")
+        path = fields[i + 1].decode("utf-8", "surrogateescape")
+        changes.append(Change(status[0], path, old_mode, new_mode))
+    return tuple(changes)
+
+
+def changed_lines(repo: BaseRepo, old: str, new: str) -> int:
+    """Added plus deleted lines between two trees (binary files count as one line each)."""
+    out = repo.git("diff-tree", "-r", "--numstat", "--no-renames", "--end-of-options", old, new).out
+    total = 0
+    for line in out.splitlines():
+        added, deleted, _ = line.split("\t", 2)
+        total += 1 if added == "-" else int(added) + int(deleted)
+    return total
+
+
+def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> Path:
+    """A clean checkout of exactly ``tree`` in a new directory (nothing untracked in it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
+    index = _private_index_path(repo)
+    try:
+        repo.git("read-tree", "--reset", "-u", "--end-of-options", tree, work_tree=path, index=index)
+    finally:
+        index.unlink(missing_ok=True)
+    return path
+
+
+def remove(ws: Workspace) -> None:
+    """Delete the workspace directory and its private index (both are the plugin's own)."""
+    ws.end_processes()
+    shutil.rmtree(ws.path, ignore_errors=True)
+    ws.index.unlink(missing_ok=True)
+
+
+def discard_index(ws: Workspace) -> None:
+    """Drop the private index but keep the workspace's files for inspection."""
+    ws.end_processes()
+    ws.index.unlink(missing_ok=True)
