@@ -1,1 +1,90 @@
-"""pytest-agentgate."""
+"""pytest-agentgate: gate coding-agent changes behind tests.
+
+The public API is re-exported here lazily: pytest imports this package in every run of every
+suite that has the plugin installed, so names load (and with them the engine's modules) only
+when they are first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Engine": "engine",
+    "Attempt": "engine",
+    "GateSpec": "gate",
+    "CheckResult": "gate",
+    "Verdict": "gate",
+    "Workspace": "workspace",
+    "Snapshot": "workspace",
+    "fork": "workspace",
+    "snapshot": "workspace",
+    "BaseRepo": "repo",
+    "Author": "repo",
+    "MergePreview": "repo",
+    "promote": "promote",
+    "rollback": "promote",
+    "revert": "promote",
+    "list_attempts": "attempts",
+    "OpRecord": "oplog",
+    "AgentgateError": "errors",
+    "GitError": "errors",
+    "GitTooOld": "errors",
+    "ConfigError": "errors",
+    "RepoNotFound": "errors",
+    "RevisionNotFound": "errors",
+    "BadRefName": "errors",
+    "RefMoved": "errors",
+    "DirtyWorktree": "errors",
+    "WorktreeBlocked": "errors",
+    "MergeConflict": "errors",
+    "AttemptNotFound": "errors",
+    "StaleLock": "errors",
+    "NothingToRevert": "errors",
+    "GateFailed": "errors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from .attempts import list_attempts
+    from .engine import Attempt, Engine
+    from .errors import (
+        AgentgateError,
+        AttemptNotFound,
+        BadRefName,
+        ConfigError,
+        DirtyWorktree,
+        GateFailed,
+        GitError,
+        GitTooOld,
+        MergeConflict,
+        NothingToRevert,
+        RefMoved,
+        RepoNotFound,
+        RevisionNotFound,
+        StaleLock,
+        WorktreeBlocked,
+    )
+    from .gate import CheckResult, GateSpec, Verdict
+    from .oplog import OpRecord
+    from .promote import promote, revert, rollback
+    from .repo import Author, BaseRepo, MergePreview
+    from .workspace import Snapshot, Workspace, fork, snapshot

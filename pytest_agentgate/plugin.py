@@ -1,0 +1,453 @@
+"""The pytest layer: options, ini keys, the ``gated`` marker, fixtures and the runtest wrapper.
+
+This module is imported in every pytest run of every suite that has the plugin installed, so
+it imports only pytest and the standard library; the engine (and with it filelock) is loaded
+the first time a gated test is collected, and no git runs before that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .engine import Attempt, Engine
+    from .gate import GateSpec
+    from .workspace import Workspace
+
+MARKER = "gated"
+MARKER_HELP = (
+    "gated(task, *, agent=None, gate=None, checks=(), protect=(), max_changed_lines=None): "
+    "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
+    "test outcome, checks and gate commands, preflight-merged and promoted to the target"
+)
+ACTIVE_ENV = "AGENTGATE_ACTIVE"
+AGENT_ENV = "AGENTGATE_AGENT"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its command-line flag, its ini key, its help and how to parse it."""
+
+    name: str
+    help: str
+    kind: str = "string"  # string, linelist, bool, float, int
+    default: Any = None
+    metavar: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--agentgate-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "agentgate_" + self.name
+
+
+OPTIONS = (
+    Option("repo", "the repository the agents edit (default: the one around the rootdir)", metavar="PATH"),
+    Option("target", "the branch attempts are promoted to (default: the checked-out branch)", metavar="BRANCH"),
+    Option("base", "fork every workspace from this commit instead of the target's tip", metavar="REV"),
+    Option("gate", "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)", "linelist", metavar="CMD"),
+    Option("gate_timeout", "seconds a gate command may run before its process group is killed", "float", 600.0, "SECONDS"),
+    Option("promote", "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)", "bool", False),
+    Option("no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False),
+    Option("agent", "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')", metavar="NAME"),
+    Option("report", "write a JSON report of every attempt to this path", metavar="PATH"),
+    Option("workdir", "where workspaces and gate checkouts are made (default: pytest's temporary directory)", metavar="DIR"),
+    Option("exclude", "globs never snapshotted (secrets); one per line in the ini file", "linelist", metavar="GLOB"),
+    Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
+    Option("max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"),
+)
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+# -- options ------------------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("agentgate", "gate coding-agent changes behind tests")
+    for option in OPTIONS:
+        if option.kind == "bool":
+            group.addoption(option.flag, action="store_true", default=None, help=option.help)
+        elif option.kind == "linelist":
+            group.addoption(option.flag, action="append", default=None, metavar=option.metavar, help=option.help)
+        else:
+            group.addoption(option.flag, default=None, metavar=option.metavar, help=option.help)
+        ini_type = {"linelist": "linelist", "bool": "bool"}.get(option.kind, "string")
+        parser.addini(option.ini, option.help, type=ini_type, default=None)  # type: ignore[arg-type]
+
+
+def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """A setting's value and where it came from: command line over environment over ini."""
+    option = _BY_NAME[name]
+    value = config.getoption(option.flag)
+    source = f"command line {option.flag}"
+    if value is None and name == "agent" and os.environ.get(AGENT_ENV):
+        value, source = os.environ[AGENT_ENV], f"environment {AGENT_ENV}"
+    if value is None:
+        raw = config.getini(option.ini)
+        if raw not in (None, "", []):
+            value, source = raw, f"ini {option.ini}"
+    if value is None:
+        return option.default, "default"
+    if option.kind in ("int", "float"):
+        parse: Callable[[str], Any] = int if option.kind == "int" else float
+        try:
+            value = parse(str(value).strip())
+        except ValueError:
+            raise pytest.UsageError(
+                f"agentgate: invalid {option.flag} {value!r} (from {source}): expected a "
+                f"{'whole number' if option.kind == 'int' else 'number'}"
+            ) from None
+        if value <= 0:
+            raise pytest.UsageError(f"agentgate: {option.flag} must be positive, got {value!r} (from {source})")
+    if option.kind == "bool" and isinstance(value, str):
+        value = value.strip().lower() in ("1", "true", "yes", "on")
+    return value, source
+
+
+# -- the marker ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkerSpec:
+    """A validated ``@pytest.mark.gated(...)``."""
+
+    task: str
+    agent: str | None = None
+    gate: tuple[str, ...] | None = None
+    checks: tuple[Callable[[Any], Any], ...] = ()
+    protect: tuple[str, ...] = ()
+    max_changed_lines: int | None = None
+
+
+def _marker_signature(
+    task: str,
+    *,
+    agent: str | None = None,
+    gate: Any = None,
+    checks: Any = (),
+    protect: Any = (),
+    max_changed_lines: int | None = None,
+) -> MarkerSpec:
+    if not isinstance(task, str) or not task.strip():
+        raise TypeError(f"task must be a non-empty string, got {task!r}")
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise TypeError(f"agent must be a non-empty string, got {agent!r}")
+    if gate is not None:
+        if isinstance(gate, str) or not all(isinstance(c, str) and c.strip() for c in gate):
+            raise TypeError(f"gate must be a list of command strings, got {gate!r}")
+        gate = tuple(gate)
+    if isinstance(checks, str) or not all(callable(c) for c in checks):
+        raise TypeError(f"checks must be a list of callables, got {checks!r}")
+    if isinstance(protect, str) or not all(isinstance(p, str) for p in protect):
+        raise TypeError(f"protect must be a list of glob strings, got {protect!r}")
+    if max_changed_lines is not None and (
+        isinstance(max_changed_lines, bool) or not isinstance(max_changed_lines, int) or max_changed_lines < 0
+    ):
+        raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
+    return MarkerSpec(task.strip(), agent, gate, tuple(checks), tuple(protect), max_changed_lines)
+
+
+def marker_spec(item: pytest.Item) -> MarkerSpec | None:
+    """The test's validated marker, or None; raises ``TypeError`` naming what is wrong."""
+    mark = item.get_closest_marker(MARKER)
+    if mark is None:
+        return None
+    return _marker_signature(*mark.args, **mark.kwargs)
+
+
+# -- run state ----------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class AgentgateRun:
+    """Run state, registered as a plugin: the engine (made once), results for the summary."""
+
+    config: pytest.Config
+    run_id: str
+    engine_: Engine | None = None
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    gated_items: int = 0
+
+    def engine(self) -> Engine:
+        """The engine for this run, opened (and every setting checked) on first use."""
+        if self.engine_ is None:
+            self.engine_ = open_engine(self.config)
+            self.engine_.start(self.run_id)
+        return self.engine_
+
+    # hooks implemented by the run state itself
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_agentgate_checks(self, item: pytest.Item, attempt: Attempt) -> list[Any] | None:
+        spec = item.stash.get(SPEC_KEY, None)
+        return list(spec.checks) if spec else None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_agentgate_verdict(self, item: pytest.Item, attempt: Attempt) -> None:
+        row = attempt.as_dict()
+        row["target"] = self.engine().ref
+        item.user_properties.append(("agentgate", json.dumps(row)))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for name, value in report.user_properties:
+            if name == "agentgate" and report.when == "call":
+                self.rows.append(json.loads(value))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["agentgate_run_id"] = self.run_id
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.rows:
+            return
+        from . import report
+
+        terminalreporter.write_sep("=", "agentgate")
+        for line in report.terminal_lines(self.rows):
+            terminalreporter.write_line(line)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):
+            return
+        path, _ = setting(self.config, "report")
+        if path:
+            from . import report
+
+            promote, _ = setting(self.config, "promote")
+            report.write_json(
+                Path(path),
+                self.rows,
+                {"run_id": self.run_id, "promote": bool(promote), "exitstatus": int(session.exitstatus)},
+            )
+
+
+RUN_KEY = pytest.StashKey[AgentgateRun]()
+SPEC_KEY = pytest.StashKey[MarkerSpec]()
+WS_KEY = pytest.StashKey["Workspace"]()
+ATTEMPT_KEY = pytest.StashKey["Attempt"]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    worker = getattr(config, "workerinput", None)
+    run_id = worker.get("agentgate_run_id") if worker else None
+    run = AgentgateRun(config, run_id or uuid.uuid4().hex)
+    config.stash[RUN_KEY] = run
+    config.pluginmanager.register(run, "agentgate-run")
+
+
+def open_engine(config: pytest.Config) -> Engine:
+    """Build the engine from the settings; every bad value is a usage error (exit code 4)."""
+    from .engine import Engine
+    from .errors import AgentgateError
+    from .gate import GateSpec
+
+    repo, repo_source = setting(config, "repo")
+    target, target_source = setting(config, "target")
+    base, base_source = setting(config, "base")
+    commands, _ = setting(config, "gate")
+    timeout, _ = setting(config, "gate_timeout")
+    promote, _ = setting(config, "promote")
+    no_retest, _ = setting(config, "no_retest")
+    agent, _ = setting(config, "agent")
+    workdir, _ = setting(config, "workdir")
+    exclude, _ = setting(config, "exclude")
+    max_files, _ = setting(config, "max_files")
+    max_bytes, _ = setting(config, "max_bytes")
+    kwargs: dict[str, Any] = {}
+    if exclude is not None:
+        kwargs["exclude"] = tuple(exclude)
+    try:
+        return Engine.open(
+            repo or config.rootpath,
+            target,
+            base=base,
+            sources={"repo": repo_source if repo else "pytest's rootdir", "target": target_source, "base": base_source},
+            promote=bool(promote),
+            retest=not no_retest,
+            workdir=Path(workdir).resolve() if workdir else None,
+            gate=GateSpec(commands=tuple(c for c in (commands or ()) if c.strip()), timeout=float(timeout)),
+            agent=agent or "agent",
+            max_files=int(max_files),
+            max_bytes=int(max_bytes),
+            **kwargs,
+        )
+    except AgentgateError as exc:
+        raise pytest.UsageError(f"agentgate: {exc}") from exc
+
+
+# -- collection ---------------------------------------------------------------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
+    """Turn a malformed ``gated`` marker into a collection error that names the test."""
+    report = yield
+    if report.outcome != "passed" or not report.result:
+        return report
+    problems = []
+    for node in report.result:
+        if not isinstance(node, pytest.Item):
+            continue
+        try:
+            spec = marker_spec(node)
+        except TypeError as exc:
+            problems.append(f"{node.nodeid}: invalid @pytest.mark.gated: {exc}")
+            continue
+        if spec is not None:
+            node.stash[SPEC_KEY] = spec
+    if problems:
+        report.outcome = "failed"
+        report.longrepr = "\n".join(problems)
+        report.result = []
+    return report
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gated = [item for item in items if SPEC_KEY in item.stash]
+    if not gated:
+        return
+    if os.environ.get(ACTIVE_ENV) == "1":
+        skip = pytest.mark.skip(reason="agentgate: gated tests do not run inside a gate command")
+        for item in gated:
+            item.add_marker(skip)
+        return
+    run = config.stash[RUN_KEY]
+    run.gated_items = len(gated)
+    run.engine()  # opens the repository now: a bad setting stops the run with exit code 4
+
+
+# -- fixtures -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def agentgate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Engine:
+    """The engine for this run: the base repository, the target, the gate."""
+    run = request.config.stash[RUN_KEY]
+    engine = run.engine()
+    workdir, _ = setting(request.config, "workdir")
+    if not workdir:
+        engine.workdir = tmp_path_factory.getbasetemp() / "agentgate"
+    return engine
+
+
+@pytest.fixture
+def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterator[Workspace]:
+    """A private workspace at the base commit for this test's agent task."""
+    from . import workspace as ws_module
+
+    item = request.node
+    spec = item.stash.get(SPEC_KEY, None)
+    if spec is None:
+        pytest.fail(
+            f"{item.nodeid}: agent_workspace needs the test to be marked "
+            "@pytest.mark.gated(task=...)",
+            pytrace=False,
+        )
+    ws = agentgate.fork(task=spec.task)
+    item.stash[WS_KEY] = ws
+    try:
+        yield ws
+    finally:
+        attempt = item.stash.get(ATTEMPT_KEY, None)
+        if attempt is not None and attempt.verdict.accepted:
+            ws_module.remove(ws)
+        else:
+            ws_module.discard_index(ws)
+
+
+# -- running a gated test -----------------------------------------------------------------
+
+
+def _gate_for(engine: Engine, spec: MarkerSpec, checks: list[Any]) -> GateSpec:
+    from dataclasses import replace
+
+    gate = engine.gate
+    return replace(
+        gate,
+        commands=gate.commands if spec.gate is None else spec.gate,
+        outcome_is_enough=spec.gate == (),
+        checks=tuple(checks),
+        protect=spec.protect,
+        max_changed_lines=spec.max_changed_lines,
+    )
+
+
+def _failure_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".strip().rstrip(":")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    ws = item.stash.get(WS_KEY, None)
+    spec = item.stash.get(SPEC_KEY, None)
+    if ws is None or spec is None:
+        return (yield)
+    failure: BaseException | None = None
+    try:
+        result = yield
+    except pytest.skip.Exception:
+        raise
+    except Exception as exc:
+        failure = exc
+    attempt = _judge(item, ws, spec, failure)
+    if failure is not None:
+        raise failure
+    if not attempt.verdict.accepted:
+        pytest.fail(_rejection_message(item, attempt), pytrace=False)
+    return result
+
+
+def _judge(item: pytest.Item, ws: Workspace, spec: MarkerSpec, failure: BaseException | None) -> Attempt:
+    run = item.config.stash[RUN_KEY]
+    engine = run.engine()
+    hook = item.config.hook
+    agent, _ = setting(item.config, "agent")
+    agent_name = spec.agent or agent or "agent"
+    from .engine import Attempt
+
+    probe = Attempt(task=spec.task, agent=agent_name, workspace=ws, test=item.nodeid)
+    checks = [c for found in hook.pytest_agentgate_checks(item=item, attempt=probe) for c in (found or ())]
+    attempt = engine.run_attempt(
+        ws,
+        task=spec.task,
+        agent=agent_name,
+        test=item.nodeid,
+        spec=_gate_for(engine, spec, checks),
+        test_failure=_failure_text(failure) if failure is not None else None,
+    )
+    item.stash[ATTEMPT_KEY] = attempt
+    hook.pytest_agentgate_verdict(item=item, attempt=attempt)
+    return attempt
+
+
+def _rejection_message(item: pytest.Item, attempt: Attempt) -> str:
+    verdict = attempt.verdict
+    repo = attempt.workspace.repo
+    lines = [
+        f"agentgate {verdict.status}: {verdict.reason}",
+        f"  check:   {verdict.check or '-'}",
+        f"  attempt: {attempt.ref}  (read it: git -C {shlex.quote(repo.label)} show {attempt.ref})",
+        f"  workspace kept at {attempt.path}",
+    ]
+    if verdict.output.strip():
+        lines += ["  output (last lines):", *("    " + line for line in verdict.output.splitlines())]
+    return "\n".join(lines)

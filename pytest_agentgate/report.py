@@ -1,0 +1,62 @@
+"""What a run tells people: the terminal summary section, the JSON report, CI Markdown."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+_WORD = {
+    "promoted": "PROMOTED",
+    "passed": "WOULD PROMOTE",
+    "rejected": "REJECTED",
+    "conflict": "CONFLICT",
+    "error": "ERROR",
+}
+
+
+def short(oid: object) -> str:
+    return str(oid)[:12] if oid else "-"
+
+
+def summary_line(row: Mapping[str, Any]) -> str:
+    """One line per gated test: verdict, test, attempt commit, target old -> new."""
+    verdict = _WORD.get(str(row.get("verdict")), str(row.get("verdict")).upper())
+    line = f"{verdict:<13} {row.get('test') or row.get('task')}  attempt {short(row.get('attempt_commit'))}"
+    old, new = row.get("target_old"), row.get("target_new")
+    target = row.get("target", "target")
+    if row.get("verdict") in ("promoted", "passed"):
+        how = row.get("promotion") or ""
+        if row.get("retest_skipped"):
+            how += ", re-test skipped (--agentgate-no-retest)"
+        elif row.get("retested"):
+            how += ", re-tested"
+        line += f"  {target}: {short(old)} -> {short(new)} ({how})"
+    else:
+        line += f"  {target} stays at {short(old)}"
+        if row.get("reason"):
+            line += f"  [{str(row['reason']).splitlines()[0][:120]}]"
+    return line
+
+
+def terminal_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    return [summary_line(row) for row in rows]
+
+
+def write_json(path: Path, rows: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({**meta, "attempts": rows}, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def markdown(rows: Iterable[Mapping[str, Any]]) -> str:
+    """A table for CI step summaries (``$GITHUB_STEP_SUMMARY`` and the like)."""
+    out = ["| verdict | test | attempt | target |", "|---|---|---|---|"]
+    for row in rows:
+        target = f"{short(row.get('target_old'))} -> {short(row.get('target_new'))}"
+        out.append(
+            f"| {row.get('verdict')} | `{row.get('test')}` | `{row.get('attempt_ref')}` | {target} |"
+        )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,96 @@
+"""Real git repositories for the tests: a small service of three modules plus its tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test Person",
+    "GIT_AUTHOR_EMAIL": "person@example.com",
+    "GIT_COMMITTER_NAME": "Test Person",
+    "GIT_COMMITTER_EMAIL": "person@example.com",
+    "LC_ALL": "C",
+}
+
+SERVICE = {
+    "ledger/__init__.py": "",
+    "ledger/store.py": """
+        class Store:
+            def __init__(self):
+                self._rows = []
+
+            def add_entry(self, amount):
+                self._rows.append(amount)
+
+            def entries(self):
+                return list(self._rows)
+        """,
+    "ledger/report.py": """
+        from ledger.store import Store
+
+
+        def build(amounts):
+            store = Store()
+            for amount in amounts:
+                store.add_entry(amount)
+            return store
+        """,
+    "ledger/api.py": """
+        from ledger.report import build
+
+
+        def handle(amounts):
+            store = build(amounts)
+            store.add_entry(0)
+            return store.entries()
+        """,
+    "tests/test_ledger.py": """
+        from ledger.api import handle
+        from ledger.report import build
+
+
+        def test_handle():
+            assert handle([1, 2]) == [1, 2, 0]
+
+
+        def test_build():
+            assert build([3]).entries() == [3]
+        """,
+    ".gitignore": "__pycache__/\n*.pyc\n.pytest_cache/\n",
+}
+
+
+def git(repo: Path, *args: str, check: bool = True) -> str:
+    env = {**os.environ, **GIT_ENV}
+    for key in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        env.pop(key, None)
+    proc = subprocess.run(
+        ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
+    return proc.stdout.strip()
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+
+
+def make_service(path: Path, branch: str = "main") -> Path:
+    """A repository with the ledger service and its tests, one commit on ``branch``."""
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", branch)
+    write(path, SERVICE)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "ledger service")
+    return path
+
+
+def fsck(repo: Path) -> str:
+    return git(repo, "fsck", "--strict", "--no-progress")
