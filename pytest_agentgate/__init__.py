@@ -25,7 +25,6 @@ _EXPORTS = {
     "BaseRepo": "repo",
     "Author": "repo",
     "MergePreview": "repo",
-    "promote": "promote",
     "rollback": "promote",
     "revert": "promote",
     "list_attempts": "attempts",
@@ -48,6 +47,10 @@ _EXPORTS = {
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+# Names here must not be those of submodules: ``from . import promote`` inside the package
+# would otherwise get a function instead of the module.
 
 
 def __getattr__(name: str) -> Any:
@@ -85,6 +88,6 @@ if TYPE_CHECKING:
     )
     from .gate import CheckResult, GateSpec, Verdict
     from .oplog import OpRecord
-    from .promote import promote, revert, rollback
+    from .promote import revert, rollback
     from .repo import Author, BaseRepo, MergePreview
     from .workspace import Snapshot, Workspace, fork, snapshot

@@ -319,6 +319,7 @@ class Engine:
         """
         attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
         attempt.timings["fork"] = ws.fork_ms
+        attempt.target_before = self.repo.ref_value(self.ref)
         spec = spec or self.gate
         ws.end_processes()
         try:

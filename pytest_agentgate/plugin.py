@@ -196,7 +196,8 @@ class AgentgateRun:
     @pytest.hookimpl(trylast=True)
     def pytest_agentgate_verdict(self, item: pytest.Item, attempt: Attempt) -> None:
         row = attempt.as_dict()
-        row["target"] = self.engine().ref
+        engine = self.engine()
+        row["target"] = engine.target if engine.promote_enabled else f"dryrun/{engine.target}"
         item.user_properties.append(("agentgate", json.dumps(row)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

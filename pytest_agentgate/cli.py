@@ -1,0 +1,340 @@
+"""The ``agentgate`` command: read what agents did, undo what landed, keep things tidy.
+
+``main(argv)`` parses with one argparse parser and dispatches to one function per
+subcommand. Errors print one line naming the bad value and return non-zero (2 for usage).
+Read-only subcommands (attempts, show, log) take no lock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from . import __version__
+
+EXIT_USAGE = 2
+
+
+class UsageProblem(Exception):
+    """A bad argument value (exit code 2)."""
+
+
+def _duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+)\s*([smhdw])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number and a unit, like 30d, 12h, 2w"
+        )
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[match[2]]
+    return timedelta(**{unit: int(match[1])})
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--repo", default=".", help="the base repository (default: the one around the current directory)"
+    )
+    parser = argparse.ArgumentParser(
+        prog="agentgate", description="Read, undo and tidy what gated agents did."
+    )
+    parser.add_argument("--version", action="version", version=f"agentgate {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("attempts", parents=[common], help="list recorded attempts, newest first")
+    p.add_argument("--task", help="only attempts whose task contains this text")
+    p.add_argument("--agent", help="only this agent's attempts")
+    p.add_argument("--verdict", choices=["promoted", "passed", "rejected", "conflict", "error"])
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_attempts)
+
+    p = sub.add_parser("show", parents=[common], help="an attempt's message, trailers and diff")
+    p.add_argument("attempt", help="a ref, a unique prefix of <slug>/<n>, or a commit id")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("log", parents=[common], help="the operations log, newest first")
+    p.add_argument("--agent", help="only this agent's operations")
+    p.add_argument("--limit", type=_positive, default=None, help="at most N records")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.set_defaults(func=cmd_log)
+
+    target_args = argparse.ArgumentParser(add_help=False)
+    target_args.add_argument("--target", help="the branch (default: the one checked out)")
+    target_args.add_argument("--expect", help="refuse unless the target is at this commit")
+    target_args.add_argument("--agent", default="person", help="who is doing this (for the log)")
+    target_args.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+
+    p = sub.add_parser(
+        "rollback", parents=[common, target_args], help="a new commit whose tree is exactly REV's tree"
+    )
+    p.add_argument("--to", required=True, metavar="REV", help="the commit whose tree to restore")
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser(
+        "revert", parents=[common, target_args], help="undo one promoted attempt, keeping later ones"
+    )
+    p.add_argument("attempt", help="the promoted attempt to undo")
+    p.add_argument("--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable")
+    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_revert)
+
+    p = sub.add_parser("prune", parents=[common], help="remove old attempt refs, rotate the log")
+    p.add_argument("--older-than", type=_duration, default=timedelta(days=30), metavar="AGE",
+                   help="remove attempts older than this (default 30d)")  # fmt: skip
+    p.add_argument("--keep-last", type=_positive, default=0, metavar="N",
+                   help="always keep the newest N attempts")  # fmt: skip
+    p.add_argument("--rotate-bytes", type=_positive, default=1 << 20, metavar="BYTES",
+                   help="rotate the operations log when it is larger (default 1 MiB)")  # fmt: skip
+    p.add_argument("--workspaces", type=Path, metavar="DIR",
+                   help="also remove old run directories under this --agentgate-workdir")  # fmt: skip
+    p.add_argument("--keep-runs", type=_positive, default=3, metavar="N",
+                   help="with --workspaces: keep the newest N runs (default 3)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from .errors import AgentgateError
+
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except UsageProblem as exc:
+        print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except AgentgateError as exc:
+        print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from .repo import BaseRepo
+
+    return BaseRepo.open(args.repo, "--repo")
+
+
+def _target(repo, args: argparse.Namespace) -> str:  # type: ignore[no-untyped-def]
+    from .errors import ConfigError
+    from .repo import check_branch_name
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    if repo.ref_value(f"refs/heads/{branch}") is None:
+        raise ConfigError(f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target")
+    return str(branch)
+
+
+def _expect(repo, args: argparse.Namespace) -> str | None:  # type: ignore[no-untyped-def]
+    return repo.commit(args.expect, "--expect") if args.expect else None
+
+
+def _author(agent: str):  # type: ignore[no-untyped-def]
+    from .repo import Author
+
+    return Author.for_agent(agent)
+
+
+# -- subcommands ------------------------------------------------------------------------
+
+
+def cmd_attempts(args: argparse.Namespace) -> int:
+    from .attempts import list_attempts
+
+    rows = list_attempts(_open(args))
+    if args.task:
+        rows = [a for a in rows if args.task.lower() in a.task.lower()]
+    if args.agent:
+        rows = [a for a in rows if a.agent == args.agent]
+    if args.verdict:
+        rows = [a for a in rows if a.verdict == args.verdict]
+    if args.json:
+        print(json.dumps([a.as_dict() for a in rows], indent=2))
+        return 0
+    if not rows:
+        print("no attempts recorded")
+        return 0
+    print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
+    for a in rows:
+        ref = a.ref[len("refs/agentgate/attempts/") :]
+        print(f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {a.commit[:12]:<12} {a.date:<25} {a.task}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .attempts import find
+
+    repo = _open(args)
+    attempt = find(repo, args.attempt)
+    print(f"attempt {attempt.ref}")
+    out = repo.git(
+        "show", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch",
+        "--format=commit %H%nAuthor: %an <%ae>%nDate:   %aI%n%n%w(0,4,4)%B", "--end-of-options", attempt.commit,
+    ).out  # fmt: skip
+    sys.stdout.write(out)
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from .oplog import read
+
+    records = list(read(_open(args).git_dir))
+    if args.agent:
+        records = [r for r in records if r.agent == args.agent]
+    records.reverse()
+    if args.limit is not None:
+        records = records[: args.limit]
+    if args.json:
+        for r in records:
+            print(json.dumps(asdict(r), sort_keys=True))
+        return 0
+    if not records:
+        print("the operations log is empty")
+        return 0
+    for r in records:
+        old = (r.old or "-")[:12]
+        new = (r.new or "-")[:12]
+        print(
+            f"{r.time}  {r.op:<12} {r.ref}  {old} -> {new}  agent={r.agent or '-'} "
+            f"objects={r.objects} bytes={r.bytes} {r.duration_ms:.1f}ms"
+            + (f"  [{r.note}]" if r.note else "")
+            + (f"  {r.task}" if r.task else "")
+        )
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from . import promote
+
+    repo = _open(args)
+    branch = _target(repo, args)
+    to = repo.commit(args.to, "--to")
+    expect = _expect(repo, args)
+    ref = f"refs/heads/{branch}"
+    tip_tree = repo.tree_of(ref)
+    begin = time.perf_counter()
+    move = promote.rollback(
+        repo, ref, to, expect=expect, author=_author(args.agent), agent=args.agent, dry_run=args.dry_run
+    )
+    ms = (time.perf_counter() - begin) * 1000
+    if args.dry_run:
+        print(f"would roll {branch} back from {move.old[:12]} to the tree of {to[:12]} ({move.tree})")
+        return 0
+    print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (rollback to {to[:12]}, {ms:.0f} ms)")
+    print(f"tree before rollback: {tip_tree}")
+    print(f"tree of {to[:12]}:    {move.tree}")
+    print(f"tree now:             {repo.tree_of(move.new)}")
+    return 0
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from . import promote
+    from .attempts import find
+    from .gate import GateSpec, run_commands
+
+    repo = _open(args)
+    branch = _target(repo, args)
+    attempt = find(repo, args.attempt)
+    if attempt.verdict != "promoted":
+        raise UsageProblem(
+            f"{attempt.ref} was not promoted (verdict {attempt.verdict or 'unknown'}); only a promoted attempt can be reverted"
+        )
+    expect = _expect(repo, args)
+    retest = None
+    if args.gate:
+        spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
+
+        def retest(tree: str) -> tuple[bool, str, str]:
+            with tempfile.TemporaryDirectory(prefix="agentgate-revert-") as tmp:
+                result = run_commands(repo, tree, spec, Path(tmp), label="revert")
+            return result.ok, result.message, result.output
+
+    move = promote.revert(
+        repo,
+        f"refs/heads/{branch}",
+        attempt.commit,
+        attempt.base,
+        expect=expect,
+        author=_author(args.agent),
+        agent=args.agent,
+        task=f"revert {attempt.task}",
+        retest=retest,
+        dry_run=args.dry_run,
+    )
+    if args.dry_run:
+        print(f"would revert {attempt.ref} on {branch} ({move.old[:12]}), giving tree {move.tree}")
+    else:
+        print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.ref})")
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from . import prune
+
+    repo = _open(args)
+    cutoff = datetime.now(timezone.utc) - args.older_than
+    report = prune.prune(
+        repo,
+        cutoff=cutoff,
+        keep_last=args.keep_last,
+        rotate_bytes=args.rotate_bytes,
+        workspaces=args.workspaces,
+        keep_runs=args.keep_runs,
+        dry_run=args.dry_run,
+    )
+    verb = "would remove" if args.dry_run else "removed"
+    for ref in report.removed:
+        print(f"{verb} {ref}")
+    for ref, why in report.kept_landed:
+        print(f"kept {ref} ({why})")
+    for path in report.workspaces:
+        print(f"{verb} workspace run {path}")
+    if report.rotated:
+        print(f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}")
+    print(f"{verb} {len(report.removed)} attempt(s); kept {report.kept} attempt(s)")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.keep)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Tidying: old attempt refs, the operations log, and the run directories workspaces live in.
+
+An attempt whose commit landed on a branch is never removed: it is the readable story of
+what is in that branch. Only refs are deleted (each by compare-and-swap, each logged); the
+objects stay until git's own gc decides, so a mistaken prune is undone from the log.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import oplog
+from .attempts import list_attempts
+from .repo import BaseRepo
+
+#: A file that marks a directory as one run's workspace root (created by the engine).
+RUN_MARKER = ".agentgate-run"
+
+
+@dataclass
+class PruneReport:
+    removed: list[str] = field(default_factory=list)
+    kept_landed: list[tuple[str, str]] = field(default_factory=list)
+    kept: int = 0
+    rotated: str | None = None
+    workspaces: list[Path] = field(default_factory=list)
+
+
+def _landed_on(repo: BaseRepo, commit: str) -> str | None:
+    """A branch that contains ``commit``, or None."""
+    out = repo.git(
+        "for-each-ref", "--count=1", "--format=%(refname:short)", f"--contains={commit}", "refs/heads/",
+        ok=(0, 129),
+    ).out.strip()  # fmt: skip
+    return out or None
+
+
+def prune(
+    repo: BaseRepo,
+    *,
+    cutoff: datetime,
+    keep_last: int = 0,
+    rotate_bytes: int = 1 << 20,
+    workspaces: Path | None = None,
+    keep_runs: int = 3,
+    dry_run: bool = False,
+) -> PruneReport:
+    report = PruneReport()
+    for position, attempt in enumerate(list_attempts(repo)):
+        landed = attempt.landed
+        if landed and repo.resolve(landed):
+            branch = _landed_on(repo, landed)
+            if branch:
+                report.kept_landed.append((attempt.ref, f"landed on {branch}"))
+                report.kept += 1
+                continue
+        date = datetime.fromisoformat(attempt.date)
+        if position < keep_last or date >= cutoff:
+            report.kept += 1
+            continue
+        if not dry_run:
+            begin = time.perf_counter()
+            if not repo.delete_ref(attempt.ref, attempt.commit):
+                report.kept += 1
+                continue
+            oplog.append(
+                repo.git_dir,
+                oplog.OpRecord(
+                    op="prune", ref=attempt.ref, old=attempt.commit, new=None,
+                    agent=attempt.agent, task=attempt.task,
+                    duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+                ),
+            )  # fmt: skip
+        report.removed.append(attempt.ref)
+    report.rotated = _rotate(repo, rotate_bytes, dry_run)
+    if workspaces is not None:
+        report.workspaces = _old_runs(workspaces, keep_runs)
+        if not dry_run:
+            for path in report.workspaces:
+                shutil.rmtree(path, ignore_errors=True)
+    return report
+
+
+def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:
+    path = oplog.log_path(repo.git_dir)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    if size <= limit:
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    target = path.with_name(f"{path.name}.{stamp}")
+    if not dry_run:
+        # A rename is atomic: writers holding the old file finish their line in it, the
+        # next append creates a fresh log. Readers read rotated files first.
+        os.rename(path, target)
+    return target.name
+
+
+def _old_runs(root: Path, keep: int) -> list[Path]:
+    """Run directories under ``root`` (only those the engine marked), oldest beyond ``keep``."""
+    if not root.is_dir():
+        return []
+    runs = [p for p in root.iterdir() if p.is_dir() and (p / RUN_MARKER).is_file()]
+    runs.sort(key=lambda p: (p / RUN_MARKER).stat().st_mtime, reverse=True)
+    return runs[keep:]
