@@ -46,7 +46,40 @@ _EXPORTS = {
     "GateFailed": "errors",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+__all__ = [
+    "__version__",
+    "AgentgateError",
+    "Attempt",
+    "AttemptNotFound",
+    "Author",
+    "BadRefName",
+    "BaseRepo",
+    "CheckResult",
+    "ConfigError",
+    "DirtyWorktree",
+    "Engine",
+    "GateFailed",
+    "GateSpec",
+    "GitError",
+    "GitTooOld",
+    "MergeConflict",
+    "MergePreview",
+    "NothingToRevert",
+    "OpRecord",
+    "RefMoved",
+    "RepoNotFound",
+    "RevisionNotFound",
+    "Snapshot",
+    "StaleLock",
+    "Verdict",
+    "Workspace",
+    "WorktreeBlocked",
+    "fork",
+    "list_attempts",
+    "revert",
+    "rollback",
+    "snapshot",
+]
 
 
 # Names here must not be those of submodules: ``from . import promote`` inside the package

@@ -6,6 +6,7 @@ goes to a temporary file, so a chatty command costs disk, not memory, and only i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -66,10 +67,8 @@ def kill_group(pgid: int) -> None:
         except (ProcessLookupError, PermissionError):
             return
         time.sleep(0.01)
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def run_command(

@@ -128,7 +128,14 @@ def parse_trailers(text: str) -> dict[str, str]:
 
 def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
     """Every attempt, newest first, read with one ``git for-each-ref``."""
-    fmt = "%(refname)%00%(objectname)%00%(committerdate:iso-strict)%00%(subject)%00%(trailers:only,unfold)%00%(creatordate:unix)%01"
+    fields = (
+        "refname",
+        "objectname",
+        "committerdate:iso-strict",
+        "subject",
+        "trailers:only,unfold",
+    )
+    fmt = "%00".join(f"%({name})" for name in fields) + "%01"
     out = repo.git(
         "for-each-ref", "--sort=-creatordate", f"--format={fmt}", "--end-of-options", PREFIX
     ).out
@@ -164,8 +171,6 @@ def find(repo: BaseRepo, name: str) -> AttemptInfo:
     raise AttemptNotFound(name, [m.ref for m in matches])
 
 
-def record_commit(
-    repo: BaseRepo, tree: str, base: str, message: str, author: Author
-) -> str:
+def record_commit(repo: BaseRepo, tree: str, base: str, message: str, author: Author) -> str:
     """The record commit: the snapshot tree on the base, message as given."""
     return repo.commit_tree(tree, [base], message, author)

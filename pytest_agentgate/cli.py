@@ -13,7 +13,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from . import __version__
@@ -48,7 +48,9 @@ def _positive(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--repo", default=".", help="the base repository (default: the one around the current directory)"
+        "--repo",
+        default=".",
+        help="the base repository (default: the one around the current directory)",
     )
     parser = argparse.ArgumentParser(
         prog="agentgate", description="Read, undo and tidy what gated agents did."
@@ -77,19 +79,27 @@ def build_parser() -> argparse.ArgumentParser:
     target_args.add_argument("--target", help="the branch (default: the one checked out)")
     target_args.add_argument("--expect", help="refuse unless the target is at this commit")
     target_args.add_argument("--agent", default="person", help="who is doing this (for the log)")
-    target_args.add_argument("--dry-run", action="store_true", help="say what would happen; change nothing")
+    target_args.add_argument(
+        "--dry-run", action="store_true", help="say what would happen; change nothing"
+    )
 
     p = sub.add_parser(
-        "rollback", parents=[common, target_args], help="a new commit whose tree is exactly REV's tree"
+        "rollback",
+        parents=[common, target_args],
+        help="a new commit whose tree is exactly REV's tree",
     )
     p.add_argument("--to", required=True, metavar="REV", help="the commit whose tree to restore")
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser(
-        "revert", parents=[common, target_args], help="undo one promoted attempt, keeping later ones"
+        "revert",
+        parents=[common, target_args],
+        help="undo one promoted attempt, keeping later ones",
     )
     p.add_argument("attempt", help="the promoted attempt to undo")
-    p.add_argument("--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable")
+    p.add_argument(
+        "--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable"
+    )
     p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
     p.set_defaults(func=cmd_revert)
 
@@ -152,7 +162,9 @@ def _target(repo, args: argparse.Namespace) -> str:  # type: ignore[no-untyped-d
         raise UsageProblem("no branch is checked out; name one with --target BRANCH")
     check_branch_name(branch, "--target")
     if repo.ref_value(f"refs/heads/{branch}") is None:
-        raise ConfigError(f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target")
+        raise ConfigError(
+            f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target"
+        )
     return str(branch)
 
 
@@ -188,7 +200,9 @@ def cmd_attempts(args: argparse.Namespace) -> int:
     print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
     for a in rows:
         ref = a.ref[len("refs/agentgate/attempts/") :]
-        print(f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {a.commit[:12]:<12} {a.date:<25} {a.task}")
+        print(
+            f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {a.commit[:12]:<12} {a.date:<25} {a.task}"
+        )
     return 0
 
 
@@ -247,11 +261,19 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     tip_tree = repo.tree_of(ref)
     begin = time.perf_counter()
     move = promote.rollback(
-        repo, ref, to, expect=expect, author=_author(args.agent), agent=args.agent, dry_run=args.dry_run
+        repo,
+        ref,
+        to,
+        expect=expect,
+        author=_author(args.agent),
+        agent=args.agent,
+        dry_run=args.dry_run,
     )
     ms = (time.perf_counter() - begin) * 1000
     if args.dry_run:
-        print(f"would roll {branch} back from {move.old[:12]} to the tree of {to[:12]} ({move.tree})")
+        print(
+            f"would roll {branch} back from {move.old[:12]} to the tree of {to[:12]} ({move.tree})"
+        )
         return 0
     print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (rollback to {to[:12]}, {ms:.0f} ms)")
     print(f"tree before rollback: {tip_tree}")
@@ -272,7 +294,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
     attempt = find(repo, args.attempt)
     if attempt.verdict != "promoted":
         raise UsageProblem(
-            f"{attempt.ref} was not promoted (verdict {attempt.verdict or 'unknown'}); only a promoted attempt can be reverted"
+            f"{attempt.ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
+            "only a promoted attempt can be reverted"
         )
     expect = _expect(repo, args)
     retest = None
@@ -307,7 +330,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from . import prune
 
     repo = _open(args)
-    cutoff = datetime.now(timezone.utc) - args.older_than
+    cutoff = datetime.now(UTC) - args.older_than
     report = prune.prune(
         repo,
         cutoff=cutoff,
@@ -325,7 +348,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
     for path in report.workspaces:
         print(f"{verb} workspace run {path}")
     if report.rotated:
-        print(f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}")
+        print(
+            f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}"
+        )
     print(f"{verb} {len(report.removed)} attempt(s); kept {report.kept} attempt(s)")
     return 0
 

@@ -35,11 +35,11 @@ SERVICE = {
             def quantity_of(self, name):
                 return self._items.get(name, 0)
         ''',
-    "inventory/report.py": '''
+    "inventory/report.py": """
         def low_stock(store, names, threshold=2):
             return [n for n in names if store.quantity_of(n) < threshold]
-        ''',
-    "inventory/api.py": '''
+        """,
+    "inventory/api.py": """
         from inventory.store import Store
 
 
@@ -48,8 +48,8 @@ SERVICE = {
             for name, qty in lines:
                 store.add_item(name, qty)
             return {name: store.quantity_of(name) for name, _ in lines}
-        ''',
-    "tests/test_inventory.py": '''
+        """,
+    "tests/test_inventory.py": """
         from inventory.api import receive
         from inventory.report import low_stock
         from inventory.store import Store
@@ -63,7 +63,7 @@ SERVICE = {
             store = Store()
             store.add_item("bolt", 5)
             assert low_stock(store, ["bolt", "nut"]) == ["nut"]
-        ''',
+        """,
     ".gitignore": "__pycache__/\n.pytest_cache/\n",
 }
 
@@ -137,7 +137,9 @@ def _pytest(root: Path, repo: Path, test: str, report: Path) -> int:
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    keep = [line for line in lines if line.startswith(("PROMOTED", "REJECTED", "E   ", "agentgate"))]
+    keep = [
+        line for line in lines if line.startswith(("PROMOTED", "REJECTED", "E   ", "agentgate"))
+    ]
     for line in keep[:12]:
         print(f"   | {line}")
     return proc.returncode
@@ -188,12 +190,32 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         say(f"   promoted; main {first[:12]} -> {promoted[:12]} (checked-out files updated)")
 
     with _step("4. roll main back to the first commit"):
-        if cli(["rollback", "--repo", str(repo), "--to", first, "--expect", promoted, "--agent", "demo"]) != 0:
+        if (
+            cli(
+                [
+                    "rollback",
+                    "--repo",
+                    str(repo),
+                    "--to",
+                    first,
+                    "--expect",
+                    promoted,
+                    "--agent",
+                    "demo",
+                ]
+            )
+            != 0
+        ):
             raise StoryBroken("the rollback failed")
-        before, after = _git(repo, "rev-parse", f"{first}^{{tree}}"), _git(repo, "rev-parse", "main^{tree}")
+        before, after = (
+            _git(repo, "rev-parse", f"{first}^{{tree}}"),
+            _git(repo, "rev-parse", "main^{tree}"),
+        )
         if before != after:
             raise StoryBroken(f"rollback gave tree {after}, not {before}")
-        _git(repo, "merge-base", "--is-ancestor", promoted, "main")  # raises if history was rewritten
+        _git(
+            repo, "merge-base", "--is-ancestor", promoted, "main"
+        )  # raises if history was rewritten
         say(f"   trees equal: {before} == {after}; the promoted commit is still in history")
 
     with _step("5. what is left to read"):
@@ -213,7 +235,10 @@ def run_demo(keep: Path | None = None) -> int:
     if keep is not None:
         keep = keep.resolve()
         if keep.exists() and any(keep.iterdir()):
-            print(f"agentgate demo: error: {keep} is not empty; name a new or empty directory", file=sys.stderr)
+            print(
+                f"agentgate demo: error: {keep} is not empty; name a new or empty directory",
+                file=sys.stderr,
+            )
             return 2
         keep.mkdir(parents=True, exist_ok=True)
         root = keep

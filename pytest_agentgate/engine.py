@@ -197,7 +197,9 @@ class Engine:
                     raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
                 oplog.append(
                     self.repo.git_dir,
-                    oplog.OpRecord(op="dryrun-reset", ref=self.ref, old=current, new=tip, agent=self.agent),
+                    oplog.OpRecord(
+                        op="dryrun-reset", ref=self.ref, old=current, new=tip, agent=self.agent
+                    ),
                 )
             marker.write_text(run_id + "\n", encoding="utf-8")
 

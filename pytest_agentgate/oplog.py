@@ -15,7 +15,7 @@ import os
 import socket
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 FILE_NAME = "oplog.jsonl"
@@ -56,7 +56,7 @@ def append(git_dir: Path, record: OpRecord) -> OpRecord:
     stamped = OpRecord(
         **{
             **asdict(record),
-            "time": record.time or datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "time": record.time or datetime.now(UTC).isoformat(timespec="milliseconds"),
             "user": record.user or _user(),
             "host": record.host or socket.gethostname(),
         }
@@ -67,7 +67,11 @@ def append(git_dir: Path, record: OpRecord) -> OpRecord:
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         # A leading newline closes a line a crashed writer left open; readers skip blanks.
-        data = ("\n" + line + "\n").encode("ascii") if _ends_open(fd) else (line + "\n").encode("ascii")
+        data = (
+            ("\n" + line + "\n").encode("ascii")
+            if _ends_open(fd)
+            else (line + "\n").encode("ascii")
+        )
         written = os.write(fd, data)
         if written != len(data):  # disk full: never leave half a record without a newline
             os.write(fd, b"\n")

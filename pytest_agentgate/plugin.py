@@ -11,7 +11,7 @@ import json
 import os
 import shlex
 import uuid
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,19 +53,62 @@ class Option:
 
 
 OPTIONS = (
-    Option("repo", "the repository the agents edit (default: the one around the rootdir)", metavar="PATH"),
-    Option("target", "the branch attempts are promoted to (default: the checked-out branch)", metavar="BRANCH"),
-    Option("base", "fork every workspace from this commit instead of the target's tip", metavar="REV"),
-    Option("gate", "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)", "linelist", metavar="CMD"),
-    Option("gate_timeout", "seconds a gate command may run before its process group is killed", "float", 600.0, "SECONDS"),
-    Option("promote", "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)", "bool", False),
-    Option("no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False),
-    Option("agent", "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')", metavar="NAME"),
+    Option(
+        "repo",
+        "the repository the agents edit (default: the one around the rootdir)",
+        metavar="PATH",
+    ),
+    Option(
+        "target",
+        "the branch attempts are promoted to (default: the checked-out branch)",
+        metavar="BRANCH",
+    ),
+    Option(
+        "base", "fork every workspace from this commit instead of the target's tip", metavar="REV"
+    ),
+    Option(
+        "gate",
+        "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
+        "linelist",
+        metavar="CMD",
+    ),
+    Option(
+        "gate_timeout",
+        "seconds a gate command may run before its process group is killed",
+        "float",
+        600.0,
+        "SECONDS",
+    ),
+    Option(
+        "promote",
+        "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)",
+        "bool",
+        False,
+    ),
+    Option(
+        "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
+    ),
+    Option(
+        "agent",
+        "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
+        metavar="NAME",
+    ),
     Option("report", "write a JSON report of every attempt to this path", metavar="PATH"),
-    Option("workdir", "where workspaces and gate checkouts are made (default: pytest's temporary directory)", metavar="DIR"),
-    Option("exclude", "globs never snapshotted (secrets); one per line in the ini file", "linelist", metavar="GLOB"),
+    Option(
+        "workdir",
+        "where workspaces and gate checkouts are made (default: pytest's temporary directory)",
+        metavar="DIR",
+    ),
+    Option(
+        "exclude",
+        "globs never snapshotted (secrets); one per line in the ini file",
+        "linelist",
+        metavar="GLOB",
+    ),
     Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
-    Option("max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"),
+    Option(
+        "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
+    ),
 )
 _BY_NAME = {option.name: option for option in OPTIONS}
 
@@ -79,7 +122,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         if option.kind == "bool":
             group.addoption(option.flag, action="store_true", default=None, help=option.help)
         elif option.kind == "linelist":
-            group.addoption(option.flag, action="append", default=None, metavar=option.metavar, help=option.help)
+            group.addoption(
+                option.flag, action="append", default=None, metavar=option.metavar, help=option.help
+            )
         else:
             group.addoption(option.flag, default=None, metavar=option.metavar, help=option.help)
         ini_type = {"linelist": "linelist", "bool": "bool"}.get(option.kind, "string")
@@ -109,7 +154,9 @@ def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
                 f"{'whole number' if option.kind == 'int' else 'number'}"
             ) from None
         if value <= 0:
-            raise pytest.UsageError(f"agentgate: {option.flag} must be positive, got {value!r} (from {source})")
+            raise pytest.UsageError(
+                f"agentgate: {option.flag} must be positive, got {value!r} (from {source})"
+            )
     if option.kind == "bool" and isinstance(value, str):
         value = value.strip().lower() in ("1", "true", "yes", "on")
     return value, source
@@ -152,7 +199,9 @@ def _marker_signature(
     if isinstance(protect, str) or not all(isinstance(p, str) for p in protect):
         raise TypeError(f"protect must be a list of glob strings, got {protect!r}")
     if max_changed_lines is not None and (
-        isinstance(max_changed_lines, bool) or not isinstance(max_changed_lines, int) or max_changed_lines < 0
+        isinstance(max_changed_lines, bool)
+        or not isinstance(max_changed_lines, int)
+        or max_changed_lines < 0
     ):
         raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
     return MarkerSpec(task.strip(), agent, gate, tuple(checks), tuple(protect), max_changed_lines)
@@ -176,7 +225,7 @@ class AgentgateRun:
     config: pytest.Config
     run_id: str
     engine_: Engine | None = None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Mapping[str, Any]] = field(default_factory=list)
     gated_items: int = 0
 
     def engine(self) -> Engine:
@@ -203,7 +252,7 @@ class AgentgateRun:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
             if name == "agentgate" and report.when == "call":
-                self.rows.append(json.loads(value))
+                self.rows.append(json.loads(str(value)))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -229,7 +278,11 @@ class AgentgateRun:
             report.write_json(
                 Path(path),
                 self.rows,
-                {"run_id": self.run_id, "promote": bool(promote), "exitstatus": int(session.exitstatus)},
+                {
+                    "run_id": self.run_id,
+                    "promote": bool(promote),
+                    "exitstatus": int(session.exitstatus),
+                },
             )
 
 
@@ -280,11 +333,17 @@ def open_engine(config: pytest.Config) -> Engine:
             repo or config.rootpath,
             target,
             base=base,
-            sources={"repo": repo_source if repo else "pytest's rootdir", "target": target_source, "base": base_source},
+            sources={
+                "repo": repo_source if repo else "pytest's rootdir",
+                "target": target_source,
+                "base": base_source,
+            },
             promote=bool(promote),
             retest=not no_retest,
             workdir=Path(workdir).resolve() if workdir else None,
-            gate=GateSpec(commands=tuple(c for c in (commands or ()) if c.strip()), timeout=float(timeout)),
+            gate=GateSpec(
+                commands=tuple(c for c in (commands or ()) if c.strip()), timeout=float(timeout)
+            ),
             agent=agent or "agent",
             max_files=int(max_files),
             max_bytes=int(max_bytes),
@@ -417,7 +476,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return result
 
 
-def _judge(item: pytest.Item, ws: Workspace, spec: MarkerSpec, failure: BaseException | None) -> Attempt:
+def _judge(
+    item: pytest.Item, ws: Workspace, spec: MarkerSpec, failure: BaseException | None
+) -> Attempt:
     run = item.config.stash[RUN_KEY]
     engine = run.engine()
     hook = item.config.hook
@@ -426,7 +487,9 @@ def _judge(item: pytest.Item, ws: Workspace, spec: MarkerSpec, failure: BaseExce
     from .engine import Attempt
 
     probe = Attempt(task=spec.task, agent=agent_name, workspace=ws, test=item.nodeid)
-    checks = [c for found in hook.pytest_agentgate_checks(item=item, attempt=probe) for c in (found or ())]
+    checks = [
+        c for found in hook.pytest_agentgate_checks(item=item, attempt=probe) for c in (found or ())
+    ]
     attempt = engine.run_attempt(
         ws,
         task=spec.task,
@@ -450,5 +513,8 @@ def _rejection_message(item: pytest.Item, attempt: Attempt) -> str:
         f"  workspace kept at {attempt.path}",
     ]
     if verdict.output.strip():
-        lines += ["  output (last lines):", *("    " + line for line in verdict.output.splitlines())]
+        lines += [
+            "  output (last lines):",
+            *("    " + line for line in verdict.output.splitlines()),
+        ]
     return "\n".join(lines)

@@ -100,9 +100,7 @@ def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
     dirty = dirty_paths(repo)
     if dirty:
         raise DirtyWorktree(repo.worktree, dirty)
-    probe = repo.git(
-        "read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128)
-    )
+    probe = repo.git("read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128))
     if probe.returncode != 0:
         raise WorktreeBlocked(repo.worktree, probe.stderr)
 
@@ -330,7 +328,9 @@ def revert(
             f"Agentgate-Agent: {agent}\nAgentgate-Reverts: {attempt_commit}\n"
         )
         new = repo.commit_tree(preview.tree, [tip], message, author)
-        if not move_target(repo, ref, new, tip, f"agentgate revert {attempt_commit[:12]} by {agent}"):
+        if not move_target(
+            repo, ref, new, tip, f"agentgate revert {attempt_commit[:12]} by {agent}"
+        ):
             raise RefMoved(ref, tip, repo.ref_value(ref))
         move = Move(ref, tip, new, "revert", preview.tree)
         _log(repo, "revert", move, agent, task, begin)

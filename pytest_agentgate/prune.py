@@ -11,7 +11,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import oplog
@@ -94,7 +94,7 @@ def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:
         return None
     if size <= limit:
         return None
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = path.with_name(f"{path.name}.{stamp}")
     if not dry_run:
         # A rename is atomic: writers holding the old file finish their line in it, the

@@ -175,9 +175,7 @@ class BaseRepo:
 
     # -- objects ------------------------------------------------------------------------
 
-    def commit_tree(
-        self, tree: str, parents: Sequence[str], message: str, author: Author
-    ) -> str:
+    def commit_tree(self, tree: str, parents: Sequence[str], message: str, author: Author) -> str:
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
@@ -202,14 +200,10 @@ class BaseRepo:
     def count_new_objects(self, new: str, old: str | None) -> tuple[int, int]:
         """How many objects, and bytes on disk, ``new`` holds that ``old`` (or no ref) lacks."""
         excl = [old] if old and old != ZERO else ["--all"]
-        names = self.git(
-            "rev-list", "--objects", "--no-object-names", new, "--not", *excl
-        ).stdout
+        names = self.git("rev-list", "--objects", "--no-object-names", new, "--not", *excl).stdout
         if not names.strip():
             return 0, 0
-        sizes = self.git(
-            "cat-file", "--batch-check=%(objectsize:disk)", input=names
-        ).out.split()
+        sizes = self.git("cat-file", "--batch-check=%(objectsize:disk)", input=names).out.split()
         return len(sizes), sum(int(size) for size in sizes if size.isdigit())
 
     # -- refs ---------------------------------------------------------------------------
@@ -232,7 +226,9 @@ class BaseRepo:
         raise GitError(args, result.returncode, result.stderr)
 
     def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
-        result = self.git("update-ref", "-m", message, "-d", "--end-of-options", ref, old, ok=(0, 1, 128))
+        result = self.git(
+            "update-ref", "-m", message, "-d", "--end-of-options", ref, old, ok=(0, 1, 128)
+        )
         return result.returncode == 0
 
 

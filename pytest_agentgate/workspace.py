@@ -120,7 +120,9 @@ def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -
     path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
     index = _private_index_path(repo)
     try:
-        repo.git("read-tree", "--reset", "-u", "--end-of-options", base, work_tree=path, index=index)
+        repo.git(
+            "read-tree", "--reset", "-u", "--end-of-options", base, work_tree=path, index=index
+        )
         make_agent_git(repo, path, branch, base, index)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
@@ -143,9 +145,7 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     nothing done in it (commits, ``update-ref``, hooks) can move a ref of the base.
     """
     dotgit = path / ".git"
-    _git.run(
-        ["init", "--quiet", f"--initial-branch={branch}", str(path)], git_dir=None, cwd=path
-    )
+    _git.run(["init", "--quiet", f"--initial-branch={branch}", str(path)], git_dir=None, cwd=path)
     (dotgit / "objects" / "info").mkdir(parents=True, exist_ok=True)
     (dotgit / "objects" / "info" / "alternates").write_text(
         f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"
@@ -164,9 +164,7 @@ def _private_index_path(repo: BaseRepo) -> Path:
 
 def _matches(path: str, patterns: Iterable[str]) -> bool:
     name = path.rsplit("/", 1)[-1]
-    return any(
-        fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns
-    )
+    return any(fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns)
 
 
 def snapshot(
@@ -215,7 +213,9 @@ def snapshot(
                 work_tree=ws.path, index=ws.index, input=payload,
             )  # fmt: skip
         except GitError as err:
-            raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
+            raise SnapshotRefused(
+                f"git refused a path the agent wrote: {err.stderr.strip()}"
+            ) from err
     tree = repo.git("write-tree", index=ws.index).out.strip()
     base_tree = repo.tree_of(ws.base)
     return Snapshot(
@@ -261,7 +261,9 @@ def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> 
     path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
     index = _private_index_path(repo)
     try:
-        repo.git("read-tree", "--reset", "-u", "--end-of-options", tree, work_tree=path, index=index)
+        repo.git(
+            "read-tree", "--reset", "-u", "--end-of-options", tree, work_tree=path, index=index
+        )
     finally:
         index.unlink(missing_ok=True)
     return path

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import make_service  # noqa: E402
+from helpers import make_service
 
 pytest_plugins = ["pytester"]
 

@@ -17,7 +17,8 @@ def test_gated_promotes(pytester: pytest.Pytester, service) -> None:
     )
     before = git(service, "rev-parse", "main")
     result = pytester.runpytest(
-        f"--agentgate-repo={service}", "--agentgate-gate=python -m pytest -q -p no:cacheprovider tests",
+        f"--agentgate-repo={service}",
+        "--agentgate-gate=python -m pytest -q -p no:cacheprovider tests",
         "--agentgate-promote",
     )
     result.stdout.fnmatch_lines(["*agentgate*", "PROMOTED*test_total*"])

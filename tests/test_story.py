@@ -10,7 +10,7 @@ from helpers import fsck, git
 
 GATE = "--agentgate-gate=python -m pytest -q -p no:cacheprovider tests"
 
-AGENTS = '''
+AGENTS = """
 import pytest
 
 
@@ -59,7 +59,7 @@ def test_5_breaks_only_with_adder(agent_workspace):
     # Consistent on its own; breaks Store.total (which sums self._rows) once merged.
     edit(agent_workspace, "ledger/store.py", "self._rows.append(amount)", "self._rows.append((amount,))")
     edit(agent_workspace, "ledger/store.py", "return list(self._rows)", "return [row[0] for row in self._rows]")
-'''
+"""
 
 EXPECTED = {
     "test_1_rename_misses_a_file": "rejected",
