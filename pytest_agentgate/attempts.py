@@ -8,6 +8,7 @@ of the failing output; it is never part of the target's history.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,12 +38,15 @@ def format_message(
     test: str,
     base: str,
     landed: str | None,
+    excluded: Sequence[str] = (),
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = f"agentgate {status}: {task}".splitlines()[0][:200]
     body = [subject, ""]
     if reason:
         body += [f"Reason: {reason}", ""]
+    if excluded:
+        body += [f"Left out of the snapshot (secrets): {', '.join(excluded)}", ""]
     if output.strip():
         body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
     trailers = {

@@ -260,23 +260,18 @@ class Engine:
         """Write the attempt's record commit and its ref, now that the verdict is final."""
         v = attempt.verdict
         tree = attempt.snapshot.tree if attempt.snapshot else self.repo.tree_of(attempt.base)
-        output = v.output or attempt.workspace.output_tail()
-        if attempt.snapshot and attempt.snapshot.excluded:
-            output = (
-                "Left out of the snapshot (secrets): "
-                + ", ".join(attempt.snapshot.excluded)
-                + ("\n" + output if output else "")
-            )
+        output = "" if v.accepted else (v.output or attempt.workspace.output_tail())
         message = attempts.format_message(
             task=attempt.task,
             status=v.status,
             reason=v.reason,
             check=v.check,
-            output=output if not v.accepted else "",
+            output=output,
             agent=attempt.agent,
             test=attempt.test,
             base=attempt.base,
             landed=attempt.move.new if attempt.move else None,
+            excluded=attempt.snapshot.excluded if attempt.snapshot else (),
         )
         begin = time.perf_counter()
         author = Author.for_agent(attempt.agent)
@@ -366,10 +361,7 @@ class Engine:
         lap("gate")
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
-            reason = "gate timed out" if "timed out" in failed.message else failed.message
-            if reason != failed.message:
-                reason = f"{reason}: {failed.message}"
-            return Verdict("rejected", reason, failed.name, failed.output)
+            return Verdict("rejected", failed.message, failed.name, failed.output)
         author = Author.for_agent(attempt.agent)
         attempt.commit = self.repo.commit_tree(
             attempt.snapshot.tree,

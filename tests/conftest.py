@@ -10,6 +10,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import make_service
 
+# pytester's in-process runs drop modules first imported during a run. Importing the whole
+# engine here keeps one copy of each module (and of each exception class) for the session.
+import pytest_agentgate.cli
+import pytest_agentgate.demo
+import pytest_agentgate.engine
+import pytest_agentgate.prune  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 

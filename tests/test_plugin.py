@@ -1,0 +1,508 @@
+"""The pytest layer, through real pytest runs (pytester) against real repositories."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git
+
+APPEND_TOTAL = """
+    p = agent_workspace.path / "ledger" / "store.py"
+    p.write_text(p.read_text() + "\\n    def total(self):\\n        return sum(self._rows)\\n")
+"""
+
+
+def gated_test(body: str = APPEND_TOTAL, marker: str = 'task="Add total", agent="agent-a"') -> str:
+    return (
+        f"import pytest\n\n@pytest.mark.gated({marker})\ndef test_task(agent_workspace):\n{body}\n"
+    )
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for a reaper that is not us does not count)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return "\nState:\tZ" not in status
+
+
+def run(pytester: pytest.Pytester, repo: Path, *args: str) -> pytest.RunResult:
+    report = pytester.path / "report.json"
+    return pytester.runpytest(
+        f"--agentgate-repo={repo}", f"--agentgate-report={report}", "-p", "no:cacheprovider", *args
+    )
+
+
+def rows(pytester: pytest.Pytester) -> list[dict]:
+    return json.loads((pytester.path / "report.json").read_text())["attempts"]
+
+
+def test_promotes_with_a_passing_gate(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test())
+    before = git(service, "rev-parse", "main")
+    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*= agentgate =*", "PROMOTED*test_agent.py::test_task*main: *->*fast-forward*"]
+    )
+    after = git(service, "rev-parse", "main")
+    assert after != before and git(service, "rev-parse", "main^") == before
+    assert git(service, "log", "-1", "--format=%an", "main") == "agent-a"
+    [row] = rows(pytester)
+    assert row["verdict"] == "promoted" and row["target_new"] == after
+    record = git(service, "log", "-1", "--format=%B", row["attempt_ref"])
+    assert f"Agentgate-Landed: {after}" in record
+    assert "Agentgate-Test: test_agent.py::test_task" in record
+    assert git(service, "status", "--porcelain") == ""
+    fsck(service)
+
+
+def test_failing_gate_rejects_and_keeps_the_attempt(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(test_agent=gated_test())
+    before = git(service, "rev-parse", "main")
+    result = run(
+        pytester, service, "--agentgate-gate=echo broken-build; exit 3", "--agentgate-promote"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*agentgate rejected: gate command exited 3: echo broken-build; exit 3",
+            "*attempt: refs/agentgate/attempts/add-total/1*git -C*show refs/agentgate/attempts/add-total/1*",
+            "*broken-build*",
+        ]
+    )
+    assert git(service, "rev-parse", "main") == before
+    shown = git(service, "show", "refs/agentgate/attempts/add-total/1")
+    assert "+    def total(self):" in shown and "broken-build" in shown
+    assert "Agentgate-Verdict: rejected" in shown
+
+
+def test_failing_body_rejects_with_its_own_error(pytester: pytest.Pytester, service: Path) -> None:
+    body = APPEND_TOTAL + "    assert False, 'agent gave up'\n"
+    pytester.makepyfile(test_agent=gated_test(body))
+    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: agent gave up*"])
+    [row] = rows(pytester)
+    assert row["verdict"] == "rejected" and row["check"] == "test"
+    assert "agent gave up" in row["reason"]
+    assert git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/")
+
+
+def test_no_changes_is_rejected(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test("    pass"))
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*agentgate rejected: no changes*"])
+
+
+def test_no_gate_is_an_error_and_empty_gate_is_enough(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(
+        test_a=gated_test(),
+        test_b=gated_test(marker='task="Outcome only", gate=[]'),
+    )
+    result = run(pytester, service)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*agentgate error: no gate: promotion needs a gate command*"])
+    verdicts = {row["test"]: row["verdict"] for row in rows(pytester)}
+    assert verdicts == {"test_a.py::test_task": "error", "test_b.py::test_task": "passed"}
+
+
+def test_dry_run_moves_only_the_scratch_ref(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test())
+    before = git(service, "rev-parse", "main")
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["WOULD PROMOTE*dryrun/main: *"])
+    assert git(service, "rev-parse", "main") == before
+    scratch = git(service, "rev-parse", "refs/agentgate/dryrun/main")
+    assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
+    # A new run starts the scratch ref again from the target's tip.
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(passed=1)
+    assert git(service, "rev-parse", "refs/agentgate/dryrun/main") != scratch
+    assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
+
+
+def test_protect_and_max_changed_lines(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(
+        test_protect=gated_test(
+            "    (agent_workspace.path / 'tests' / 'test_ledger.py').write_text('')\n",
+            'task="Empty the tests", gate=[], protect=["tests/*"]',
+        ),
+        test_lines=gated_test(marker='task="Too big", gate=[], max_changed_lines=1'),
+        test_fine=gated_test(marker='task="Small enough", gate=[], max_changed_lines=3'),
+    )
+    result = run(pytester, service)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*changes protected paths: tests/test_ledger.py*"])
+    result.stdout.fnmatch_lines(["*changes 3 lines, over max_changed_lines=1*"])
+
+
+def test_python_checks_and_hooks(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makeconftest(
+        """
+        import json
+        from pytest_agentgate import CheckResult
+
+        SEEN = []
+
+        def pytest_agentgate_checks(item, attempt):
+            if "hooked" in item.name:
+                return [lambda a: CheckResult("no-total", "total" not in
+                        (a.path / "ledger" / "store.py").read_text(), "total() is banned here")]
+
+        def pytest_agentgate_verdict(item, attempt):
+            SEEN.append((item.name, attempt.verdict.status))
+
+        def pytest_sessionfinish(session):
+            (session.config.rootpath / "seen.json").write_text(json.dumps(SEEN))
+        """
+    )
+    pytester.makepyfile(
+        test_checks=f"""
+        import pytest
+
+        def boom(attempt):
+            raise RuntimeError("checker bug")
+
+        @pytest.mark.gated(task="ok", checks=[lambda a: "ledger/store.py" in a.changed_paths])
+        def test_passes(agent_workspace):
+        {APPEND_TOTAL}
+
+        @pytest.mark.gated(task="false", checks=[lambda a: False])
+        def test_false(agent_workspace):
+        {APPEND_TOTAL}
+
+        @pytest.mark.gated(task="raises", checks=[boom])
+        def test_raises(agent_workspace):
+        {APPEND_TOTAL}
+
+        @pytest.mark.gated(task="hooked", gate=[])
+        def test_hooked(agent_workspace):
+        {APPEND_TOTAL}
+        """.replace("\n    p = ", "\n            p = ").replace(
+            "\n    p.write", "\n            p.write"
+        )
+    )
+    result = run(pytester, service)
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines(
+        ["*returned False*", "*check boom raised RuntimeError: checker bug*"]
+    )
+    result.stdout.fnmatch_lines(["*total() is banned here*"])
+    seen = dict(json.loads((pytester.path / "seen.json").read_text()))
+    assert seen == {
+        "test_passes": "passed",
+        "test_false": "rejected",
+        "test_raises": "rejected",
+        "test_hooked": "rejected",
+    }
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        ("", "*missing 1 required positional argument: 'task'*"),
+        ('task=""', "*task must be a non-empty string*"),
+        ('task="t", colour="red"', "*unexpected keyword argument 'colour'*"),
+        ('task="t", gate="pytest"', "*gate must be a list of command strings*"),
+        ('task="t", checks=[1]', "*checks must be a list of callables*"),
+        ('task="t", max_changed_lines="10"', "*max_changed_lines must be a non-negative int*"),
+    ],
+)
+def test_bad_marker_is_a_collection_error(
+    pytester: pytest.Pytester, service: Path, marker: str, message: str
+) -> None:
+    pytester.makepyfile(test_agent=gated_test(marker=marker))
+    result = run(pytester, service)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting test_agent.py*",
+            f"*test_agent.py::test_task: invalid @pytest.mark.gated:{message}",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--agentgate-target=nope"],
+            "*branch 'nope' does not exist*(from command line --agentgate-target)*",
+        ),
+        (["--agentgate-target=-rf"], "*'-rf' is not a valid branch name*"),
+        (["--agentgate-target=a..b"], "*'a..b' is not a valid branch name*"),
+        (
+            ["--agentgate-base=deadbeef"],
+            "*'deadbeef' does not name a commit*(from command line --agentgate-base)*",
+        ),
+        (
+            ["--agentgate-gate-timeout=soon"],
+            "*invalid --agentgate-gate-timeout 'soon' (from command line*",
+        ),
+    ],
+)
+def test_bad_settings_exit_4(
+    pytester: pytest.Pytester, service: Path, args: list[str], message: str
+) -> None:
+    pytester.makepyfile(test_agent=gated_test())
+    result = run(pytester, service, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_missing_repo_and_ini_source(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test())
+    pytester.makeini(f"[pytest]\nagentgate_repo = {tmp_path / 'nowhere'}\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no git repository at*nowhere*(from ini agentgate_repo)*"])
+
+
+def test_repository_without_commits(pytester: pytest.Pytester, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q", "-b", "main")
+    pytester.makepyfile(test_agent=gated_test())
+    result = run(pytester, empty)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*has no commits yet*"])
+
+
+def test_settings_from_ini(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test(marker='task="From ini"'))
+    pytester.makeini(
+        f"[pytest]\nagentgate_repo = {service}\nagentgate_target = main\nagentgate_promote = true\n"
+        "agentgate_agent = ini-agent\nagentgate_gate =\n    true\n    test -f ledger/store.py\n"
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert git(service, "log", "-1", "--format=%an", "main") == "ini-agent"
+
+
+def test_agent_from_environment(
+    pytester: pytest.Pytester, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTGATE_AGENT", "env-agent")
+    pytester.makepyfile(test_agent=gated_test(marker='task="From env", gate=[]'))
+    result = run(pytester, service, "--agentgate-promote")
+    result.assert_outcomes(passed=1)
+    assert git(service, "log", "-1", "--format=%an", "main") == "env-agent"
+
+
+def test_gate_runs_in_a_clean_checkout_with_env(pytester: pytest.Pytester, service: Path) -> None:
+    body = APPEND_TOTAL + (
+        "    (agent_workspace.path / 'leftover.txt').write_text('x')\n"
+        "    (agent_workspace.path / 'ledger' / 'cache.pyc').write_text('ignored')\n"
+    )
+    pytester.makepyfile(test_agent=gated_test(body))
+    gate = (
+        'test "$PWD" = "$AGENTGATE_CHECKOUT" && test "$AGENTGATE_ACTIVE" = 1 '
+        "&& test -f leftover.txt && test ! -e ledger/cache.pyc && test ! -e .git"
+    )
+    result = run(pytester, service, f"--agentgate-gate={gate}")
+    result.assert_outcomes(passed=1)
+
+
+def test_gate_timeout_kills_the_process_group(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    pidfile = tmp_path / "child.pid"
+    pytester.makepyfile(test_agent=gated_test())
+    gate = f"sleep 60 & echo $! > {pidfile}; wait"
+    result = run(pytester, service, f"--agentgate-gate={gate}", "--agentgate-gate-timeout=0.5")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*agentgate rejected: gate timed out*"])
+    assert not alive(int(pidfile.read_text()))
+
+
+def test_gated_tests_skip_inside_a_gate(
+    pytester: pytest.Pytester, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTGATE_ACTIVE", "1")
+    pytester.makepyfile(test_agent=gated_test())
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(skipped=1)
+    assert git(service, "for-each-ref", "refs/agentgate/") == ""
+
+
+def test_agent_workspace_needs_the_marker(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile("def test_plain(agent_workspace):\n    pass\n")
+    result = run(pytester, service)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*agent_workspace needs the test to be marked @pytest.mark.gated*"]
+    )
+
+
+def test_workspace_shape(pytester: pytest.Pytester, service: Path) -> None:
+    base = git(service, "rev-parse", "main")
+    pytester.makepyfile(
+        test_agent=gated_test(
+            f"""
+    import subprocess
+    ws = agent_workspace
+    assert ws.base == "{base}"
+    assert ws.branch == "main"
+    git = lambda *a: subprocess.run(["git", *a], cwd=ws.path, capture_output=True, text=True).stdout.strip()
+    assert git("status", "--porcelain") == ""
+    assert git("rev-parse", "HEAD") == "{base}"
+    assert git("symbolic-ref", "--short", "HEAD") == "main"
+    assert git("remote") == ""
+    assert (ws.path / ".git" / "objects" / "info" / "alternates").read_text().strip().endswith("objects")
+    out = ws.run("echo hello from $PWD")
+    assert out.returncode == 0 and "hello from" in out.output
+{APPEND_TOTAL}""",
+            marker='task="Shape", gate=[]',
+        )
+    )
+    result = run(pytester, service)
+    result.assert_outcomes(passed=1)
+
+
+def test_agent_git_cannot_move_base_refs(pytester: pytest.Pytester, service: Path) -> None:
+    base = git(service, "rev-parse", "main")
+    body = APPEND_TOTAL + (
+        "    import subprocess\n"
+        "    run = lambda *a: subprocess.run(['git', '-c', 'user.name=a', '-c', 'user.email=a@b', *a],"
+        " cwd=agent_workspace.path, check=True)\n"
+        "    run('commit', '-qam', 'agent commit')\n"
+        "    run('update-ref', 'refs/heads/main', 'HEAD')\n"
+        "    run('update-ref', 'refs/heads/evil', 'HEAD')\n"
+        "    run('tag', 'agent-tag')\n"
+    )
+    pytester.makepyfile(test_agent=gated_test(body, 'task="Commits itself", gate=["false"]'))
+    result = run(pytester, service, "--agentgate-promote")
+    result.assert_outcomes(failed=1)
+    assert git(service, "rev-parse", "main") == base
+    assert (
+        git(service, "for-each-ref", "refs/heads/", "refs/tags/", "--format=%(refname)")
+        == "refs/heads/main"
+    )
+    # The agent's commit is not what gets recorded: the snapshot is, with the base as parent.
+    [row] = rows(pytester)
+    assert git(service, "rev-parse", f"{row['attempt_ref']}^") == base
+
+
+def test_base_worktree_dirty_blocks_promotion(pytester: pytest.Pytester, service: Path) -> None:
+    (service / "ledger" / "api.py").write_text("# local edit\n")
+    (service / "notes.txt").write_text("untracked files do not count\n")
+    before = git(service, "rev-parse", "main")
+    pytester.makepyfile(test_agent=gated_test())
+    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*agentgate error: the target is checked out*uncommitted changes*ledger/api.py*"]
+    )
+    assert git(service, "rev-parse", "main") == before
+    assert (service / "ledger" / "api.py").read_text() == "# local edit\n"
+    assert (service / "notes.txt").exists()
+
+
+def test_untracked_files_do_not_block_and_survive(pytester: pytest.Pytester, service: Path) -> None:
+    (service / "notes.txt").write_text("mine\n")
+    pytester.makepyfile(test_agent=gated_test())
+    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result.assert_outcomes(passed=1)
+    assert (service / "notes.txt").read_text() == "mine\n"
+    assert "def total" in (service / "ledger" / "store.py").read_text()
+    assert git(service, "status", "--porcelain") == "?? notes.txt"
+
+
+def test_no_retest_is_reported(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(
+        test_agent="""
+        import pytest
+
+        @pytest.mark.gated(task="first")
+        def test_a(agent_workspace):
+            (agent_workspace.path / "a.txt").write_text("a")
+
+        @pytest.mark.gated(task="second")
+        def test_b(agent_workspace):
+            (agent_workspace.path / "b.txt").write_text("b")
+        """
+    )
+    base = git(service, "rev-parse", "main")
+    result = run(
+        pytester,
+        service,
+        f"--agentgate-base={base}",
+        "--agentgate-gate=true",
+        "--agentgate-no-retest",
+    )
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*merge, re-test skipped (--agentgate-no-retest)*"])
+
+
+def test_snapshot_keeps_symlinks_deletions_and_honours_gitignore(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    body = """
+    import os
+    p = agent_workspace.path
+    os.symlink("ledger/store.py", p / "link.py")
+    os.symlink("/etc/passwd", p / "outside")
+    (p / "ledger" / "report.py").unlink()
+    (p / "ledger" / "__pycache__").mkdir()
+    (p / "ledger" / "__pycache__" / "x.pyc").write_text("ignored")
+    (p / "name with spaces.txt").write_text("s")
+    (p / ".env").write_text("TOKEN=hunter2")
+    (p / "deploy.pem").write_text("secret")
+"""
+    pytester.makepyfile(test_agent=gated_test(body, 'task="Files", gate=[]'))
+    result = run(pytester, service)
+    result.assert_outcomes(passed=1)
+    [row] = rows(pytester)
+    tree = row["tree"]
+    listing = git(service, "ls-tree", "-r", tree)
+    assert "120000 blob" in listing.split("link.py")[0].splitlines()[-1]
+    assert git(service, "cat-file", "-p", f"{tree}:link.py") == "ledger/store.py"
+    assert git(service, "cat-file", "-p", f"{tree}:outside") == "/etc/passwd"
+    assert "ledger/report.py" not in listing
+    assert "__pycache__" not in listing
+    assert "name with spaces.txt" in listing
+    assert ".env" not in listing and "deploy.pem" not in listing
+    record = git(service, "log", "-1", "--format=%B", row["attempt_ref"])
+    assert (
+        "Left out of the snapshot (secrets): .env, deploy.pem" in record
+        or "deploy.pem, .env" in record
+    )
+    assert "hunter2" not in git(service, "log", "-p", "--all")
+
+
+def test_loading_the_plugin_is_cheap(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(
+        test_plain="""
+        import sys
+
+        def test_nothing_heavy_loaded():
+            assert "pytest_agentgate.plugin" in sys.modules
+            light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs"}
+            heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
+                     or m.startswith("pytest_agentgate") and m not in light]
+            assert heavy == []
+        """
+    )
+    # With no git on PATH at all, a run without gated tests still passes: it spawns no git.
+    nothing = tmp_path / "empty-path"
+    nothing.mkdir()
+    monkeypatch.setenv("PATH", str(nothing))
+    result = pytester.runpytest_subprocess(f"--agentgate-repo={service}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
