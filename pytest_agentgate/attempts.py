@@ -8,6 +8,7 @@ of the failing output; it is never part of the target's history.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/attempts/"
-TRAILERS = ("Verdict", "Agent", "Task", "Test", "Base", "Landed", "Reason", "Check")
 
 
 def slugify(task: str, limit: int = 60) -> str:
@@ -59,6 +59,8 @@ def format_message(
     }
     if landed:
         trailers["Landed"] = landed
+    # Commit dates have whole seconds; this orders attempts recorded within one second.
+    trailers["Recorded"] = datetime.now(timezone.utc).isoformat(timespec="microseconds")
     body += [f"Agentgate-{key}: {value}" for key, value in trailers.items() if value]
     return "\n".join(body) + "\n"
 
@@ -150,8 +152,7 @@ def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
             continue
         ref, commit, date, subject, trailers = parts[:5]
         rows.append(AttemptInfo(ref, commit, date, subject, parse_trailers(trailers)))
-    # Same-second records: the higher attempt number is the newer one.
-    rows.sort(key=lambda a: (a.date, _number(a.ref)), reverse=True)
+    rows.sort(key=lambda a: (a.trailers.get("Recorded", a.date), _number(a.ref)), reverse=True)
     return rows
 
 

@@ -129,12 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    from .errors import AgentgateError
+    from .errors import AgentgateError, ConfigError
 
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except UsageProblem as exc:
+    except (UsageProblem, ConfigError) as exc:
         print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except AgentgateError as exc:

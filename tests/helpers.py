@@ -94,3 +94,27 @@ def make_service(path: Path, branch: str = "main") -> Path:
 
 def fsck(repo: Path) -> str:
     return git(repo, "fsck", "--strict", "--no-progress")
+
+
+def land(
+    repo: Path, files: dict[str, str | None], task: str, agent: str = "agent", promote: bool = True
+):
+    """Run one attempt through the engine that writes (or, for None, deletes) ``files``."""
+    from pytest_agentgate import Engine, GateSpec
+
+    engine = Engine.open(
+        repo,
+        "main",
+        promote=promote,
+        workdir=repo.parent / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )
+    ws = engine.fork(task=task)
+    for rel, text in files.items():
+        path = ws.path / rel
+        if text is None:
+            path.unlink()
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    return engine.run_attempt(ws, task=task, agent=agent)

@@ -1,0 +1,358 @@
+"""The agentgate command against real repositories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git, land
+
+from pytest_agentgate.cli import main
+
+
+def agentgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def history(service: Path) -> dict[str, str]:
+    """Three promotions on main: a, b, c, each adding one file."""
+    ids = {"start": git(service, "rev-parse", "main")}
+    for name in "abc":
+        attempt = land(
+            service, {f"{name}.txt": f"{name}\n"}, task=f"add {name}", agent=f"agent-{name}"
+        )
+        assert attempt.verdict.status == "promoted", attempt.verdict
+        ids[name] = git(service, "rev-parse", "main")
+    return ids
+
+
+def test_rollback_gives_the_identical_tree_and_keeps_history(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, out, _ = agentgate(
+        capsys, "rollback", "--repo", str(service), "--to", history["start"], "--agent", "ops"
+    )
+    assert code == 0
+    tip = git(service, "rev-parse", "main")
+    assert git(service, "rev-parse", "main^{tree}") == git(
+        service, "rev-parse", f"{history['start']}^{{tree}}"
+    )
+    assert (
+        git(service, "rev-parse", "main^") == history["c"]
+    )  # a new commit on top: nothing rewritten
+    assert f"tree now:             {git(service, 'rev-parse', 'main^{tree}')}" in out
+    assert git(service, "status", "--porcelain") == ""
+    assert not (service / "a.txt").exists()  # the checked-out files followed
+    assert "agentgate rollback" in git(service, "reflog", "-1", "--format=%gs", "main")
+    records = [
+        json.loads(line)
+        for line in agentgate(capsys, "log", "--repo", str(service), "--json")[1].splitlines()
+    ]
+    assert (
+        records[0]["op"] == "rollback" and records[0]["new"] == tip and records[0]["agent"] == "ops"
+    )
+    fsck(service)
+
+
+def test_stale_expect_refuses_and_changes_nothing(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, _, err = agentgate(
+        capsys,
+        "rollback",
+        "--repo",
+        str(service),
+        "--to",
+        history["start"],
+        "--expect",
+        history["b"],
+    )
+    assert code == 1
+    assert f"refs/heads/main is at {history['c']}, not at the expected {history['b']}" in err
+    assert len(err.strip().splitlines()) == 1
+    assert git(service, "rev-parse", "main") == history["c"]
+    assert (service / "c.txt").exists()
+
+
+def test_rollback_dry_run_and_dirty_tree(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, out, _ = agentgate(
+        capsys, "rollback", "--repo", str(service), "--to", history["a"], "--dry-run"
+    )
+    assert code == 0 and "would roll main back" in out
+    assert git(service, "rev-parse", "main") == history["c"]
+    (service / "a.txt").write_text("my edit\n")
+    code, _, err = agentgate(capsys, "rollback", "--repo", str(service), "--to", history["start"])
+    assert code == 1 and "uncommitted changes to tracked files (a.txt)" in err
+    assert git(service, "rev-parse", "main") == history["c"]
+    assert (service / "a.txt").read_text() == "my edit\n"
+
+
+def test_revert_of_a_middle_promotion_keeps_the_later_ones(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, out, err = agentgate(
+        capsys, "revert", "--repo", str(service), "add-b", "--expect", history["c"]
+    )
+    assert code == 0, err
+    assert "reverted refs/agentgate/attempts/add-b/1" in out
+    files = git(service, "ls-tree", "--name-only", "main").splitlines()
+    assert "a.txt" in files and "c.txt" in files and "b.txt" not in files
+    assert git(service, "rev-parse", "main^") == history["c"]
+    assert not (service / "b.txt").exists() and git(service, "status", "--porcelain") == ""
+    # Reverting it again has nothing left to undo.
+    code, _, err = agentgate(capsys, "revert", "--repo", str(service), "add-b")
+    assert code == 1 and "changes nothing" in err
+
+
+def test_revert_conflict_and_gate(capsys: pytest.CaptureFixture[str], service: Path) -> None:
+    land(service, {"notes.txt": "one\n"}, task="write notes")
+    land(service, {"notes.txt": "two\n"}, task="rewrite notes")
+    tip = git(service, "rev-parse", "main")
+    code, _, err = agentgate(capsys, "revert", "--repo", str(service), "write-notes")
+    assert code == 1 and "revert conflicts in: notes.txt" in err
+    code, _, err = agentgate(
+        capsys, "revert", "--repo", str(service), "rewrite-notes", "--gate", "false"
+    )
+    assert code == 1 and "gate command exited 1: false" in err
+    assert git(service, "rev-parse", "main") == tip
+    code, _, err = agentgate(
+        capsys, "revert", "--repo", str(service), "rewrite-notes", "--gate", "grep -q one notes.txt"
+    )
+    assert code == 0, err
+    assert (service / "notes.txt").read_text() == "one\n"
+
+
+def test_revert_refuses_an_attempt_that_did_not_land(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    land(service, {"x.txt": "x\n"}, task="dry", promote=False)
+    code, _, err = agentgate(capsys, "revert", "--repo", str(service), "dry")
+    assert code == 2 and "was not promoted (verdict passed)" in err
+
+
+def test_attempts_show_and_filters(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    land(service, {}, task="do nothing", agent="lazy")
+    code, out, _ = agentgate(capsys, "attempts", "--repo", str(service))
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("REF")
+    assert [line.split()[0] for line in lines[1:]] == [
+        "do-nothing/1",
+        "add-c/1",
+        "add-b/1",
+        "add-a/1",
+    ]
+    _, out, _ = agentgate(
+        capsys, "attempts", "--repo", str(service), "--verdict", "rejected", "--json"
+    )
+    [row] = json.loads(out)
+    assert row["agent"] == "lazy" and row["verdict"] == "rejected" and row["base"] == history["c"]
+    _, out, _ = agentgate(
+        capsys, "attempts", "--repo", str(service), "--agent", "agent-b", "--json"
+    )
+    assert [r["task"] for r in json.loads(out)] == ["add b"]
+    code, out, _ = agentgate(capsys, "show", "--repo", str(service), "add-a")
+    assert code == 0
+    assert (
+        "Agentgate-Verdict: promoted" in out
+        and "b.txt" not in out
+        and "+a" in out
+        and "1 file changed" in out
+    )
+    code, _, err = agentgate(capsys, "show", "--repo", str(service), "add")
+    assert code == 1 and "matches 3 attempts" in err
+    code, _, err = agentgate(capsys, "show", "--repo", str(service), "nothing-like-this")
+    assert code == 1 and "no attempt matches 'nothing-like-this'" in err
+
+
+def test_prune_never_removes_a_landed_attempt(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    land(service, {"kept.txt": "k\n"}, task="landed")
+    land(service, {}, task="rejected one")
+    land(service, {"y.txt": "y\n"}, task="dry one", promote=False)
+    code, out, _ = agentgate(
+        capsys, "prune", "--repo", str(service), "--older-than", "0s", "--dry-run"
+    )
+    assert code == 0 and "would remove refs/agentgate/attempts/rejected-one/1" in out
+    assert len(git(service, "for-each-ref", "refs/agentgate/attempts/").splitlines()) == 3
+    code, out, _ = agentgate(capsys, "prune", "--repo", str(service), "--older-than", "0s")
+    assert code == 0
+    assert "kept refs/agentgate/attempts/landed/1 (landed on main)" in out
+    remaining = git(
+        service, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/"
+    ).splitlines()
+    assert remaining == ["refs/agentgate/attempts/landed/1"]
+    ops = [
+        json.loads(x)["op"]
+        for x in agentgate(capsys, "log", "--repo", str(service), "--json")[1].splitlines()
+    ]
+    assert ops.count("prune") == 2
+    fsck(service)
+
+
+def test_prune_keeps_recent_and_rotates_the_log(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    land(service, {}, task="old")
+    land(service, {}, task="new")
+    code, out, _ = agentgate(
+        capsys,
+        "prune",
+        "--repo",
+        str(service),
+        "--older-than",
+        "0s",
+        "--keep-last",
+        "1",
+        "--rotate-bytes",
+        "10",
+    )
+    assert (
+        code == 0
+        and "removed refs/agentgate/attempts/old/1" in out
+        and "rotated the operations log" in out
+    )
+    assert (
+        git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/")
+        == "refs/agentgate/attempts/new/1"
+    )
+    # Rotated records are still read, in order.
+    _, out, _ = agentgate(capsys, "log", "--repo", str(service), "--json")
+    assert [json.loads(x)["op"] for x in out.splitlines()] == ["prune", "attempt", "attempt"]
+
+
+def test_prune_workspaces_keeps_the_newest_runs(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    import os
+
+    root = tmp_path / "runs"
+    for i in range(4):
+        run = root / f"run-{i}"
+        run.mkdir(parents=True)
+        (run / ".agentgate-run").write_text("x")
+        os.utime(run / ".agentgate-run", (1000 + i, 1000 + i))
+    (root / "not-ours").mkdir()
+    code, out, _ = agentgate(
+        capsys, "prune", "--repo", str(service), "--workspaces", str(root), "--keep-runs", "2"
+    )
+    assert code == 0
+    assert sorted(p.name for p in root.iterdir()) == ["not-ours", "run-2", "run-3"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rollback"], "the following arguments are required: --to"),
+        (["prune", "--older-than", "soon"], "invalid duration 'soon'"),
+        (["log", "--limit", "-3"], "'-3' must not be negative"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
+def test_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], service: Path, args: list[str], message: str
+) -> None:
+    code, _, err = agentgate(capsys, *args)
+    assert code == 2 and message in err
+
+
+def test_bad_values_name_themselves(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    code, _, err = agentgate(capsys, "log", "--repo", str(tmp_path / "nowhere"))
+    assert code == 2 and "no git repository at" in err and "(from --repo)" in err
+    code, _, err = agentgate(capsys, "rollback", "--repo", str(service), "--to", "nope")
+    assert code == 2 and "'nope' does not name a commit" in err and "(from --to)" in err
+    code, _, err = agentgate(
+        capsys, "rollback", "--repo", str(service), "--to", "main", "--target=-x"
+    )
+    assert code == 2 and "'-x' is not a valid branch name" in err
+
+
+def test_log_from_two_concurrent_pytest_processes(pytester: pytest.Pytester, service: Path) -> None:
+    """Two pytest processes gate 6 tasks each at once: every record arrives, whole."""
+    pytester.makepyfile(
+        test_many="""
+        import os
+        import pytest
+
+        @pytest.mark.parametrize("n", range(6))
+        @pytest.mark.gated(task="parallel task", gate=[])
+        def test_task(agent_workspace, n):
+            name = f"{os.environ['WHO']}-{n}.txt"
+            (agent_workspace.path / name).write_text(name)
+        """
+    )
+    common = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--agentgate-repo={service}",
+        "--agentgate-promote",
+    ]
+    procs = [
+        subprocess.Popen(
+            common + [f"--basetemp={pytester.path / who}"],
+            cwd=pytester.path,
+            env={**__import__("os").environ, "WHO": who},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for who in ("left", "right")
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    raw = (service / ".git" / "agentgate" / "oplog.jsonl").read_text()
+    lines = [line for line in raw.splitlines() if line]
+    records = [json.loads(line) for line in lines]  # a torn line would not parse
+    assert sum(r["op"] == "attempt" for r in records) == 12
+    assert sum(r["op"] == "promote" for r in records) == 12
+    assert sorted(int(r["ref"].rsplit("/", 1)[1]) for r in records if r["op"] == "attempt") == list(
+        range(1, 13)
+    )
+    tree = git(service, "ls-tree", "--name-only", "main").splitlines()
+    assert sum(name.endswith(".txt") for name in tree) == 12  # no promotion lost
+    fsck(service)
+
+
+def test_demo_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keep = tmp_path / "demo"
+    code = main(["demo", "--keep", str(keep)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "the story held" in out
+    import re
+
+    match = re.search(r"trees equal: ([0-9a-f]{40}) == ([0-9a-f]{40})", out)
+    assert match and match[1] == match[2]
+    assert (keep / "service" / ".git").is_dir()
+    fsck(keep / "service")
+
+
+def test_demo_leaves_nothing_behind_and_runs_as_a_console_script(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "demo"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert list(tmp_path.iterdir()) == []
