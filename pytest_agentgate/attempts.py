@@ -8,9 +8,9 @@ of the failing output; it is never part of the target's history.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from .errors import AttemptNotFound
@@ -60,7 +60,7 @@ def format_message(
     if landed:
         trailers["Landed"] = landed
     # Commit dates have whole seconds; this orders attempts recorded within one second.
-    trailers["Recorded"] = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
     body += [f"Agentgate-{key}: {value}" for key, value in trailers.items() if value]
     return "\n".join(body) + "\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -234,8 +235,6 @@ def test_prune_keeps_recent_and_rotates_the_log(
 def test_prune_workspaces_keeps_the_newest_runs(
     capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
 ) -> None:
-    import os
-
     root = tmp_path / "runs"
     for i in range(4):
         run = root / f"run-{i}"
@@ -246,7 +245,7 @@ def test_prune_workspaces_keeps_the_newest_runs(
     code, out, _ = agentgate(
         capsys, "prune", "--repo", str(service), "--workspaces", str(root), "--keep-runs", "2"
     )
-    assert code == 0
+    assert code == 0 and out.count("removed workspace run") == 2
     assert sorted(p.name for p in root.iterdir()) == ["not-ours", "run-2", "run-3"]
 
 
@@ -305,13 +304,13 @@ def test_log_from_two_concurrent_pytest_processes(pytester: pytest.Pytester, ser
     ]
     procs = [
         subprocess.Popen(
-            common + [f"--basetemp={pytester.path / who}"],
+            [*common, f"--basetemp={pytester.path / who}"],
             cwd=pytester.path,
-            env={**__import__("os").environ, "WHO": who},
+            env={**os.environ, "WHO": who},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for who in ("left", "right")
     ]
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -344,8 +343,6 @@ def test_demo_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_demo_leaves_nothing_behind_and_runs_as_a_console_script(tmp_path: Path) -> None:
-    import os
-
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest_agentgate", "demo"],
