@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -104,6 +105,20 @@ OPTIONS = (
         "globs never snapshotted (secrets); one per line in the ini file",
         "linelist",
         metavar="GLOB",
+    ),
+    Option(
+        "protect",
+        "globs of paths an attempt may not change, for every gated test (default: conftest.py "
+        "files; 'none' protects nothing); the marker's protect= adds to these",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "keep_runs",
+        "with --agentgate-workdir: how many runs' directories to keep (default 3)",
+        "int",
+        3,
+        "N",
     ),
     Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
     Option(
@@ -231,7 +246,7 @@ class AgentgateRun:
     def engine(self) -> Engine:
         """The engine for this run, opened (and every setting checked) on first use."""
         if self.engine_ is None:
-            self.engine_ = open_engine(self.config)
+            self.engine_ = open_engine(self.config, self.run_id)
             self.engine_.start(self.run_id)
         return self.engine_
 
@@ -270,6 +285,13 @@ class AgentgateRun:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):
             return
+        workdir, _ = setting(self.config, "workdir")
+        if workdir:
+            from .prune import old_runs
+
+            keep, _ = setting(self.config, "keep_runs")
+            for path in old_runs(Path(workdir).resolve(), int(keep)):
+                shutil.rmtree(path, ignore_errors=True)
         path, _ = setting(self.config, "report")
         if path:
             from . import report
@@ -307,7 +329,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(run, "agentgate-run")
 
 
-def open_engine(config: pytest.Config) -> Engine:
+#: Changes to these reject an attempt unless the user says otherwise: a conftest.py can make
+#: any test suite pass, so an agent must not be able to add or edit one unseen.
+DEFAULT_PROTECT = ("conftest.py", "*/conftest.py")
+
+
+def _globs(values: list[str]) -> tuple[str, ...]:
+    globs = tuple(v.strip() for v in values if v.strip())
+    return () if globs == ("none",) else globs
+
+
+def _run_dir(root: Path, run_id: str) -> Path:
+    """This run's directory under a user-chosen workdir, marked so prune knows it is ours."""
+    from .prune import RUN_MARKER
+
+    path = root.resolve() / f"run-{run_id[:12]}"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / RUN_MARKER).touch()
+    return path
+
+
+def open_engine(config: pytest.Config, run_id: str) -> Engine:
     """Build the engine from the settings; every bad value is a usage error (exit code 4)."""
     from .engine import Engine
     from .errors import AgentgateError
@@ -323,6 +365,7 @@ def open_engine(config: pytest.Config) -> Engine:
     agent, _ = setting(config, "agent")
     workdir, _ = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
+    protect, _ = setting(config, "protect")
     max_files, _ = setting(config, "max_files")
     max_bytes, _ = setting(config, "max_bytes")
     kwargs: dict[str, Any] = {}
@@ -340,9 +383,11 @@ def open_engine(config: pytest.Config) -> Engine:
             },
             promote=bool(promote),
             retest=not no_retest,
-            workdir=Path(workdir).resolve() if workdir else None,
+            workdir=_run_dir(Path(workdir), run_id) if workdir else None,
             gate=GateSpec(
-                commands=tuple(c for c in (commands or ()) if c.strip()), timeout=float(timeout)
+                commands=tuple(c for c in (commands or ()) if c.strip()),
+                timeout=float(timeout),
+                protect=DEFAULT_PROTECT if protect is None else _globs(protect),
             ),
             agent=agent or "agent",
             max_files=int(max_files),
@@ -445,7 +490,7 @@ def _gate_for(engine: Engine, spec: MarkerSpec, checks: list[Any]) -> GateSpec:
         commands=gate.commands if spec.gate is None else spec.gate,
         outcome_is_enough=spec.gate == (),
         checks=tuple(checks),
-        protect=spec.protect,
+        protect=(*gate.protect, *spec.protect),
         max_changed_lines=spec.max_changed_lines,
     )
 

@@ -79,7 +79,7 @@ def prune(
         report.removed.append(attempt.ref)
     report.rotated = _rotate(repo, rotate_bytes, dry_run)
     if workspaces is not None:
-        report.workspaces = _old_runs(workspaces, keep_runs)
+        report.workspaces = old_runs(workspaces, keep_runs)
         if not dry_run:
             for path in report.workspaces:
                 shutil.rmtree(path, ignore_errors=True)
@@ -103,7 +103,7 @@ def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:
     return target.name
 
 
-def _old_runs(root: Path, keep: int) -> list[Path]:
+def old_runs(root: Path, keep: int) -> list[Path]:
     """Run directories under ``root`` (only those the engine marked), oldest beyond ``keep``."""
     if not root.is_dir():
         return []

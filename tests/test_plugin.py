@@ -506,3 +506,31 @@ def test_loading_the_plugin_is_cheap(
     monkeypatch.setenv("PATH", str(nothing))
     result = pytester.runpytest_subprocess(f"--agentgate-repo={service}", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_conftest_is_protected_by_default(pytester: pytest.Pytester, service: Path) -> None:
+    body = (
+        "    (agent_workspace.path / 'tests' / 'conftest.py').write_text('collect_ignore = []')\n"
+    )
+    pytester.makepyfile(test_agent=gated_test(body, 'task="Sneak a conftest", gate=[]'))
+    result = run(pytester, service)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*changes protected paths: tests/conftest.py*"])
+    result = run(pytester, service, "--agentgate-protect=none")
+    result.assert_outcomes(passed=1)
+
+
+def test_user_workdir_keeps_the_newest_runs(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    workdir = tmp_path / "work"
+    pytester.makepyfile(
+        test_agent=gated_test("    assert False, 'keep my workspace'\n", 'task="t", gate=[]')
+    )
+    for _ in range(4):
+        run(pytester, service, f"--agentgate-workdir={workdir}", "--agentgate-keep-runs=2")
+    runs = sorted(p for p in workdir.iterdir())
+    assert len(runs) == 2
+    assert all((p / ".agentgate-run").is_file() for p in runs)
+    # The failed attempt's workspace is kept for inspection inside its run directory.
+    assert any(child.name.startswith("t-") for p in runs for child in p.iterdir())
