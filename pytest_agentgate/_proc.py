@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import _faults
+
 #: How many lines of a command's output an attempt record keeps.
 TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
@@ -101,6 +103,7 @@ def run_command(
         )
         if started is not None:
             started.append(proc.pid)
+        _faults.point("gate")
         timed_out = False
         try:
             proc.wait(timeout=timeout)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _git, attempts, oplog, promote, workspace
-from .errors import AgentgateError, ConfigError, GitError
+from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
 from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
 from .promote import Move, PromoteOutcome
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
@@ -146,7 +146,7 @@ class Engine:
                 )
         check_branch_name(target, where.get("target", "target"))
         if base_repo.resolve(f"refs/heads/{target}") is None:
-            if base_repo.resolve("HEAD") is None:
+            if base_repo.resolve("HEAD") is None and not base_repo.refs("refs/heads/"):
                 raise ConfigError(
                     f"{base_repo.label} has no commits yet; commit something first",
                     value=target,
@@ -158,7 +158,19 @@ class Engine:
                 value=target,
                 source=where.get("target", "target"),
             )
-        pinned = base_repo.commit(base, where.get("base", "base")) if base else None
+        pinned = None
+        if base:
+            try:
+                pinned = base_repo.commit(base, where.get("base", "base"))
+            except RevisionNotFound as exc:
+                if base_repo.is_shallow():
+                    raise ConfigError(
+                        f"{base!r} does not name a commit in {base_repo.label}, which is a shallow "
+                        "clone: deepen it with 'git fetch --unshallow' (or --deepen N) and run again",
+                        value=base,
+                        source=exc.source,
+                    ) from exc
+                raise
         engine = cls(base_repo, target, base=pinned, **kwargs)  # type: ignore[arg-type]
         return engine
 
@@ -179,6 +191,10 @@ class Engine:
             return
         self._started = True
         if self.promote_enabled:
+            # A run killed between moving the target and updating its checked-out files
+            # left a journal; finish that update before anything else moves.
+            with promote.target_lock(self.repo, self.ref):
+                promote.recover_worktree(self.repo)
             return
         run_id = run_id or uuid.uuid4().hex
         marker = self.repo.private_dir / "dryrun" / f"{self.target.replace('/', '%2F')}.run"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _proc
+from . import _faults, _proc
 from .workspace import changed_lines, checkout_tree
 
 if TYPE_CHECKING:
@@ -121,6 +121,7 @@ def run_commands(
         env["AGENTGATE_ACTIVE"] = "1"
         env.pop("PYTEST_XDIST_WORKER", None)
         env.pop("PYTEST_CURRENT_TEST", None)
+        env.pop(_faults.ENV, None)
         try:
             result = _proc.run_command(command, cwd=checkout, env=env, timeout=spec.timeout)
         finally:

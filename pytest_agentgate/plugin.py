@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ._constants import RUN_MARKER
+
 if TYPE_CHECKING:
     from .engine import Attempt, Engine
     from .gate import GateSpec
@@ -341,8 +343,6 @@ def _globs(values: list[str]) -> tuple[str, ...]:
 
 def _run_dir(root: Path, run_id: str) -> Path:
     """This run's directory under a user-chosen workdir, marked so prune knows it is ours."""
-    from .prune import RUN_MARKER
-
     path = root.resolve() / f"run-{run_id[:12]}"
     path.mkdir(parents=True, exist_ok=True)
     (path / RUN_MARKER).touch()
@@ -401,6 +401,13 @@ def open_engine(config: pytest.Config, run_id: str) -> Engine:
 # -- collection ---------------------------------------------------------------------------
 
 
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """Never collect tests from workspaces: they hold copies of the gated repository."""
+    if (collection_path / RUN_MARKER).is_file():
+        return True
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, Any]:
     """Turn a malformed ``gated`` marker into a collection error that names the test."""
@@ -450,6 +457,8 @@ def agentgate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     workdir, _ = setting(request.config, "workdir")
     if not workdir:
         engine.workdir = tmp_path_factory.getbasetemp() / "agentgate"
+        engine.workdir.mkdir(exist_ok=True)
+        (engine.workdir / RUN_MARKER).touch()
     return engine
 
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import oplog
+from . import _faults, oplog
 from .errors import (
     DirtyWorktree,
     GateFailed,
@@ -67,6 +67,7 @@ def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
     lock = FileLock(str(folder / f"{name}.lock"), timeout=-1)
     lock.acquire(poll_interval=LOCK_POLL_S)
     try:
+        _faults.point("locked")
         yield (time.perf_counter() - begin) * 1000
     finally:
         lock.release()
@@ -144,20 +145,23 @@ def move_target(
     follow = update_worktree and checked_out(repo, ref)
     if follow:
         check_worktree(repo, old, new)
-        journal = _journal(repo)
-        tmp = journal.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
-        os.replace(tmp, journal)
-    try:
-        moved = repo.update_ref(ref, new, old, message, reflog=True)
-    except BaseException:
+    with _faults.uninterrupted():
         if follow:
+            journal = _journal(repo)
+            tmp = journal.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
+            os.replace(tmp, journal)
+        try:
+            moved = repo.update_ref(ref, new, old, message, reflog=True)
+        except BaseException:
+            if follow:
+                _journal(repo).unlink(missing_ok=True)
+            raise
+        if follow:
+            if moved:
+                _faults.point("worktree-sync")
+                sync_worktree(repo, old, new)
             _journal(repo).unlink(missing_ok=True)
-        raise
-    if follow:
-        if moved:
-            sync_worktree(repo, old, new)
-        _journal(repo).unlink(missing_ok=True)
     return moved
 
 
@@ -218,6 +222,7 @@ def promote(
                         return PromoteOutcome(None, retest_failure=why, retest_output=output)
                 new = repo.commit_tree(preview.tree, [tip, commit], message, author)
                 kind, tree = "merge", preview.tree
+                _faults.point("merge-written")
             if move_target(repo, ref, new, tip, f"{reflog_message} ({kind})"):
                 move = Move(ref, tip, new, kind, tree, retested, waited)
                 _log(repo, "promote", move, agent, task, begin)

@@ -15,11 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import oplog
+from ._constants import RUN_MARKER
 from .attempts import list_attempts
 from .repo import BaseRepo
-
-#: A file that marks a directory as one run's workspace root (created by the engine).
-RUN_MARKER = ".agentgate-run"
 
 
 @dataclass

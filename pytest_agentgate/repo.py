@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import _git
-from .errors import BadRefName, GitError, RepoNotFound, RevisionNotFound
+from .errors import BadRefName, GitError, RepoNotFound, RevisionNotFound, StaleLock
 
 ZERO = "0" * 40
 _OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -219,9 +219,10 @@ class BaseRepo:
         result = self.git(*args, ok=(0, 1, 128))
         if result.returncode == 0:
             return True
+        stale = re.search(r"Unable to create '([^']+\.lock)': File exists", result.stderr)
+        if stale:
+            raise StaleLock(stale[1])
         if "cannot lock ref" in result.stderr or "but expected" in result.stderr:
-            if ".lock': File exists" in result.stderr:
-                raise GitError(args, result.returncode, result.stderr)
             return False
         raise GitError(args, result.returncode, result.stderr)
 

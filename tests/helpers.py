@@ -118,3 +118,16 @@ def land(
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
     return engine.run_attempt(ws, task=task, agent=agent)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for a reaper that is not us does not count)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return "\nState:\tZ" not in status

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git
+from helpers import alive, fsck, git
 
 APPEND_TOTAL = """
     p = agent_workspace.path / "ledger" / "store.py"
@@ -19,19 +18,6 @@ def gated_test(body: str = APPEND_TOTAL, marker: str = 'task="Add total", agent=
     return (
         f"import pytest\n\n@pytest.mark.gated({marker})\ndef test_task(agent_workspace):\n{body}\n"
     )
-
-
-def alive(pid: int) -> bool:
-    """Whether a process runs (a zombie waiting for a reaper that is not us does not count)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return "\nState:\tZ" not in status
 
 
 def run(pytester: pytest.Pytester, repo: Path, *args: str) -> pytest.RunResult:
@@ -494,7 +480,8 @@ def test_loading_the_plugin_is_cheap(
 
         def test_nothing_heavy_loaded():
             assert "pytest_agentgate.plugin" in sys.modules
-            light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs"}
+            light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs",
+                     "pytest_agentgate._constants"}
             heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
                      or m.startswith("pytest_agentgate") and m not in light]
             assert heavy == []

@@ -1,0 +1,50 @@
+"""Named fault points, so the adversarial suite can kill a real run at an exact moment.
+
+``AGENTGATE_FAULT=<point>`` makes the process SIGKILL itself when it reaches ``<point>``;
+``<point>:int`` sends it SIGINT (Ctrl-C) instead. Unset, a point costs one dict lookup.
+Points: ``gate`` (a gate command is running), ``locked`` (the promotion lock is held),
+``merge-written`` (merge objects written, ref not moved), ``worktree-sync`` (the ref moved,
+the checked-out files not yet updated).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+ENV = "AGENTGATE_FAULT"
+
+
+def point(name: str) -> None:
+    wanted = os.environ.get(ENV)
+    if wanted is None:
+        return
+    if wanted == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif wanted == f"{name}:int":
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block is done, then deliver it.
+
+    A ref move and the working-tree update that follows it finish together or not at all;
+    an interrupt that arrives in between is raised as ``KeyboardInterrupt`` right after.
+    Outside the main thread signals cannot be handled, and the block runs as it is.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt

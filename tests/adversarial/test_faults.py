@@ -1,0 +1,109 @@
+"""Kill a real pytest run at named points; the target is never left anywhere but old or new."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git
+
+AGENTS = """
+import pytest
+
+@pytest.mark.gated(task="first change")
+def test_1_first(agent_workspace):
+    (agent_workspace.path / "first.txt").write_text("first\\n")
+
+@pytest.mark.gated(task="second change")
+def test_2_second(agent_workspace):
+    (agent_workspace.path / "second.txt").write_text("second\\n")
+"""
+
+
+def run(
+    suite: Path, repo: Path, base: str, fault: str | None, gate: str = "true"
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+    if fault:
+        env["AGENTGATE_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={suite / 'tmp'}",
+         f"--agentgate-repo={repo}", f"--agentgate-base={base}", f"--agentgate-gate={gate}", "--agentgate-promote"],
+        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "suite"
+    path.mkdir()
+    (path / "test_agents.py").write_text(AGENTS)
+    return path
+
+
+def assert_recovers(suite: Path, service: Path, base: str) -> None:
+    """The next run needs no cleanup: both tasks land, the tree is clean, git is healthy."""
+    result = run(suite, service, base, None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    names = git(service, "ls-tree", "--name-only", "main").splitlines()
+    assert "first.txt" in names and "second.txt" in names
+    assert git(service, "status", "--porcelain") == ""
+    fsck(service)
+
+
+@pytest.mark.parametrize(
+    ("fault", "gate", "lands"),
+    [
+        ("gate", "sleep 0.3", 0),  # (a) killed while the first gate command runs
+        ("merge-written", "true", 1),  # (b) merge objects written, ref not moved
+        ("locked", "true", 0),  # (c) killed while holding the promotion lock
+        ("worktree-sync", "true", 1),  # (d) ref moved, checked-out files not yet updated
+    ],
+)
+def test_sigkill_at_a_named_point(
+    suite: Path, service: Path, fault: str, gate: str, lands: int
+) -> None:
+    base = git(service, "rev-parse", "main")
+    result = run(suite, service, base, fault, gate)
+    assert result.returncode == -signal.SIGKILL, result.stdout + result.stderr
+    tip = git(service, "rev-parse", "main")
+    if lands == 0:
+        assert tip == base
+    else:
+        assert git(service, "rev-parse", "main^") == base  # exactly the first promotion
+        assert git(service, "ls-tree", "--name-only", "main", "first.txt") == "first.txt"
+    fsck(service)
+    if fault == "worktree-sync":
+        # The files are behind the ref until the next run finishes the update.
+        assert not (service / "first.txt").exists()
+        assert (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+    assert_recovers(suite, service, base)
+    assert not (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+
+
+def test_ctrl_c_during_promotion_finishes_it_first(suite: Path, service: Path) -> None:
+    base = git(service, "rev-parse", "main")
+    result = run(suite, service, base, "worktree-sync:int")
+    assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout + result.stderr
+    assert git(service, "rev-parse", "main^") == base
+    assert (service / "first.txt").read_text() == "first\n"  # the update finished before exiting
+    assert git(service, "status", "--porcelain") == ""
+    assert not (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+    fsck(service)
+
+
+def test_stale_git_lock_is_reported_not_deleted(suite: Path, service: Path) -> None:
+    base = git(service, "rev-parse", "main")
+    lock = service / ".git" / "refs" / "heads" / "main.lock"
+    lock.write_text("")
+    result = run(suite, service, base, None)
+    assert result.returncode == 1
+    assert f"git lock file '{lock}' exists" in result.stdout
+    assert f"rm '{lock}'" in result.stdout
+    assert lock.exists() and git(service, "rev-parse", "main") == base
+    lock.unlink()
+    assert_recovers(suite, service, base)
