@@ -104,6 +104,7 @@ class Engine:
         max_files: int = DEFAULT_MAX_FILES,
         max_bytes: int = DEFAULT_MAX_BYTES,
         agent: str = "agent",
+        recycle: bool = True,
     ) -> None:
         self.repo = repo
         self.target = target
@@ -116,6 +117,8 @@ class Engine:
         self.max_files = max_files
         self.max_bytes = max_bytes
         self.agent = agent
+        self.recycle = recycle
+        self._pool: list[Workspace] = []
         self._started = False
 
     @classmethod
@@ -225,7 +228,26 @@ class Engine:
         """A private workspace at ``base``, the pinned base, or the target's tip now."""
         self.start()
         at = base or self.pinned_base or self.repo.commit(self.ref, "target")
+        while self.recycle and self._pool:
+            used = self._pool.pop()
+            try:
+                return workspace.recycle(used, at)
+            except workspace.RecycleFailed:
+                workspace.remove(used)
         return workspace.fork(self.repo, at, self.target, self.workdir, attempts.slugify(task)[:30])
+
+    def release(self, ws: Workspace) -> None:
+        """Hand a workspace back once its attempt is recorded: pooled for reuse, or removed."""
+        if self.recycle:
+            ws.end_processes()
+            self._pool.append(ws)
+        else:
+            workspace.remove(ws)
+
+    def close(self) -> None:
+        """Remove the pooled workspaces (they hold nothing but a copy of a base)."""
+        while self._pool:
+            workspace.remove(self._pool.pop())
 
     def snapshot(self, ws: Workspace) -> Snapshot:
         return workspace.snapshot(

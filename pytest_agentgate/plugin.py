@@ -122,6 +122,12 @@ OPTIONS = (
         3,
         "N",
     ),
+    Option(
+        "fresh_workspaces",
+        "check out every workspace afresh instead of recycling the ones promoted attempts used",
+        "bool",
+        False,
+    ),
     Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
     Option(
         "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
@@ -285,6 +291,8 @@ class AgentgateRun:
             terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.engine_ is not None:
+            self.engine_.close()
         if hasattr(self.config, "workerinput"):
             return
         workdir, _ = setting(self.config, "workdir")
@@ -366,6 +374,7 @@ def open_engine(config: pytest.Config, run_id: str) -> Engine:
     workdir, _ = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
     protect, _ = setting(config, "protect")
+    fresh, _ = setting(config, "fresh_workspaces")
     max_files, _ = setting(config, "max_files")
     max_bytes, _ = setting(config, "max_bytes")
     kwargs: dict[str, Any] = {}
@@ -392,6 +401,7 @@ def open_engine(config: pytest.Config, run_id: str) -> Engine:
             agent=agent or "agent",
             max_files=int(max_files),
             max_bytes=int(max_bytes),
+            recycle=not fresh,
             **kwargs,
         )
     except AgentgateError as exc:
@@ -482,9 +492,9 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     finally:
         attempt = item.stash.get(ATTEMPT_KEY, None)
         if attempt is not None and attempt.verdict.accepted:
-            ws_module.remove(ws)
+            agentgate.release(ws)  # recycled for the next test, unless --agentgate-fresh-workspaces
         else:
-            ws_module.discard_index(ws)
+            ws_module.discard_index(ws)  # the files stay for inspection
 
 
 # -- running a gated test -----------------------------------------------------------------

@@ -75,6 +75,7 @@ class Workspace:
     index: Path
     runs: list[_proc.CommandResult] = field(default_factory=list)
     fork_ms: float = 0.0
+    recycled: int = 0
     _groups: list[int] = field(default_factory=list)
 
     def run(
@@ -280,3 +281,81 @@ def discard_index(ws: Workspace) -> None:
     """Drop the private index but keep the workspace's files for inspection."""
     ws.end_processes()
     ws.index.unlink(missing_ok=True)
+
+
+class RecycleFailed(AgentgateError):
+    """A used workspace could not be proven identical to a fresh checkout."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot recycle {path}: {reason}")
+
+
+def recycle(ws: Workspace, base: str) -> Workspace:
+    """Bring a used workspace to ``base`` by rewriting only what differs, then prove it.
+
+    ``read-tree --reset -u`` rewrites exactly the paths whose blob or mode differs from the new
+    base, and every path whose stat (ctime included, so a restored mtime hides nothing) no
+    longer matches; everything untracked or ignored is removed; the agent's ``.git`` is made
+    anew. The result is then verified as a snapshot would see it: nothing modified, nothing
+    extra, the index's tree equal to the base's. Raises :class:`RecycleFailed` otherwise.
+    """
+    repo = ws.repo
+    begin = time.perf_counter()
+    ws.end_processes()
+    try:
+        shutil.rmtree(ws.path / ".git", ignore_errors=False)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise RecycleFailed(ws.path, f"cannot remove the agent's .git: {exc}") from exc
+    if (ws.path / ".git").exists() or (ws.path / ".git").is_symlink():
+        (ws.path / ".git").unlink()
+    try:
+        repo.git(
+            "read-tree",
+            "--reset",
+            "-u",
+            "--end-of-options",
+            base,
+            work_tree=ws.path,
+            index=ws.index,
+        )
+        _remove_untracked(ws)
+        leftovers = _untracked_or_modified(ws)
+        if leftovers:
+            raise RecycleFailed(
+                ws.path, f"still differs from {base[:12]} at {', '.join(leftovers[:5])}"
+            )
+        if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
+            raise RecycleFailed(ws.path, "its index does not hold the base's tree")
+        make_agent_git(repo, ws.path, ws.branch, base, ws.index)
+    except (GitError, OSError) as exc:
+        raise RecycleFailed(ws.path, str(exc)) from exc
+    ws.base = base
+    ws.runs.clear()
+    ws.fork_ms = (time.perf_counter() - begin) * 1000
+    ws.recycled += 1
+    return ws
+
+
+def _untracked_or_modified(ws: Workspace) -> list[str]:
+    out = ws.repo.git(
+        "ls-files", "-z", "--others", "--modified", "--directory",
+        work_tree=ws.path, index=ws.index,
+    ).stdout  # fmt: skip
+    return _git.split_z(out)
+
+
+def _remove_untracked(ws: Workspace) -> None:
+    """Delete every untracked and ignored path (whole directories at once), never following links."""
+    out = ws.repo.git(
+        "ls-files", "-z", "--others", "--directory", work_tree=ws.path, index=ws.index
+    ).stdout
+    for rel in _git.split_z(out):
+        path = ws.path / rel.rstrip("/")
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path)

@@ -115,11 +115,17 @@ def test_dry_run_moves_only_the_scratch_ref(pytester: pytest.Pytester, service: 
     assert git(service, "rev-parse", "main") == before
     scratch = git(service, "rev-parse", "refs/agentgate/dryrun/main")
     assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
-    # A new run starts the scratch ref again from the target's tip.
+    # A new run starts the scratch ref again from the target's tip (same change, so the
+    # same commit lands on it again: the log shows the reset).
     result = run(pytester, service, "--agentgate-gate=true")
     result.assert_outcomes(passed=1)
-    assert git(service, "rev-parse", "refs/agentgate/dryrun/main") != scratch
     assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
+    log = [
+        json.loads(line)
+        for line in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    ]
+    resets = [r for r in log if r["op"] == "dryrun-reset"]
+    assert [(r["old"], r["new"]) for r in resets] == [(None, before), (scratch, before)]
 
 
 def test_protect_and_max_changed_lines(pytester: pytest.Pytester, service: Path) -> None:

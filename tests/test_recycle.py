@@ -1,0 +1,138 @@
+"""A recycled workspace is indistinguishable from a fresh checkout of the next base."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from helpers import git, land
+
+from pytest_agentgate import Engine, GateSpec
+from pytest_agentgate.workspace import RecycleFailed, fork, recycle, snapshot
+
+
+def describe(root: Path) -> dict[str, tuple[str, object]]:
+    """Every path below ``root`` (but .git) with its type, mode and content or target."""
+    found: dict[str, tuple[str, object]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not (dirpath == str(root) and d == ".git")]
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            rel = str(path.relative_to(root))
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                found[rel] = ("link", os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                found[rel] = ("dir", None)
+            else:
+                found[rel] = (oct(info.st_mode & 0o777), path.read_bytes())
+    return found
+
+
+def hostile_agent(path: Path) -> None:
+    """Creates, deletes, chmods, symlinks, ignores, and rewrites a file keeping size and mtime."""
+    (path / "new_dir" / "deep").mkdir(parents=True)
+    (path / "new_dir" / "deep" / "file.txt").write_text("new")
+    (path / "ledger" / "report.py").unlink()
+    (path / "ledger" / "api.py").chmod(0o755)
+    os.symlink("ledger/store.py", path / "link.py")
+    (path / "ledger" / "__pycache__").mkdir()
+    (path / "ledger" / "__pycache__" / "junk.pyc").write_bytes(b"\0junk")
+    (path / ".env").write_text("SECRET=1")
+    (path / "empty-dir").mkdir()
+    target = path / "ledger" / "store.py"
+    before = target.stat()
+    data = target.read_bytes()
+    target.write_bytes(data.replace(b"_rows", b"_ROWS"))  # same size
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))  # same mtime
+
+
+@pytest.mark.parametrize("snapshot_first", [True, False])
+def test_recycled_equals_fresh(service: Path, tmp_path: Path, snapshot_first: bool) -> None:
+    from pytest_agentgate import BaseRepo
+
+    repo = BaseRepo.open(service)
+    base = git(service, "rev-parse", "main")
+    ws = fork(repo, base, "main", tmp_path / "pool")
+    hostile_agent(ws.path)
+    if snapshot_first:
+        snapshot(ws)
+    # The base moves on meanwhile: recycling must follow it too.
+    land(service, {"ledger/extra.py": "X = 1\n", "tests/test_ledger.py": None}, task="move base")
+    new_base = git(service, "rev-parse", "main")
+    recycled = recycle(ws, new_base)
+    fresh = fork(repo, new_base, "main", tmp_path / "fresh")
+    assert describe(recycled.path) == describe(fresh.path)
+    assert recycled.base == new_base and recycled.recycled == 1
+    # The agent-facing .git is new: clean, on the branch, at the new base.
+    assert git(recycled.path, "status", "--porcelain") == ""
+    assert git(recycled.path, "rev-parse", "HEAD") == new_base
+    # And a snapshot of it holds exactly the base tree.
+    assert snapshot(recycled).tree == git(service, "rev-parse", "main^{tree}")
+
+
+def test_recycle_refuses_what_it_cannot_prove(service: Path, tmp_path: Path) -> None:
+    from pytest_agentgate import BaseRepo
+
+    repo = BaseRepo.open(service)
+    base = git(service, "rev-parse", "main")
+    ws = fork(repo, base, "main", tmp_path / "pool")
+    ws.index.write_bytes(b"not an index")  # the private index is damaged
+    with pytest.raises(RecycleFailed, match="cannot recycle"):
+        recycle(ws, base)
+
+
+def test_engine_recycles_promoted_workspaces_and_falls_back(service: Path, tmp_path: Path) -> None:
+    engine = Engine.open(
+        service,
+        "main",
+        promote=True,
+        workdir=tmp_path / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )
+    ws = engine.fork(task="one")
+    (ws.path / "one.txt").write_text("1")
+    assert engine.run_attempt(ws, task="one").verdict.status == "promoted"
+    engine.release(ws)
+    again = engine.fork(task="two")
+    assert again.path == ws.path and again.recycled == 1
+    assert (again.path / "one.txt").read_text() == "1"  # it follows the target that moved
+    assert again.base == git(service, "rev-parse", "main")
+    (again.path / "two.txt").write_text("2")
+    assert engine.run_attempt(again, task="two").verdict.status == "promoted"
+    engine.release(again)
+    # Sabotage the pooled workspace beyond repair: a fresh fork replaces it.
+    import shutil
+
+    shutil.rmtree(again.path)
+    third = engine.fork(task="three")
+    assert third.path != again.path and third.recycled == 0
+    engine.close()
+
+
+def test_fresh_workspaces_option(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(
+        test_agents="""
+        import pytest
+
+        PATHS = []
+
+        @pytest.mark.parametrize("n", range(3))
+        @pytest.mark.gated(task="write", gate=[])
+        def test_write(agent_workspace, n):
+            PATHS.append(agent_workspace.path)
+            (agent_workspace.path / f"f{n}-{FRESH}.txt").write_text(str(n))
+
+        def test_zz_paths():
+            assert len(set(PATHS)) == (3 if FRESH else 1)
+        """
+    )
+    for fresh in (False, True):
+        pytester.makeconftest(f"import test_agents\ntest_agents.FRESH = {fresh}\n")
+        args = ["--agentgate-fresh-workspaces"] if fresh else []
+        result = pytester.runpytest(
+            f"--agentgate-repo={service}", "--agentgate-promote", "-p", "no:randomly", *args
+        )
+        result.assert_outcomes(passed=4)
