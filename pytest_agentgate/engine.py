@@ -265,6 +265,8 @@ class Engine:
         assert attempt.commit is not None
         tip = self.repo.commit(self.ref, "target")
         attempt.target_before = tip
+        if tip == attempt.base:  # merging onto its own parent: the attempt's tree, clean
+            return MergePreview(self.repo.tree_of(attempt.commit), ())
         return self.repo.merge_preview(tip, attempt.commit)
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
@@ -292,6 +294,7 @@ class Engine:
             retest=retest,
             agent=attempt.agent,
             task=attempt.task,
+            expected_tip=attempt.target_before,
         )
 
     def record(self, attempt: Attempt) -> str:
@@ -314,7 +317,7 @@ class Engine:
         begin = time.perf_counter()
         author = Author.for_agent(attempt.agent)
         commit = attempts.record_commit(self.repo, tree, attempt.base, message, author)
-        objects, size = self.repo.count_new_objects(commit, None)
+        objects, size = self.repo.count_new_objects(commit, attempt.base)
         ref = attempts.write_ref(self.repo, attempts.slugify(attempt.task), commit, message)
         oplog.append(
             self.repo.git_dir,
@@ -354,7 +357,6 @@ class Engine:
         """
         attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
         attempt.timings["fork"] = ws.fork_ms
-        attempt.target_before = self.repo.ref_value(self.ref)
         spec = spec or self.gate
         ws.end_processes()
         try:
@@ -363,6 +365,8 @@ class Engine:
             attempt.verdict = Verdict("error", str(exc), "engine")
         finally:
             clock = time.perf_counter()
+            if attempt.target_before is None:  # decided before preflight read it
+                attempt.target_before = self.repo.ref_value(self.ref)
             self.record(attempt)
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt

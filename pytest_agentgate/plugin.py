@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
@@ -36,8 +34,7 @@ ACTIVE_ENV = "AGENTGATE_ACTIVE"
 AGENT_ENV = "AGENTGATE_AGENT"
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     """One setting: its command-line flag, its ini key, its help and how to parse it."""
 
     name: str
@@ -188,8 +185,7 @@ def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
 # -- the marker ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MarkerSpec:
+class MarkerSpec(NamedTuple):
     """A validated ``@pytest.mark.gated(...)``."""
 
     task: str
@@ -241,15 +237,15 @@ def marker_spec(item: pytest.Item) -> MarkerSpec | None:
 # -- run state ----------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
 class AgentgateRun:
     """Run state, registered as a plugin: the engine (made once), results for the summary."""
 
-    config: pytest.Config
-    run_id: str
-    engine_: Engine | None = None
-    rows: list[Mapping[str, Any]] = field(default_factory=list)
-    gated_items: int = 0
+    def __init__(self, config: pytest.Config, run_id: str) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.engine_: Engine | None = None
+        self.rows: list[Mapping[str, Any]] = []
+        self.gated_items = 0
 
     def engine(self) -> Engine:
         """The engine for this run, opened (and every setting checked) on first use."""
@@ -568,6 +564,8 @@ def _judge(
 
 
 def _rejection_message(item: pytest.Item, attempt: Attempt) -> str:
+    import shlex
+
     verdict = attempt.verdict
     repo = attempt.workspace.repo
     lines = [

@@ -193,6 +193,7 @@ def promote(
     retest: Retest | None = None,
     agent: str = "",
     task: str = "",
+    expected_tip: str | None = None,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
 
@@ -200,15 +201,19 @@ def promote(
     it fast-forwards; otherwise ``commit`` is merged onto the ref's tip and, when ``retest``
     is given, the merged tree is re-tested before the ref moves. A lost compare-and-swap
     (someone outside the lock moved the ref) starts over; nothing is ever overwritten.
+    ``expected_tip`` (what a preflight just read) is tried first as the ref's old value.
     """
     begin = time.perf_counter()
     with target_lock(repo, ref) as waited:
         recover_worktree(repo)
+        # Optimistic first round: presume the target is still at the base. The
+        # compare-and-swap itself checks that, so the common fast-forward costs one git call.
+        # A checked-out target is read first: its files must be checked against the real tip.
+        tip: str | None = repo.ref_value(ref) if checked_out(repo, ref) else expected_tip or base
         for _ in range(MAX_RETRIES):
-            tip = repo.ref_value(ref)
             if tip is None:
                 raise RefMoved(ref, base, None)
-            if tip == base or repo.is_ancestor(tip, commit):
+            if tip == base:
                 new, kind, tree, retested = commit, "fast-forward", repo.tree_of(commit), False
             else:
                 preview = repo.merge_preview(tip, commit)
@@ -227,6 +232,7 @@ def promote(
                 move = Move(ref, tip, new, kind, tree, retested, waited)
                 _log(repo, "promote", move, agent, task, begin)
                 return PromoteOutcome(move)
+            tip = repo.ref_value(ref)
     raise RefMoved(ref, base, repo.ref_value(ref))
 
 
@@ -267,8 +273,9 @@ def rollback(
     tree = repo.tree_of(to)
     with target_lock(repo, ref):
         recover_worktree(repo)
-        tip = repo.ref_value(ref)
-        if tip is None or (expect is not None and tip != expect):
+        # With --expect the compare-and-swap checks the tip; without, read it first.
+        tip = expect if expect is not None else repo.ref_value(ref)
+        if tip is None:
             raise RefMoved(ref, expect, tip)
         message = (
             f"agentgate rollback to {to[:12]}\n\n"

@@ -68,6 +68,8 @@ class BaseRepo:
     def __init__(self, git_dir: Path, worktree: Path | None) -> None:
         self.git_dir = git_dir
         self.worktree = worktree
+        # commit -> tree; commits never change, so this cache is never stale.
+        self._trees: dict[str, str] = {}
 
     @classmethod
     def open(cls, path: str | Path, source: str = "") -> BaseRepo:
@@ -154,10 +156,29 @@ class BaseRepo:
         return result.out.strip() or None
 
     def tree_of(self, rev: str) -> str:
-        return self.git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
+        """The tree of a commit (cached for full commit ids, which never change)."""
+        cached = self._trees.get(rev)
+        if cached is not None:
+            return cached
+        tree = self.git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
+        if is_oid(rev):
+            self._trees[rev] = tree
+        return tree
 
     def head_branch(self) -> str | None:
-        """The branch HEAD points at (short name), or None when detached."""
+        """The branch HEAD points at (short name), or None when detached.
+
+        HEAD is always a plain file in the git directory; reading it spares a git process on
+        every promotion. Anything unusual in it is left to git to interpret.
+        """
+        try:
+            text = (self.git_dir / "HEAD").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        if text.startswith("ref: refs/heads/") and "\n" not in text:
+            return text[len("ref: refs/heads/") :]
+        if is_oid(text):
+            return None
         result = self.git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
         return result.out.strip() or None
 
@@ -179,7 +200,9 @@ class BaseRepo:
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
-        return self.git(*args, env=author.env(), input=message.encode()).out.strip()
+        oid = self.git(*args, env=author.env(), input=message.encode()).out.strip()
+        self._trees[oid] = tree
+        return oid
 
     def merge_preview(self, ours: str, theirs: str) -> MergePreview:
         """A real three-way merge of two commits (``git merge-tree --write-tree``).
@@ -200,11 +223,21 @@ class BaseRepo:
     def count_new_objects(self, new: str, old: str | None) -> tuple[int, int]:
         """How many objects, and bytes on disk, ``new`` holds that ``old`` (or no ref) lacks."""
         excl = [old] if old and old != ZERO else ["--all"]
-        names = self.git("rev-list", "--objects", "--no-object-names", new, "--not", *excl).stdout
-        if not names.strip():
-            return 0, 0
-        sizes = self.git("cat-file", "--batch-check=%(objectsize:disk)", input=names).out.split()
-        return len(sizes), sum(int(size) for size in sizes if size.isdigit())
+        oids = self.git(
+            "rev-list", "--objects", "--no-object-names", new, "--not", *excl
+        ).out.split()
+        # New objects are loose: their size on disk is the file's. Packed ones (rare) are asked.
+        size, packed = 0, []
+        for oid in oids:
+            try:
+                size += (self.git_dir / "objects" / oid[:2] / oid[2:]).stat().st_size
+            except OSError:
+                packed.append(oid)
+        if packed:
+            batch = ("\n".join(packed) + "\n").encode()
+            out = self.git("cat-file", "--batch-check=%(objectsize:disk)", input=batch).out.split()
+            size += sum(int(n) for n in out if n.isdigit())
+        return len(oids), size
 
     # -- refs ---------------------------------------------------------------------------
 

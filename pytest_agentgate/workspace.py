@@ -146,7 +146,12 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     nothing done in it (commits, ``update-ref``, hooks) can move a ref of the base.
     """
     dotgit = path / ".git"
-    _git.run(["init", "--quiet", f"--initial-branch={branch}", str(path)], git_dir=None, cwd=path)
+    # An empty template: no sample hooks to copy, and nothing from a template to trust.
+    _git.run(
+        ["init", "--quiet", "--template=", f"--initial-branch={branch}", str(path)],
+        git_dir=None,
+        cwd=path,
+    )
     (dotgit / "objects" / "info").mkdir(parents=True, exist_ok=True)
     (dotgit / "objects" / "info" / "alternates").write_text(
         f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"

@@ -32,6 +32,7 @@ def test_hooks_fsmonitor_filters_and_config_in_the_agent_git_never_run(
     ws = e.fork(task="hostile git")
     evil = script(tmp_path / "evil.sh", marker)
     dotgit = ws.path / ".git"
+    (dotgit / "hooks").mkdir(exist_ok=True)
     for hook in (
         "pre-commit",
         "post-commit",

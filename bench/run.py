@@ -1,0 +1,633 @@
+#!/usr/bin/env python3
+"""Benchmark: the plugin's engine operations against the raw git commands doing the same work.
+
+Builds synthetic repositories (about 100, 5,000 and 50,000 files in nested directories, with a
+history of some dozens of commits), then times each operation through the engine and through
+the bare git commands that are its floor, in the same run, interleaved, and prints one table:
+median of N runs each, their ratio and their difference in ms.
+
+    python bench/run.py            # the full run (several minutes on 2 cores)
+    python bench/run.py --quick    # a smoke run, under a minute
+    python bench/run.py --json results.json
+
+No number here is asserted anywhere: the tests prove behaviour, this script measures cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pytest_agentgate import _git, promote, workspace
+from pytest_agentgate.engine import Engine
+from pytest_agentgate.gate import GateSpec
+from pytest_agentgate.repo import Author, BaseRepo
+
+ARTICLE = [
+    ("fork", "161-183 ms"),
+    ("preflight (deep merge)", "179 ms"),
+    ("push of a tree", "about 1,030 ms"),
+    ("rollback", "1,028 ms"),
+]
+AGENT = Author("bench-agent", "bench@agentgate.invalid")
+
+
+@dataclass
+class Row:
+    size: int
+    operation: str
+    plugin_ms: float
+    floor_ms: float
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.plugin_ms / self.floor_ms if self.floor_ms else float("nan")
+
+
+# -- building repositories -------------------------------------------------------------
+
+
+def build_repo(path: Path, files: int, commits: int) -> BaseRepo:
+    """A bare repository on ``main``: ``files`` files, then ``commits`` commits of 20 edits each."""
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(path)], check=True)
+    stream: list[bytes] = []
+    names = [f"pkg{i % 40:02d}/mod{i % 13:02d}/sub{i % 5}/file{i:05d}.py" for i in range(files)]
+    mark = 0
+
+    def blob(text: str) -> int:
+        nonlocal mark
+        mark += 1
+        data = text.encode()
+        stream.append(b"blob\nmark :%d\ndata %d\n%s\n" % (mark, len(data), data))
+        return mark
+
+    def commit(changes: dict[str, int], message: str, when: int) -> None:
+        nonlocal mark
+        mark += 1
+        msg = message.encode()
+        head = b"commit refs/heads/main\nmark :%d\ncommitter Bench <b@e> %d +0000\ndata %d\n%s\n" % (
+            mark, when, len(msg), msg
+        )  # fmt: skip
+        stream.append(
+            head + b"".join(b"M 100644 :%d %s\n" % (m, n.encode()) for n, m in changes.items())
+        )
+
+    initial = {name: blob(_content(name, 0)) for name in names}
+    commit(initial, "initial", 1_700_000_000)
+    for c in range(1, commits + 1):
+        changed = {names[(c * 97 + k * 31) % files]: 0 for k in range(min(20, files))}
+        commit({n: blob(_content(n, c)) for n in changed}, f"change {c}", 1_700_000_000 + c * 60)
+    subprocess.run(
+        ["git", "fast-import", "--quiet"], cwd=path, input=b"".join(stream), check=True,
+        env={**os.environ, "GIT_DIR": str(path)},
+    )  # fmt: skip
+    return BaseRepo(path, None)
+
+
+def _content(name: str, version: int) -> str:
+    return f'"""{name}"""\n\n\ndef value():\n    return {version}\n\n\nNAME = "{name}"\n'
+
+
+# -- timing -----------------------------------------------------------------------------
+
+
+def raw_git(repo: BaseRepo, *args: str, work_tree: Path | None = None, index: Path | None = None,
+            input: bytes | None = None) -> str:  # fmt: skip
+    """The floor: git itself, with nothing of ours around it but subprocess."""
+    env = {**os.environ, "GIT_DIR": str(repo.git_dir)}
+    if work_tree is not None:
+        env["GIT_WORK_TREE"] = str(work_tree)
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
+    env.setdefault("GIT_COMMITTER_NAME", "floor")
+    env.setdefault("GIT_COMMITTER_EMAIL", "floor@e")
+    env.setdefault("GIT_AUTHOR_NAME", "floor")
+    env.setdefault("GIT_AUTHOR_EMAIL", "floor@e")
+    proc = subprocess.run(["git", *args], env=env, input=input, capture_output=True, check=True)
+    return proc.stdout.decode().strip()
+
+
+def clock(fn: Callable[[], object]) -> float:
+    begin = time.perf_counter()
+    fn()
+    return (time.perf_counter() - begin) * 1000
+
+
+Step = Callable[[dict], object]
+
+
+def pair(
+    runs: int, setup: Callable[[int], dict], plugin: Step, floor: Step, teardown: Step | None = None
+) -> tuple[float, float]:
+    """Median ms of ``plugin`` and ``floor`` over ``runs`` rounds, each on a fresh ``setup``."""
+    p_ms: list[float] = []
+    f_ms: list[float] = []
+    for i in range(runs):
+        for first in ("plugin", "floor") if i % 2 == 0 else ("floor", "plugin"):
+            state = setup(i)
+            try:
+                if first == "plugin":
+                    p_ms.append(clock(lambda: plugin(state)))
+                else:
+                    f_ms.append(clock(lambda: floor(state)))
+            finally:
+                if teardown:
+                    teardown(state)
+    return statistics.median(p_ms), statistics.median(f_ms)
+
+
+# -- the operations -----------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self, repo: BaseRepo, size: int, runs: int, disk: Path, memory: Path | None
+    ) -> None:
+        self.repo, self.size, self.runs, self.disk, self.memory = repo, size, runs, disk, memory
+        self.base = repo.commit("main")
+        self.rows: list[Row] = []
+        self.counter = 0
+        self.hashed: dict[int, int] = {}
+
+    def add(self, operation: str, plugin_ms: float, floor_ms: float, note: str = "") -> None:
+        row = Row(self.size, operation, plugin_ms, floor_ms, note)
+        self.rows.append(row)
+        print(_format(row), flush=True)
+
+    def scratch(self, prefix: str) -> Path:
+        self.counter += 1
+        return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=self.disk))
+
+    def commit_on_base(self, files: dict[str, str], parent: str | None = None) -> str:
+        """A commit on ``parent`` (default: the base) changing ``files``, built without a checkout."""
+        parent = parent or self.base
+        index = self.scratch("idx") / "index"
+        raw_git(self.repo, "read-tree", parent, index=index)
+        for name, text in files.items():
+            oid = raw_git(self.repo, "hash-object", "-w", "--stdin", input=text.encode())
+            raw_git(
+                self.repo,
+                "update-index",
+                "--add",
+                "--cacheinfo",
+                f"100644,{oid},{name}",
+                index=index,
+            )
+        tree = raw_git(self.repo, "write-tree", index=index)
+        shutil.rmtree(index.parent)
+        # Through the engine, as an attempt's commit is made: the engine then knows its tree.
+        return self.repo.commit_tree(tree, [parent], "bench\n", AGENT)
+
+    def names(self, count: int) -> list[str]:
+        listing = raw_git(self.repo, "ls-tree", "-r", "--name-only", self.base).splitlines()
+        step = max(1, len(listing) // max(1, count))
+        return listing[::step][:count]
+
+    # fork -------------------------------------------------------------------------------
+
+    def fork(self) -> None:
+        roots = [("disk", self.disk)] + ([("tmpfs", self.memory)] if self.memory else [])
+        for label, root in roots:
+            made: list[Path] = []
+
+            def plugin(_s: dict, root: Path = root) -> None:
+                ws = workspace.fork(self.repo, self.base, "main", root)
+                made.append(ws.path)
+                made.append(ws.index)
+
+            def floor(_s: dict, root: Path = root) -> None:
+                path = Path(tempfile.mkdtemp(dir=root))
+                made.append(path)
+                idx = root / f"floor-index-{len(made)}"
+                made.append(idx)
+                raw_git(
+                    self.repo, "read-tree", "--reset", "-u", self.base, work_tree=path, index=idx
+                )
+
+            def cleanup(_s: dict) -> None:
+                for p in made:
+                    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(
+                        missing_ok=True
+                    )
+                made.clear()
+
+            p, f = pair(self.runs, lambda i: {}, plugin, floor, cleanup)
+            self.add(f"fork ({label})", p, f, "floor: read-tree -u into a private index")
+
+        # A recycled fork against a fresh checkout on the same root.
+        root = self.memory or self.disk
+        ws = workspace.fork(self.repo, self.base, "main", root)
+        moved = self.commit_on_base({n: "moved\n" for n in self.names(10)})
+        bases = [self.base, moved]
+        p_ms, f_ms = [], []
+        for i in range(self.runs):
+            for name in self.names(10):
+                (ws.path / name).write_text(f"agent edit {i}\n")
+            (ws.path / "scratch.tmp").write_text("junk")
+            target = bases[(i + 1) % 2]
+            p_ms.append(clock(lambda t=target: workspace.recycle(ws, t)))
+            path = Path(tempfile.mkdtemp(dir=root))
+            idx = root / "recycle-floor-index"
+            f_ms.append(
+                clock(
+                    lambda: raw_git(
+                        self.repo, "read-tree", "--reset", "-u", target, work_tree=path, index=idx
+                    )
+                )
+            )
+            shutil.rmtree(path)
+            idx.unlink()
+        workspace.remove(ws)
+        self.add("fork (recycled, vs fresh)", statistics.median(p_ms), statistics.median(f_ms),
+                 "floor: a fresh checkout; target <= 5%")  # fmt: skip
+
+    # snapshot ---------------------------------------------------------------------------
+
+    def snapshot(self) -> None:
+        root = self.memory or self.disk
+        for changed in (10, 1000):
+            count = min(changed, self.size)
+            names = self.names(count)
+            hashed: list[int] = []
+
+            def setup(i: int, names: list[str] = names) -> dict:
+                ws = workspace.fork(self.repo, self.base, "main", root)
+                self.counter += (
+                    1  # content unique to each side, so neither finds the other's objects
+                )
+                for name in names:
+                    (ws.path / name).write_text(f"changed {self.counter} {name}\n")
+                copy = ws.index.with_name(ws.index.name + ".floor")
+                shutil.copyfile(ws.index, copy)
+                return {"ws": ws, "copy": copy}
+
+            def plugin(s: dict) -> None:
+                snap = workspace.snapshot(s["ws"])
+                hashed.append(snap.hashed)
+                self.repo.commit_tree(snap.tree, [self.base], "snapshot\n", AGENT)
+
+            def floor(s: dict) -> None:
+                ws = s["ws"]
+                raw_git(self.repo, "add", "-A", work_tree=ws.path, index=s["copy"])
+                tree = raw_git(self.repo, "write-tree", index=s["copy"])
+                raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "floor", input=b"")
+
+            def teardown(s: dict) -> None:
+                workspace.remove(s["ws"])
+                s["copy"].unlink(missing_ok=True)
+
+            p, f = pair(self.runs, setup, plugin, floor, teardown)
+            self.hashed[count] = max(hashed)
+            self.add(f"snapshot, {count} changed", p, f, f"objects hashed: {max(hashed)}")
+
+    # preflight --------------------------------------------------------------------------
+
+    def preflight(self) -> None:
+        a, b = self.names(2)
+        target = self.commit_on_base({a: "target side\n"})
+        clean = self.commit_on_base({b: "attempt side\n"})
+        conflict = self.commit_on_base({a: "attempt side\n"})
+        for label, attempt in (("clean", clean), ("conflicting", conflict)):
+            p, f = pair(
+                self.runs, lambda i: {},
+                lambda s, at=attempt: self.repo.merge_preview(target, at),
+                lambda s, at=attempt: subprocess.run(
+                    ["git", "--git-dir", str(self.repo.git_dir), "merge-tree", "--write-tree", target, at],
+                    capture_output=True, check=False),
+            )  # fmt: skip
+            self.add(f"preflight, {label}", p, f, "floor: git merge-tree --write-tree")
+
+    # promote ----------------------------------------------------------------------------
+
+    def promote(self) -> None:
+        a, b = self.names(2)
+        for kind in ("fast-forward", "merge"):
+
+            def setup(i: int, kind: str = kind) -> dict:
+                ref = f"refs/heads/bench-{kind}-{self.counter}-{i}"
+                self.counter += 1
+                attempt = self.commit_on_base({b: f"attempt {i}\n"})
+                start = (
+                    self.base
+                    if kind == "fast-forward"
+                    else self.commit_on_base({a: f"moved {i}\n"})
+                )
+                raw_git(self.repo, "update-ref", ref, start)
+                return {"ref": ref, "attempt": attempt, "start": start}
+
+            def plugin(s: dict) -> None:
+                out = promote.promote(self.repo, s["ref"], s["attempt"], self.base, author=AGENT,
+                                      message="merge\n", reflog_message="bench")  # fmt: skip
+                assert out.move is not None
+
+            def floor(s: dict, kind: str = kind) -> None:
+                new = s["attempt"]
+                if kind == "merge":
+                    tree = raw_git(
+                        self.repo, "merge-tree", "--write-tree", s["start"], s["attempt"]
+                    )
+                    new = raw_git(
+                        self.repo,
+                        "commit-tree",
+                        tree,
+                        "-p",
+                        s["start"],
+                        "-p",
+                        s["attempt"],
+                        "-m",
+                        "m",
+                    )
+                raw_git(self.repo, "update-ref", s["ref"], new, s["start"])
+
+            def teardown(s: dict) -> None:
+                raw_git(self.repo, "update-ref", "-d", s["ref"])
+
+            p, f = pair(self.runs, setup, plugin, floor, teardown)
+            floor_note = (
+                "update-ref NEW OLD"
+                if kind == "fast-forward"
+                else "merge-tree + commit-tree + update-ref"
+            )
+            self.add(f"promote, {kind}", p, f, f"floor: {floor_note}; plugin adds lock + log")
+
+    # rollback ---------------------------------------------------------------------------
+
+    def rollback(self) -> None:
+        def setup(i: int) -> dict:
+            ref = f"refs/heads/bench-rollback-{self.counter}-{i}"
+            self.counter += 1
+            raw_git(
+                self.repo, "update-ref", ref, self.commit_on_base({self.names(1)[0]: f"bad {i}\n"})
+            )
+            return {"ref": ref, "tip": raw_git(self.repo, "rev-parse", ref)}
+
+        def plugin(s: dict) -> None:
+            promote.rollback(
+                self.repo, s["ref"], self.base, expect=s["tip"], author=AGENT, agent="bench"
+            )
+
+        def floor(s: dict) -> None:
+            tree = raw_git(self.repo, "rev-parse", f"{self.base}^{{tree}}")
+            new = raw_git(self.repo, "commit-tree", tree, "-p", s["tip"], "-m", "rollback")
+            raw_git(self.repo, "update-ref", s["ref"], new, s["tip"])
+
+        p, f = pair(
+            self.runs,
+            setup,
+            plugin,
+            floor,
+            lambda s: raw_git(self.repo, "update-ref", "-d", s["ref"]),
+        )
+        self.add("rollback", p, f, "floor: commit-tree + update-ref NEW OLD")
+
+    # the whole gated test -----------------------------------------------------------------
+
+    def whole(self) -> None:
+        root = self.memory or self.disk
+        name = self.names(1)[0]
+
+        def setup(i: int) -> dict:
+            branch = f"bench-whole-{self.counter}-{i}"
+            self.counter += 1
+            raw_git(self.repo, "update-ref", f"refs/heads/{branch}", self.base)
+            return {"branch": branch, "i": i, "cleanup": []}
+
+        def plugin(s: dict) -> None:
+            engine = Engine(self.repo, s["branch"], promote=True, workdir=root, recycle=False,
+                            gate=GateSpec(commands=("true",)))  # fmt: skip
+            ws = engine.fork(task="bench")
+            (ws.path / name).write_text(f"agent {s['i']}\n")
+            attempt = engine.run_attempt(ws, task="bench", agent="bench")
+            assert attempt.verdict.status == "promoted", attempt.verdict
+            s["cleanup"] += [ws]
+
+        def floor(s: dict) -> None:
+            ref = f"refs/heads/{s['branch']}"
+            path, gate = Path(tempfile.mkdtemp(dir=root)), Path(tempfile.mkdtemp(dir=root))
+            idx, gidx = root / f"w-{s['i']}", root / f"g-{s['i']}"
+            s["cleanup"] += [path, gate, idx, gidx]
+            raw_git(self.repo, "read-tree", "--reset", "-u", self.base, work_tree=path, index=idx)
+            (path / name).write_text(f"floor {s['i']}\n")
+            raw_git(self.repo, "add", "-A", work_tree=path, index=idx)
+            tree = raw_git(self.repo, "write-tree", index=idx)
+            commit = raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "attempt")
+            raw_git(self.repo, "read-tree", "--reset", "-u", tree, work_tree=gate, index=gidx)
+            subprocess.run(["true"], cwd=gate, check=True)
+            raw_git(self.repo, "merge-tree", "--write-tree", self.base, commit)
+            raw_git(self.repo, "update-ref", ref, commit, self.base)
+            record = raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "record")
+            raw_git(
+                self.repo, "update-ref", f"refs/agentgate/floor/{s['branch']}", record, "0" * 40
+            )
+
+        def teardown(s: dict) -> None:
+            for item in s["cleanup"]:
+                if isinstance(item, workspace.Workspace):
+                    workspace.remove(item)
+                elif item.is_dir():
+                    shutil.rmtree(item)
+                else:
+                    item.unlink(missing_ok=True)
+
+        p, f = pair(self.runs, setup, plugin, floor, teardown)
+        self.add("whole gated test (gate: true)", p, f, "floor: the same git commands in sequence")
+
+
+# -- whole-process measurements ---------------------------------------------------------
+
+
+def import_overhead(runs: int) -> tuple[float, float]:
+    """Median wall time of a pytest run of one plain test, with and without the plugin."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_plain.py").write_text("def test_plain():\n    assert True\n")
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"]
+        # Bytecode caching on, as on a user's machine: compiling the plugin is not its cost.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
+        timings: dict[str, list[float]] = {"with": [], "without": []}
+        for i in range(runs * 2):
+            label = "with" if i % 2 == 0 else "without"
+            cmd = base if label == "with" else [*base, "-p", "no:agentgate"]
+            timings[label].append(
+                clock(
+                    lambda: subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, check=True)
+                )
+            )
+        return statistics.median(timings["with"]), statistics.median(timings["without"])
+
+
+def peak_memory(repo_path: Path, workdir: Path) -> float:
+    """Peak RSS (MiB) of a pytest process running one gated test against ``repo_path``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_gated.py").write_text(textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.mark.gated(task="bench memory", gate=["true"])
+            def test_memory(agent_workspace):
+                (agent_workspace.path / "agent.txt").write_text("x")
+            """
+        ))  # fmt: skip
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--agentgate-repo={repo_path}",
+               "--agentgate-target=main", f"--agentgate-workdir={workdir}", "test_gated.py"]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"the gated run for the memory measurement failed: {proc.returncode}"
+            )
+        return usage.ru_maxrss / 1024
+
+
+LOCK_WORKER = """
+import json, sys, tempfile
+from pathlib import Path
+sys.path.insert(0, sys.argv[4])
+from pytest_agentgate import promote
+from pytest_agentgate.repo import Author, BaseRepo
+repo = BaseRepo(Path(sys.argv[1]), None)
+ref, base, me = sys.argv[2], repo.commit("main"), sys.argv[3]
+waits = []
+for k in range(5):
+    idx = Path(tempfile.mkdtemp()) / "index"
+    repo.git("read-tree", base, index=idx)
+    oid = repo.git("hash-object", "-w", "--stdin", input=f"{me} {k}".encode()).out.strip()
+    repo.git("update-index", "--add", "--cacheinfo", f"100644,{oid},lock/{me}-{k}.txt", index=idx)
+    tree = repo.git("write-tree", index=idx).out.strip()
+    commit = repo.commit_tree(tree, [base], "w", Author("a", "a@e"))
+    out = promote.promote(repo, ref, commit, base, author=Author("a", "a@e"), message="m", reflog_message="lock bench")
+    waits.append(out.move.lock_wait_ms)
+print(json.dumps(waits))
+"""
+
+
+def lock_waits(repo: BaseRepo, processes: int) -> list[float]:
+    ref = "refs/heads/bench-lock"
+    raw_git(repo, "update-ref", ref, repo.commit("main"))
+    root = str(Path(__file__).resolve().parent.parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOCK_WORKER, str(repo.git_dir), ref, f"p{i}", root],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    waits: list[float] = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        waits += json.loads(out)
+    landed = raw_git(repo, "ls-tree", "--name-only", ref, "lock/").splitlines()
+    if len(landed) != processes * 5:
+        raise RuntimeError(f"lost promotions: {len(landed)} of {processes * 5} landed")
+    return waits
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def _format(row: Row) -> str:
+    return (
+        f"{row.size:>7}  {row.operation:<30} {row.plugin_ms:>10.1f} {row.floor_ms:>10.1f} "
+        f"{row.ratio:>6.2f}x {row.plugin_ms - row.floor_ms:>+9.1f}  {row.note}"
+    )
+
+
+def header() -> str:
+    return f"{'files':>7}  {'operation':<30} {'plugin ms':>10} {'floor ms':>10} {'ratio':>7} {'diff ms':>9}  note"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="small repositories, a smoke run under 60 s"
+    )
+    parser.add_argument("--json", type=Path, help="write one object per row to this file")
+    parser.add_argument(
+        "--runs", type=int, default=5, help="runs per measurement (median; default 5)"
+    )
+    parser.add_argument("--sizes", help="comma-separated file counts (default 100,5000,50000)")
+    args = parser.parse_args(argv)
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([100, 1000] if args.quick else [100, 5000, 50000])
+    )
+    runs = max(5, args.runs)
+    commits = 12 if args.quick else 36
+    _git.require_version()
+    memory_root = (
+        Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
+    )
+    began = time.perf_counter()
+    print(f"pytest-agentgate benchmark: {platform.platform()}, Python {platform.python_version()}, "
+          f"git {'.'.join(map(str, _git.version()))}, {os.cpu_count()} cores; median of {runs} runs")  # fmt: skip
+    print(header())
+    rows: list[Row] = []
+    extra: dict[str, object] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="agentgate-bench-") as tmp_disk,
+        tempfile.TemporaryDirectory(prefix="agentgate-bench-", dir=memory_root) as tmp_mem,
+    ):
+        disk, memory = Path(tmp_disk), Path(tmp_mem) if memory_root else None
+        largest: Path | None = None
+        for size in sizes:
+            repo_path = disk / f"repo-{size}.git"
+            build_repo(repo_path, size, commits)
+            bench = Bench(BaseRepo(repo_path, None), size, runs, disk, memory)
+            for step in (
+                bench.fork,
+                bench.snapshot,
+                bench.preflight,
+                bench.promote,
+                bench.rollback,
+                bench.whole,
+            ):
+                step()
+            rows += bench.rows
+            extra[f"objects_hashed_{size}"] = bench.hashed
+            largest = repo_path
+        with_ms, without_ms = import_overhead(runs if args.quick else 15)
+        waits = lock_waits(BaseRepo(largest, None), 4 if args.quick else 8) if largest else []
+        rss = peak_memory(largest, memory or disk) if largest else 0.0
+    print()
+    print(f"pytest run with no gated test: {with_ms:.1f} ms with the plugin, {without_ms:.1f} ms without "
+          f"({with_ms - without_ms:+.1f} ms)")  # fmt: skip
+    print(f"lock wait, {4 if args.quick else 8} processes x 5 promotions: median {statistics.median(waits):.1f} ms, "
+          f"worst {max(waits):.1f} ms")  # fmt: skip
+    print(f"peak RSS of a gated pytest run on the {sizes[-1]}-file repository: {rss:.0f} MiB")
+    print("objects hashed per snapshot: " + ", ".join(
+        f"{size} files: " + ", ".join(f"{k} changed -> {v}" for k, v in extra[f'objects_hashed_{size}'].items())  # type: ignore[union-attr]
+        for size in sizes))  # fmt: skip
+    print("\npublished figures of the first source article (over a network, not this machine):")
+    for what, figure in ARTICLE:
+        print(f"  {what:<24} {figure}")
+    print(f"\ntotal {time.perf_counter() - began:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(
+            [{"size": r.size, "operation": r.operation, "plugin_ms": round(r.plugin_ms, 3),
+              "floor_ms": round(r.floor_ms, 3)} for r in rows], indent=2) + "\n")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
