@@ -51,6 +51,8 @@ class Attempt:
     ref: str | None = None  # refs/agentgate/attempts/<slug>/<n>
     record: str | None = None  # the record commit the ref points to
     retest_skipped: bool = False
+    #: Set when the target was found moved by something other than the plugin.
+    external_move: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -82,6 +84,7 @@ class Attempt:
             "promotion": self.move.kind if self.move else None,
             "retested": bool(self.move and self.move.retested),
             "retest_skipped": self.retest_skipped,
+            "external_move": self.external_move,
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -119,6 +122,7 @@ class Engine:
         self.agent = agent
         self.recycle = recycle
         self._pool: list[Workspace] = []
+        self._known_tips: set[str] = set()
         self._started = False
 
     @classmethod
@@ -194,6 +198,9 @@ class Engine:
             return
         self._started = True
         if self.promote_enabled:
+            start_tip = self.repo.ref_value(self.ref)
+            if start_tip:
+                self._known_tips.add(start_tip)
             # A run killed between moving the target and updating its checked-out files
             # left a journal; finish that update before anything else moves.
             with promote.target_lock(self.repo, self.ref):
@@ -265,9 +272,31 @@ class Engine:
         assert attempt.commit is not None
         tip = self.repo.commit(self.ref, "target")
         attempt.target_before = tip
+        attempt.external_move = self.note_external_move(tip, attempt.agent)
         if tip == attempt.base:  # merging onto its own parent: the attempt's tree, clean
             return MergePreview(self.repo.tree_of(attempt.commit), ())
         return self.repo.merge_preview(tip, attempt.commit)
+
+    def note_external_move(self, tip: str, agent: str) -> str | None:
+        """Log (once) a target tip that neither this run nor any agentgate process produced.
+
+        Such a move is not an error: promotion merges on top of it like any moved target,
+        never over it. It is recorded so that people can see it happened.
+        """
+        if not self.promote_enabled or tip in self._known_tips:
+            return None
+        self._known_tips.add(tip)
+        entry = self.repo.last_reflog_entry(self.ref)
+        if entry is not None and entry[0] == tip and entry[1].startswith("agentgate"):
+            return None
+        how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
+        oplog.append(
+            self.repo.git_dir,
+            oplog.OpRecord(
+                op="external-move", ref=self.ref, old=None, new=tip, agent=agent, note=how
+            ),
+        )
+        return how
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Promote the attempt's commit onto the target (or the dry-run ref)."""
@@ -434,4 +463,6 @@ class Engine:
                 outcome.retest_output,
             )
         attempt.move = outcome.move
+        if outcome.move is not None:
+            self._known_tips.add(outcome.move.new)
         return Verdict("promoted" if self.promote_enabled else "passed", "", "")

@@ -182,6 +182,21 @@ class BaseRepo:
         result = self.git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
         return result.out.strip() or None
 
+    def last_reflog_entry(self, ref: str) -> tuple[str, str] | None:
+        """The newest reflog entry of ``ref`` as (new id, message), read from its file."""
+        try:
+            with open(self.git_dir / "logs" / ref, "rb") as log:
+                log.seek(0, 2)
+                log.seek(max(0, log.tell() - 4096))
+                lines = log.read().splitlines()
+        except OSError:
+            return None
+        if not lines:
+            return None
+        head, _, message = lines[-1].decode("utf-8", "replace").partition("\t")
+        fields = head.split(" ")
+        return (fields[1], message) if len(fields) > 1 else None
+
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         result = self.git("merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
         return result.returncode == 0
@@ -221,11 +236,28 @@ class BaseRepo:
         return MergePreview(names[0], conflicts)
 
     def count_new_objects(self, new: str, old: str | None) -> tuple[int, int]:
-        """How many objects, and bytes on disk, ``new`` holds that ``old`` (or no ref) lacks."""
-        excl = [old] if old and old != ZERO else ["--all"]
-        oids = self.git(
-            "rev-list", "--objects", "--no-object-names", new, "--not", *excl
-        ).out.split()
+        """Objects, and bytes on disk, that commit ``new`` adds over ``old``.
+
+        That is ``new`` itself and every tree and blob in its tree that is not in ``old``'s,
+        found with ``diff-tree -t`` so the cost follows the change, not the repository (a
+        ``rev-list --objects`` would walk all of ``old``'s trees). Without ``old``, every
+        object of ``new`` not reachable from a ref is counted.
+        """
+        if old is None or old == ZERO:
+            oids = self.git(
+                "rev-list", "--objects", "--no-object-names", new, "--not", "--all"
+            ).out.split()
+        else:
+            raw = self.git(
+                "diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options", old, new
+            ).stdout
+            changed = {
+                field.decode().split(" ")[3]
+                for field in raw.split(b"\0")
+                if field.startswith(b":") and not field.decode().split(" ")[3].startswith("0000000")
+            }
+            root = self.tree_of(new)
+            oids = [new, *({root} - {self.tree_of(old)}), *sorted(changed)]
         # New objects are loose: their size on disk is the file's. Packed ones (rare) are asked.
         size, packed = 0, []
         for oid in oids:

@@ -33,6 +33,8 @@ def summary_line(row: Mapping[str, Any]) -> str:
         elif row.get("retested"):
             how += ", re-tested"
         line += f"  {target}: {short(old)} -> {short(new)} ({how})"
+        if row.get("external_move"):
+            line += f"  [target had moved outside agentgate: {row['external_move']}]"
     else:
         line += f"  {target} stays at {short(old)}"
         if row.get("reason"):

@@ -327,12 +327,19 @@ def recycle(ws: Workspace, base: str) -> Workspace:
             work_tree=ws.path,
             index=ws.index,
         )
-        _remove_untracked(ws)
-        leftovers = _untracked_or_modified(ws)
-        if leftovers:
+        # One pass over the tree: untracked and ignored paths are removed; a tracked path
+        # still modified or missing after the reset means the checkout could not fix it.
+        untracked, changed = _leftovers(ws)
+        if changed:
             raise RecycleFailed(
-                ws.path, f"still differs from {base[:12]} at {', '.join(leftovers[:5])}"
+                ws.path, f"still differs from {base[:12]} at {', '.join(changed[:5])}"
             )
+        for rel in untracked:
+            path = ws.path / rel.rstrip("/")
+            if path.is_symlink() or not path.is_dir():
+                path.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(path)
         if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
             raise RecycleFailed(ws.path, "its index does not hold the base's tree")
         make_agent_git(repo, ws.path, ws.branch, base, ws.index)
@@ -345,22 +352,15 @@ def recycle(ws: Workspace, base: str) -> Workspace:
     return ws
 
 
-def _untracked_or_modified(ws: Workspace) -> list[str]:
+def _leftovers(ws: Workspace) -> tuple[list[str], list[str]]:
+    """Untracked (or ignored) paths, whole directories at once; and tracked paths that differ."""
     out = ws.repo.git(
-        "ls-files", "-z", "--others", "--modified", "--directory",
+        "ls-files", "-z", "-t", "--others", "--modified", "--directory",
         work_tree=ws.path, index=ws.index,
     ).stdout  # fmt: skip
-    return _git.split_z(out)
-
-
-def _remove_untracked(ws: Workspace) -> None:
-    """Delete every untracked and ignored path (whole directories at once), never following links."""
-    out = ws.repo.git(
-        "ls-files", "-z", "--others", "--directory", work_tree=ws.path, index=ws.index
-    ).stdout
-    for rel in _git.split_z(out):
-        path = ws.path / rel.rstrip("/")
-        if path.is_symlink() or not path.is_dir():
-            path.unlink(missing_ok=True)
-        else:
-            shutil.rmtree(path)
+    untracked: list[str] = []
+    changed: list[str] = []
+    for entry in _git.split_z(out):
+        tag, _, rel = entry.partition(" ")
+        (untracked if tag == "?" else changed).append(rel)
+    return untracked, changed

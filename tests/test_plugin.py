@@ -527,3 +527,51 @@ def test_user_workdir_keeps_the_newest_runs(
     assert all((p / ".agentgate-run").is_file() for p in runs)
     # The failed attempt's workspace is kept for inspection inside its run directory.
     assert any(child.name.startswith("t-") for p in runs for child in p.iterdir())
+
+
+def test_target_moved_outside_agentgate_is_noted_and_merged_onto(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makeconftest(
+        f"""
+        import subprocess
+
+        def pytest_runtest_setup(item):
+            if item.name == "test_b":  # a person commits to main while the agents run
+                subprocess.run(["sh", "-c", "echo person > person.txt && git add person.txt && "
+                                "git -c user.name=P -c user.email=p@e commit -qm 'by hand'"],
+                               cwd={str(service)!r}, check=True)
+        """
+    )
+    pytester.makepyfile(
+        test_agents="""
+        import pytest
+
+        @pytest.mark.gated(task="a", gate=[])
+        def test_a(agent_workspace):
+            (agent_workspace.path / "a.txt").write_text("a")
+
+        @pytest.mark.gated(task="b", gate=[])
+        def test_b(agent_workspace):
+            (agent_workspace.path / "b.txt").write_text("b")
+
+        @pytest.mark.gated(task="c", gate=[])
+        def test_c(agent_workspace):
+            (agent_workspace.path / "c.txt").write_text("c")
+        """
+    )
+    base = git(service, "rev-parse", "main")
+    result = run(pytester, service, f"--agentgate-base={base}", "--agentgate-promote")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["PROMOTED*test_b*merge*[[]target had moved outside agentgate: commit: by hand[]]"]
+    )
+    external = [r for r in rows(pytester) if r["external_move"]]
+    assert [r["test"] for r in external] == ["test_agents.py::test_b"]  # noted once, not for test_c
+    names = git(service, "ls-tree", "--name-only", "main").splitlines()
+    assert {"a.txt", "b.txt", "c.txt", "person.txt"} <= set(names)  # merged on top, never over it
+    log = [
+        json.loads(x)
+        for x in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    ]
+    assert [r["note"] for r in log if r["op"] == "external-move"] == ["commit: by hand"]

@@ -1,0 +1,46 @@
+"""The benchmark's --quick run works end to end (it measures; it asserts no timing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "run.py"
+
+
+def test_quick_benchmark_runs(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = json.loads(out.read_text())
+    operations = {row["operation"] for row in rows}
+    for expected in (
+        "fork (disk)",
+        "fork (recycled, disk)",
+        "snapshot, 10 changed",
+        "preflight, clean",
+        "preflight, conflicting",
+        "promote, fast-forward",
+        "promote, merge",
+        "rollback",
+        "whole gated test (gate: true)",
+    ):
+        assert expected in operations
+    assert all(set(row) == {"size", "operation", "plugin_ms", "floor_ms"} for row in rows)
+    assert all(row["plugin_ms"] > 0 and row["floor_ms"] > 0 for row in rows)
+    for line in (
+        "pytest run with no gated test",
+        "lock wait",
+        "peak RSS",
+        "objects hashed per snapshot",
+    ):
+        assert line in proc.stdout
+    assert "161-183 ms" in proc.stdout  # the article's figures, labelled, beside ours
