@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GitError, GitTooOld
+from .errors import GitError, GitTooOld, StaleLock
 
 #: The oldest git with ``merge-tree --write-tree`` (the preflight).
 MIN_GIT = (2, 38)
@@ -160,8 +160,15 @@ def run(
     )
     result = GitResult(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
     if proc.returncode not in ok:
+        stale = LOCK_HELD.search(result.stderr)
+        if stale:
+            raise StaleLock(stale[1])
         raise GitError(list(args), proc.returncode, result.stderr)
     return result
+
+
+# How git says that another process holds (or a crashed one left) one of its lock files.
+LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
 
 
 _version_cache: tuple[int, ...] | None = None

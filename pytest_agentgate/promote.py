@@ -21,9 +21,11 @@ from . import _faults, oplog
 from .errors import (
     DirtyWorktree,
     GateFailed,
+    GitError,
     MergeConflict,
     NothingToRevert,
     RefMoved,
+    StaleLock,
     WorktreeBlocked,
 )
 from .repo import Author, BaseRepo
@@ -86,9 +88,19 @@ def checked_out(repo: BaseRepo, ref: str) -> bool:
 def dirty_paths(repo: BaseRepo) -> list[str]:
     """Tracked files with uncommitted changes (staged or not) in the base working tree."""
     assert repo.worktree is not None
-    repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1))
+    _refresh(repo)
     out = repo.git("diff-index", "--name-only", "-z", "HEAD", "--", work_tree=repo.worktree).stdout
     return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+
+
+def _refresh(repo: BaseRepo) -> None:
+    """Refresh the base index's stat data, so that only real edits count as changes."""
+    result = repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1, 128))
+    if result.returncode == 128:  # -q also silences why; the usual reason is git's lock
+        lock = repo.git_dir / "index.lock"
+        if lock.exists():
+            raise StaleLock(lock)
+        raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
 
 
 def _journal(repo: BaseRepo) -> Path:
@@ -110,7 +122,7 @@ def sync_worktree(repo: BaseRepo, old: str, new: str) -> None:
     """Bring the checked-out files from ``old`` to ``new`` (two-tree merge, keeps untracked)."""
     assert repo.worktree is not None
     repo.git("read-tree", "-m", "-u", old, new, work_tree=repo.worktree)
-    repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1))
+    _refresh(repo)
 
 
 def recover_worktree(repo: BaseRepo) -> str | None:

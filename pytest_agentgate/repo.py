@@ -284,7 +284,7 @@ class BaseRepo:
         result = self.git(*args, ok=(0, 1, 128))
         if result.returncode == 0:
             return True
-        stale = re.search(r"Unable to create '([^']+\.lock)': File exists", result.stderr)
+        stale = _git.LOCK_HELD.search(result.stderr)
         if stale:
             raise StaleLock(stale[1])
         if "cannot lock ref" in result.stderr or "but expected" in result.stderr:

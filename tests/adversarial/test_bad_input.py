@@ -72,7 +72,9 @@ def test_bare_repository_without_the_target(
     assert git(bare, "show", "main:x.txt") == "x"
     # Bare repositories keep no reflog by default; the plugin creates one for the target.
     assert git(bare, "config", "--get", "core.logAllRefUpdates", check=False) in ("", "false")
-    assert git(bare, "reflog", "show", "--format=%gs", "main").startswith("agentgate promote: t by agent")
+    assert git(bare, "reflog", "show", "--format=%gs", "main").startswith(
+        "agentgate promote: t by agent"
+    )
 
 
 def test_detached_head_needs_a_target(pytester: pytest.Pytester, service: Path) -> None:

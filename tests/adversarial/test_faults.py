@@ -107,3 +107,46 @@ def test_stale_git_lock_is_reported_not_deleted(suite: Path, service: Path) -> N
     assert lock.exists() and git(service, "rev-parse", "main") == base
     lock.unlink()
     assert_recovers(suite, service, base)
+
+
+def test_busy_base_index_blocks_promotion_with_a_clear_error(suite: Path, service: Path) -> None:
+    """A failing git call during promotion (here: git's index lock is held) changes nothing."""
+    base = git(service, "rev-parse", "main")
+    lock = service / ".git" / "index.lock"
+    lock.write_text("")
+    result = run(suite, service, base, None)
+    assert result.returncode == 1
+    assert f"git lock file '{lock}' exists" in result.stdout
+    assert git(service, "rev-parse", "main") == base and lock.exists()
+    lock.unlink()
+    assert_recovers(suite, service, base)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="chown needs root")
+def test_checkout_owned_by_another_user(suite: Path, service: Path) -> None:
+    """As in a CI container: the repository belongs to someone else; no global setting changes."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    subprocess.run(["chown", "-R", f"{nobody.pw_uid}:{nobody.pw_gid}", str(service)], check=True)
+    plain = subprocess.run(
+        ["git", "status"], cwd=service, capture_output=True, text=True, check=False
+    )
+    assert "dubious ownership" in plain.stderr  # git itself would refuse here
+    base = git(service, "-c", f"safe.directory={service}", "rev-parse", "main")
+    result = run(suite, service, base, None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        git(
+            service,
+            "-c",
+            f"safe.directory={service}",
+            "ls-tree",
+            "--name-only",
+            "main",
+            "first.txt",
+        )
+        == "first.txt"
+    )
+    home_config = Path(os.path.expanduser("~/.gitconfig"))
+    assert not home_config.exists() or str(service) not in home_config.read_text()
