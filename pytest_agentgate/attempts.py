@@ -39,6 +39,7 @@ def format_message(
     base: str,
     landed: str | None,
     excluded: Sequence[str] = (),
+    state: str | None = None,
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = f"agentgate {status}: {task}".splitlines()[0][:200]
@@ -59,6 +60,8 @@ def format_message(
     }
     if landed:
         trailers["Landed"] = landed
+    if state:
+        trailers["State"] = state
     # Commit dates have whole seconds; this orders attempts recorded within one second.
     trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
     body += [f"Agentgate-{key}: {value}" for key, value in trailers.items() if value]

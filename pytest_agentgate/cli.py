@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     p.set_defaults(func=cmd_prune)
 
+    p = sub.add_parser(
+        "restore", parents=[common], help="write an attempt's captured state to a directory"
+    )
+    p.add_argument("attempt", help="the attempt whose state (state=[...] on its marker) to restore")
+    p.add_argument("--to", required=True, type=Path, metavar="DIR", help="where to write the files")
+    p.add_argument("--force", action="store_true", help="overwrite files that exist there")
+    p.set_defaults(func=cmd_restore)
+
     p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
     p.set_defaults(func=cmd_demo)
@@ -352,6 +360,21 @@ def cmd_prune(args: argparse.Namespace) -> int:
             f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}"
         )
     print(f"{verb} {len(report.removed)} attempt(s); kept {report.kept} attempt(s)")
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from . import state
+    from .attempts import find
+
+    repo = _open(args)
+    attempt = find(repo, args.attempt)
+    commit = attempt.trailers.get("State")
+    if not commit:
+        raise UsageProblem(f"{attempt.ref} carries no state (its test declared no state=[...])")
+    names = state.restore(repo, commit, args.to.resolve(), overwrite=args.force)
+    for name in names:
+        print(f"restored {args.to / name}")
     return 0
 
 

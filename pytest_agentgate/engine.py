@@ -13,6 +13,7 @@ drives the same calls::
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 import time
 import uuid
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _git, attempts, oplog, promote, workspace
+from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
 from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
 from .promote import Move, PromoteOutcome
@@ -53,6 +55,10 @@ class Attempt:
     retest_skipped: bool = False
     #: Set when the target was found moved by something other than the plugin.
     external_move: str | None = None
+    #: The commit holding the declared state outside git (``state=``), if any was captured.
+    state: str | None = None
+    #: The state commit this attempt's workspace was resumed from (``resume=True``).
+    resumed_from: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -85,6 +91,8 @@ class Attempt:
             "retested": bool(self.move and self.move.retested),
             "retest_skipped": self.retest_skipped,
             "external_move": self.external_move,
+            "state": self.state,
+            "resumed_from": self.resumed_from,
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -277,6 +285,32 @@ class Engine:
             return MergePreview(self.repo.tree_of(attempt.commit), ())
         return self.repo.merge_preview(tip, attempt.commit)
 
+    def capture_state(self, attempt: Attempt, paths: Sequence[str]) -> str | None:
+        """Commit the declared state the agent left (see :mod:`pytest_agentgate.state`)."""
+        try:
+            return state_module.capture(
+                self.repo,
+                attempt.path,
+                paths,
+                message=f"agentgate state: {attempt.task}\n",
+                author=Author.for_agent(attempt.agent),
+                parent=attempt.resumed_from,
+            )
+        except (state_module.StateError, OSError, sqlite3.Error) as exc:
+            attempt.verdict = Verdict("error", f"state could not be captured: {exc}", "state")
+            return None
+
+    def resume(self, ws: Workspace, task: str) -> str | None:
+        """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
+        slug = attempts.slugify(task)
+        for earlier in attempts.list_attempts(self.repo):
+            if earlier.ref.split("/")[3] == slug and earlier.trailers.get("State"):
+                commit = earlier.trailers["State"]
+                state_module.restore(self.repo, commit, ws.path, overwrite=True)
+                ws.resumed_from = commit
+                return commit
+        return None
+
     def note_external_move(self, tip: str, agent: str) -> str | None:
         """Log (once) a target tip that neither this run nor any agentgate process produced.
 
@@ -342,12 +376,15 @@ class Engine:
             base=attempt.base,
             landed=attempt.move.new if attempt.move else None,
             excluded=attempt.snapshot.excluded if attempt.snapshot else (),
+            state=attempt.state,
         )
         begin = time.perf_counter()
         author = Author.for_agent(attempt.agent)
         commit = attempts.record_commit(self.repo, tree, attempt.base, message, author)
         objects, size = self.repo.count_new_objects(commit, attempt.base)
         ref = attempts.write_ref(self.repo, attempts.slugify(attempt.task), commit, message)
+        if attempt.state is not None:
+            state_module.write_ref(self.repo, ref, attempt.state)
         oplog.append(
             self.repo.git_dir,
             oplog.OpRecord(
@@ -378,13 +415,16 @@ class Engine:
         spec: GateSpec | None = None,
         test_failure: str | None = None,
         extra_checks: Sequence[Check] = (),
+        state: Sequence[str] = (),
     ) -> Attempt:
         """Judge what the agent left in ``ws`` and promote it if everything passes.
 
         ``test_failure`` is the reason the test body failed, if it did (that rejects).
-        Whatever happens, the attempt is recorded; errors become an ``error`` verdict.
+        ``state`` names paths outside the code (a database, an artifact) to carry with the
+        attempt. Whatever happens, the attempt is recorded; errors become an ``error`` verdict.
         """
         attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
+        attempt.resumed_from = ws.resumed_from
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
         ws.end_processes()
@@ -396,6 +436,8 @@ class Engine:
             clock = time.perf_counter()
             if attempt.target_before is None:  # decided before preflight read it
                 attempt.target_before = self.repo.ref_value(self.ref)
+            if state:
+                attempt.state = self.capture_state(attempt, state)
             self.record(attempt)
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 MARKER = "gated"
 MARKER_HELP = (
-    "gated(task, *, agent=None, gate=None, checks=(), protect=(), max_changed_lines=None): "
+    "gated(task, *, agent=None, gate=None, checks=(), protect=(), max_changed_lines=None, "
+    "state=(), resume=False): "
     "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
     "test outcome, checks and gate commands, preflight-merged and promoted to the target"
 )
@@ -194,6 +195,8 @@ class MarkerSpec(NamedTuple):
     checks: tuple[Callable[[Any], Any], ...] = ()
     protect: tuple[str, ...] = ()
     max_changed_lines: int | None = None
+    state: tuple[str, ...] = ()
+    resume: bool = False
 
 
 def _marker_signature(
@@ -204,6 +207,8 @@ def _marker_signature(
     checks: Any = (),
     protect: Any = (),
     max_changed_lines: int | None = None,
+    state: Any = (),
+    resume: bool = False,
 ) -> MarkerSpec:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -223,7 +228,22 @@ def _marker_signature(
         or max_changed_lines < 0
     ):
         raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
-    return MarkerSpec(task.strip(), agent, gate, tuple(checks), tuple(protect), max_changed_lines)
+    if isinstance(state, str) or not all(isinstance(p, str) and p.strip() for p in state):
+        raise TypeError(f"state must be a list of paths, got {state!r}")
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be True or False, got {resume!r}")
+    if resume and not state:
+        raise TypeError("resume=True needs state=[...] naming what to resume from")
+    return MarkerSpec(
+        task.strip(),
+        agent,
+        gate,
+        tuple(checks),
+        tuple(protect),
+        max_changed_lines,
+        tuple(state),
+        resume,
+    )
 
 
 def marker_spec(item: pytest.Item) -> MarkerSpec | None:
@@ -482,6 +502,8 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
             pytrace=False,
         )
     ws = agentgate.fork(task=spec.task)
+    if spec.resume:
+        agentgate.resume(ws, spec.task)
     item.stash[WS_KEY] = ws
     try:
         yield ws
@@ -557,6 +579,7 @@ def _judge(
         test=item.nodeid,
         spec=_gate_for(engine, spec, checks),
         test_failure=_failure_text(failure) if failure is not None else None,
+        state=spec.state,
     )
     item.stash[ATTEMPT_KEY] = attempt
     hook.pytest_agentgate_verdict(item=item, attempt=attempt)

@@ -18,6 +18,7 @@ from . import oplog
 from ._constants import RUN_MARKER
 from .attempts import list_attempts
 from .repo import BaseRepo
+from .state import ref_for as state_ref_for
 
 
 @dataclass
@@ -66,6 +67,9 @@ def prune(
             if not repo.delete_ref(attempt.ref, attempt.commit):
                 report.kept += 1
                 continue
+            state_commit = attempt.trailers.get("State")
+            if state_commit:
+                repo.delete_ref(state_ref_for(attempt.ref), state_commit)
             oplog.append(
                 repo.git_dir,
                 oplog.OpRecord(

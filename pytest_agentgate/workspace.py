@@ -76,6 +76,7 @@ class Workspace:
     runs: list[_proc.CommandResult] = field(default_factory=list)
     fork_ms: float = 0.0
     recycled: int = 0
+    resumed_from: str | None = None
     _groups: list[int] = field(default_factory=list)
 
     def run(
@@ -346,6 +347,7 @@ def recycle(ws: Workspace, base: str) -> Workspace:
     except (GitError, OSError) as exc:
         raise RecycleFailed(ws.path, str(exc)) from exc
     ws.base = base
+    ws.resumed_from = None
     ws.runs.clear()
     ws.fork_ms = (time.perf_counter() - begin) * 1000
     ws.recycled += 1

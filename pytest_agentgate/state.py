@@ -1,0 +1,166 @@
+"""State that lives outside git's tracked files: captured with each attempt, restored on demand.
+
+An agent's progress is not always in the code: a SQLite database it populated, an artifact it
+built. Paths declared on the marker (``state=["data/app.db", "build/"]``) are captured after
+the test body into a commit of their own under ``refs/agentgate/state/<slug>/<n>`` (the same
+``<slug>/<n>`` as the attempt), whatever ``.gitignore`` says, so a later attempt can start from
+them (``resume=True``) and a person can restore them (``agentgate restore``). A SQLite
+database is copied through SQLite's backup API, so the capture is a consistent database even
+if the agent left a connection or a write-ahead log open.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from . import _git
+from .errors import AgentgateError
+from .repo import Author, BaseRepo
+
+PREFIX = "refs/agentgate/state/"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class StateError(AgentgateError):
+    """A declared state path that cannot be captured or restored."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"state {str(path)!r}: {reason}")
+
+
+def _files(root: Path, rel: str) -> Iterator[tuple[str, Path]]:
+    """(path in the state tree, file on disk) under one declared path; links are not followed."""
+    start = root / rel
+    if not start.resolve().is_relative_to(root.resolve()) and not start.is_symlink():
+        raise StateError(rel, "is outside the workspace")
+    if start.is_symlink() or start.is_file():
+        yield rel.strip("/"), start
+        return
+    if not start.is_dir():
+        return  # not created (yet): nothing to carry
+    for dirpath, dirnames, filenames in os.walk(start):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        for name in sorted(filenames) + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+            path = Path(dirpath) / name
+            yield str(path.relative_to(root)), path
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(16) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _consistent_copy(path: Path, scratch: Path) -> Path:
+    """A SQLite database as one consistent file (its WAL folded in); other files as they are."""
+    if not _is_sqlite(path):
+        return path
+    copy = scratch / f"db-{len(list(scratch.iterdir()))}.sqlite"
+    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        target = sqlite3.connect(copy)
+        with target:
+            source.backup(target)
+        target.close()
+    finally:
+        source.close()
+    return copy
+
+
+def capture(
+    repo: BaseRepo,
+    root: Path,
+    paths: Sequence[str],
+    *,
+    message: str,
+    author: Author,
+    parent: str | None = None,
+) -> str | None:
+    """Commit the declared state under ``root``; None when none of it exists."""
+    with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
+        scratch = Path(tmp) / "copies"
+        scratch.mkdir()
+        entries: list[tuple[str, str, Path]] = []  # (mode, tree path, file to hash or link)
+        seen: set[str] = set()
+        for rel in paths:
+            for tree_path, path in _files(root, rel):
+                if tree_path in seen:
+                    continue
+                seen.add(tree_path)
+                info = path.lstat()
+                if stat.S_ISLNK(info.st_mode):
+                    entries.append(("120000", tree_path, path))
+                else:
+                    mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
+                    entries.append((mode, tree_path, _consistent_copy(path, scratch)))
+        if not entries:
+            return None
+        files = [e for e in entries if e[0] != "120000"]
+        listing = "".join(f"{p}\n" for _, _, p in files).encode("utf-8", "surrogateescape")
+        oids = repo.git(
+            "hash-object", "-w", "--no-filters", "--stdin-paths", input=listing
+        ).out.split()
+        by_path = {str(p): oid for (_, _, p), oid in zip(files, oids, strict=True)}
+        info_lines = []
+        for mode, tree_path, path in entries:
+            if mode == "120000":
+                target = os.readlink(path).encode("utf-8", "surrogateescape")
+                oid = repo.git("hash-object", "-w", "--stdin", input=target).out.strip()
+            else:
+                oid = by_path[str(path)]
+            info_lines.append(
+                f"{mode} {oid}\t{tree_path}".encode("utf-8", "surrogateescape") + b"\0"
+            )
+        index = Path(tmp) / "index"
+        repo.git(
+            "update-index", "--add", "-z", "--index-info", index=index, input=b"".join(info_lines)
+        )
+        tree = repo.git("write-tree", index=index).out.strip()
+    return repo.commit_tree(tree, [parent] if parent else [], message, author)
+
+
+def restore(repo: BaseRepo, commit: str, dest: Path, *, overwrite: bool) -> list[str]:
+    """Write the state files of ``commit`` under ``dest``; returns their paths.
+
+    Without ``overwrite``, an existing file at any of those paths stops the restore before
+    anything is written (nothing of the user's is replaced unasked).
+    """
+    names = _git.split_z(
+        repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", commit).stdout
+    )
+    if not overwrite:
+        present = [n for n in names if (dest / n).exists() or (dest / n).is_symlink()]
+        if present:
+            raise StateError(
+                dest / present[0], f"exists; {len(present)} file(s) would be overwritten"
+            )
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
+        index = Path(tmp) / "index"
+        repo.git("read-tree", "--end-of-options", commit, index=index)
+        repo.git(
+            "checkout-index", "-a", "-f", f"--prefix={dest}{os.sep}", index=index, work_tree=dest
+        )
+    return names
+
+
+def ref_for(attempt_ref: str) -> str:
+    """``refs/agentgate/attempts/<slug>/<n>`` -> ``refs/agentgate/state/<slug>/<n>``."""
+    return PREFIX + attempt_ref.split("/", 3)[3]
+
+
+def write_ref(repo: BaseRepo, attempt_ref: str, commit: str) -> str:
+    """Name the state commit beside its attempt (created once, by compare-and-swap)."""
+    ref = ref_for(attempt_ref)
+    if not repo.update_ref(ref, commit, None, "agentgate state"):
+        raise StateError(ref, "already exists")
+    return ref

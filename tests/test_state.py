@@ -1,0 +1,128 @@
+"""State outside git (a SQLite database, a built artifact) travels with the attempt."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from helpers import git
+
+from pytest_agentgate.cli import main
+
+AGENTS = """
+import sqlite3
+import pytest
+
+STATE = ["var/inventory.db", "build/"]
+
+
+@pytest.mark.gated(task="Repair the inventory", state=STATE, gate=["false"])
+def test_first_try(agent_workspace):
+    (agent_workspace.path / "var").mkdir()
+    db = sqlite3.connect(agent_workspace.path / "var" / "inventory.db")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE stock (item TEXT, qty INTEGER)")
+    db.execute("INSERT INTO stock VALUES ('bolt', 3)")
+    db.commit()  # the connection stays open, the WAL unmerged: the capture must still be whole
+    (agent_workspace.path / "build").mkdir()
+    (agent_workspace.path / "build" / "model.bin").write_bytes(bytes(range(256)) * 64)
+    (agent_workspace.path / "fix.py").write_text("FIXED = False\\n")
+    globals()["_keep_open"] = db
+
+
+@pytest.mark.gated(task="Repair the inventory", state=STATE, resume=True, gate=[])
+def test_second_try_resumes(agent_workspace):
+    db = sqlite3.connect(agent_workspace.path / "var" / "inventory.db")
+    assert db.execute("SELECT item, qty FROM stock").fetchall() == [("bolt", 3)]
+    db.execute("INSERT INTO stock VALUES ('nut', 5)")
+    db.commit()
+    db.close()
+    assert (agent_workspace.path / "build" / "model.bin").read_bytes() == bytes(range(256)) * 64
+    (agent_workspace.path / "fix.py").write_text("FIXED = True\\n")
+"""
+
+
+def test_state_is_captured_resumed_and_restored(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (service / ".gitignore").write_text("var/\nbuild/\n__pycache__/\n")
+    git(service, "commit", "-qam", "ignore state")
+    pytester.makepyfile(test_agents=AGENTS)
+    report = pytester.path / "report.json"
+    result = pytester.runpytest(
+        f"--agentgate-repo={service}", f"--agentgate-report={report}", "-p", "no:randomly"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    first, second = json.loads(report.read_text())["attempts"]
+    assert first["verdict"] == "rejected" and first["state"]
+    assert second["verdict"] == "passed" and second["resumed_from"] == first["state"]
+    # The state lives beside the attempt, never in the code snapshot, never in the target.
+    assert (
+        git(service, "rev-parse", "refs/agentgate/state/repair-the-inventory/1") == first["state"]
+    )
+    assert git(service, "rev-parse", f"{second['state']}^") == first["state"]  # a chain of states
+    assert "var/inventory.db" not in git(
+        service, "ls-tree", "-r", "--name-only", second["attempt_ref"]
+    )
+    assert f"Agentgate-State: {second['state']}" in git(
+        service, "log", "-1", "--format=%B", second["attempt_ref"]
+    )
+
+    # A person restores the first attempt's state and reads the database as it was then.
+    out_dir = tmp_path / "restored"
+    capsys.readouterr()
+    assert (
+        main(["restore", "--repo", str(service), first["attempt_ref"], "--to", str(out_dir)]) == 0
+    )
+    db = sqlite3.connect(out_dir / "var" / "inventory.db")
+    assert db.execute("SELECT item, qty FROM stock").fetchall() == [("bolt", 3)]
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    assert (out_dir / "build" / "model.bin").stat().st_size == 256 * 64
+    # Restoring again over those files is refused unless asked; nothing is overwritten.
+    (out_dir / "build" / "model.bin").write_bytes(b"mine")
+    assert (
+        main(["restore", "--repo", str(service), first["attempt_ref"], "--to", str(out_dir)]) == 1
+    )
+    assert "would be overwritten" in capsys.readouterr().err
+    assert (out_dir / "build" / "model.bin").read_bytes() == b"mine"
+    assert (
+        main(
+            [
+                "restore",
+                "--repo",
+                str(service),
+                second["attempt_ref"],
+                "--to",
+                str(out_dir),
+                "--force",
+            ]
+        )
+        == 0
+    )
+    rows = (
+        sqlite3.connect(out_dir / "var" / "inventory.db")
+        .execute("SELECT item FROM stock ORDER BY item")
+        .fetchall()
+    )
+    assert rows == [("bolt",), ("nut",)]
+
+
+def test_restore_of_an_attempt_without_state(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    from helpers import land
+
+    land(service, {"x.txt": "x"}, task="plain")
+    assert main(["restore", "--repo", str(service), "plain", "--to", str(tmp_path / "out")]) == 2
+    assert "carries no state" in capsys.readouterr().err
+
+
+def test_resume_needs_state(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(
+        "import pytest\n\n@pytest.mark.gated(task='t', resume=True)\ndef test_t(agent_workspace):\n    pass\n"
+    )
+    result = pytester.runpytest(f"--agentgate-repo={service}")
+    result.stdout.fnmatch_lines(["*resume=True needs state=[[]...[]] naming what to resume from*"])
