@@ -338,8 +338,10 @@ class Bench:
                 return {"ref": ref, "attempt": attempt, "start": start}
 
             def plugin(s: dict) -> None:
-                out = promote.promote(self.repo, s["ref"], s["attempt"], self.base, author=AGENT,
-                                      message="merge\n", reflog_message="bench")  # fmt: skip
+                out = promote.promote(
+                    self.repo, s["ref"], s["attempt"], self.base, author=AGENT, message="merge\n",
+                    reflog_message="bench", expected_tip=s["start"],  # what the preflight read
+                )  # fmt: skip
                 assert out.move is not None
 
             def floor(s: dict, kind: str = kind) -> None:

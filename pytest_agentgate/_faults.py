@@ -1,7 +1,8 @@
 """Named fault points, so the adversarial suite can kill a real run at an exact moment.
 
 ``AGENTGATE_FAULT=<point>`` makes the process SIGKILL itself when it reaches ``<point>``;
-``<point>:int`` sends it SIGINT (Ctrl-C) instead. Unset, a point costs one dict lookup.
+``<point>:int`` sends SIGINT to its whole process group instead, as a Ctrl-C at a terminal does.
+Unset, a point costs one dict lookup.
 Points: ``gate`` (a gate command is running), ``locked`` (the promotion lock is held),
 ``merge-written`` (merge objects written, ref not moved), ``worktree-sync`` (the ref moved,
 the checked-out files not yet updated).
@@ -24,7 +25,7 @@ def point(name: str) -> None:
     if wanted == name:
         os.kill(os.getpid(), signal.SIGKILL)
     elif wanted == f"{name}:int":
-        os.kill(os.getpid(), signal.SIGINT)
+        os.killpg(os.getpgrp(), signal.SIGINT)
 
 
 @contextmanager

@@ -64,6 +64,25 @@ _SCRUBBED = frozenset(
     }
 )
 _SCRUBBED_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
+_REDIRECTING = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_COMMON_DIR",
+        "GIT_NAMESPACE",
+        "GIT_CONFIG",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_REPLACE_REF_BASE",
+        "GIT_GRAFT_FILE",
+        "GIT_SHALLOW_FILE",
+        "GIT_QUARANTINE_PATH",
+        "GIT_PREFIX",
+    }
+)
 
 # ``-c`` options on every run: no hooks, no fsmonitor daemon, no pager, no automatic gc while
 # we hold objects that no ref names yet, and ctime checked so an agent cannot hide an edit by
@@ -85,6 +104,19 @@ _SAFETY = (
 #: Identity of the committer on every commit the plugin writes, unless the environment of
 #: the calling process names one on purpose (``AGENTGATE_COMMITTER_NAME``/``_EMAIL``).
 COMMITTER = ("agentgate", "agentgate@localhost")
+
+
+def without_redirects(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` minus the variables that would point git at another repository or config.
+
+    For the commands the plugin runs on behalf of others (the agent's steps, gate commands):
+    their git must find the checkout it runs in, not whatever the pytest process inherited.
+    """
+    return {
+        key: value
+        for key, value in environ.items()
+        if key not in _REDIRECTING and not key.startswith(_SCRUBBED_PREFIXES)
+    }
 
 
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -130,6 +162,7 @@ def run(
     ok: Sequence[int] = (0,),
     safe_directory: Path | None = None,
     cwd: Path | None = None,
+    config: Sequence[str] = (),
 ) -> GitResult:
     """Run ``git <args>`` against an explicit git directory and return what it printed.
 
@@ -137,6 +170,8 @@ def run(
     ``check-ref-format``, ``init``). Raises :class:`GitError` when the exit code is not in ``ok``.
     """
     cmd: list[str] = ["git", *_SAFETY]
+    for setting in config:
+        cmd += ["-c", setting]
     if safe_directory is not None:
         cmd += ["-c", f"safe.directory={safe_directory}"]
     if git_dir is not None:
@@ -150,6 +185,8 @@ def run(
     if git_dir is None:
         # Commands without a repository must not find one above the working directory.
         extra.setdefault("GIT_CEILING_DIRECTORIES", str(Path(cwd or os.getcwd()).parent))
+    # A session of its own: a Ctrl-C at the terminal reaches the plugin (which decides when
+    # to stop) and never kills a git process halfway through writing a ref or the files.
     proc = subprocess.run(
         cmd,
         input=input,
@@ -157,6 +194,7 @@ def run(
         env=scrubbed_env(extra),
         cwd=cwd or git_dir or None,
         check=False,
+        start_new_session=True,
     )
     result = GitResult(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
     if proc.returncode not in ok:

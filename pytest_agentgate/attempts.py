@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .errors import AttemptNotFound
+from .errors import AttemptNotFound, GitError
 
 if TYPE_CHECKING:
     from .repo import Author, BaseRepo
@@ -76,11 +76,14 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
     """
     taken = [row[0].rsplit("/", 1)[-1] for row in repo.refs(f"{PREFIX}{slug}/")]
     n = max((int(x) for x in taken if x.isdigit()), default=0) + 1
-    while True:
+    for _ in range(10_000):
         ref = f"{PREFIX}{slug}/{n}"
         if repo.update_ref(ref, commit, None, message):
             return ref
         n += 1
+    raise GitError(
+        ["update-ref", f"{PREFIX}{slug}/<n>"], 1, "no free attempt number in 10,000 tries"
+    )
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ class Engine:
             # A run killed between moving the target and updating its checked-out files
             # left a journal; finish that update before anything else moves.
             with promote.target_lock(self.repo, self.ref):
-                promote.recover_worktree(self.repo)
+                promote.recover_worktree(self.repo, self.ref)
             return
         run_id = run_id or uuid.uuid4().hex
         marker = self.repo.private_dir / "dryrun" / f"{self.target.replace('/', '%2F')}.run"
@@ -286,9 +286,9 @@ class Engine:
         return self.repo.merge_preview(tip, attempt.commit)
 
     def capture_state(self, attempt: Attempt, paths: Sequence[str]) -> str | None:
-        """Commit the declared state the agent left (see :mod:`pytest_agentgate.state`)."""
+        """Commit the declared state the agent left into ``attempt.state``; say what failed."""
         try:
-            return state_module.capture(
+            attempt.state = state_module.capture(
                 self.repo,
                 attempt.path,
                 paths,
@@ -297,8 +297,8 @@ class Engine:
                 parent=attempt.resumed_from,
             )
         except (state_module.StateError, OSError, sqlite3.Error) as exc:
-            attempt.verdict = Verdict("error", f"state could not be captured: {exc}", "state")
-            return None
+            return f"state could not be captured: {exc}"
+        return None
 
     def resume(self, ws: Workspace, task: str) -> str | None:
         """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
@@ -429,15 +429,18 @@ class Engine:
         spec = spec or self.gate
         ws.end_processes()
         try:
-            attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks)
+            # State first: it is what the agent left, whatever the verdict will be.
+            problem = self.capture_state(attempt, state) if state else None
+            if problem is not None:
+                attempt.verdict = Verdict("error", problem, "state")
+            else:
+                attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks)
         except AgentgateError as exc:
             attempt.verdict = Verdict("error", str(exc), "engine")
         finally:
             clock = time.perf_counter()
             if attempt.target_before is None:  # decided before preflight read it
                 attempt.target_before = self.repo.ref_value(self.ref)
-            if state:
-                attempt.state = self.capture_state(attempt, state)
             self.record(attempt)
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
@@ -507,4 +510,5 @@ class Engine:
         attempt.move = outcome.move
         if outcome.move is not None:
             self._known_tips.add(outcome.move.new)
-        return Verdict("promoted" if self.promote_enabled else "passed", "", "")
+        problem = outcome.move.problem if outcome.move else None
+        return Verdict("promoted" if self.promote_enabled else "passed", problem or "", "")

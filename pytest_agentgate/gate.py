@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _faults, _proc
+from . import _faults, _git, _proc
 from .workspace import changed_lines, checkout_tree
 
 if TYPE_CHECKING:
@@ -115,8 +115,11 @@ def run_commands(
     """Run each gate command in its own clean checkout of ``tree``; the first failure decides."""
     for command in spec.commands:
         checkout = checkout_tree(repo, tree, workdir, name=label)
-        env = dict(os.environ)
+        # What the gate runs is the agent's code: give its git no inherited repository to
+        # reach, and no way up out of the checkout (which has no .git of its own).
+        env = _git.without_redirects(os.environ)
         env.update(spec.env)
+        env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
         env.pop("PYTEST_XDIST_WORKER", None)

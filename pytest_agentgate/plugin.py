@@ -266,11 +266,12 @@ class AgentgateRun:
         self.engine_: Engine | None = None
         self.rows: list[Mapping[str, Any]] = []
         self.gated_items = 0
+        self.held: list[int] = []  # locks that mark this run's directory as live
 
     def engine(self) -> Engine:
         """The engine for this run, opened (and every setting checked) on first use."""
         if self.engine_ is None:
-            self.engine_ = open_engine(self.config, self.run_id)
+            self.engine_ = open_engine(self.config, self.run_id, self.held)
             self.engine_.start(self.run_id)
         return self.engine_
 
@@ -296,6 +297,10 @@ class AgentgateRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["agentgate_run_id"] = self.run_id
+
+    def pytest_unconfigure(self) -> None:
+        while self.held:
+            os.close(self.held.pop())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.rows:
@@ -365,15 +370,24 @@ def _globs(values: list[str]) -> tuple[str, ...]:
     return () if globs == ("none",) else globs
 
 
-def _run_dir(root: Path, run_id: str) -> Path:
-    """This run's directory under a user-chosen workdir, marked so prune knows it is ours."""
+def _run_dir(root: Path, run_id: str, held: list[int]) -> Path:
+    """This run's directory under a user-chosen workdir, marked so prune knows it is ours.
+
+    The marker is held with a shared ``flock`` until the run ends (its descriptor goes into
+    ``held``), so no prune (by another run or ``agentgate prune``) removes a live run.
+    """
+    import fcntl
+
     path = root.resolve() / f"run-{run_id[:12]}"
     path.mkdir(parents=True, exist_ok=True)
-    (path / RUN_MARKER).touch()
+    fd = os.open(path / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    os.utime(fd)
+    held.append(fd)
     return path
 
 
-def open_engine(config: pytest.Config, run_id: str) -> Engine:
+def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     """Build the engine from the settings; every bad value is a usage error (exit code 4)."""
     from .engine import Engine
     from .errors import AgentgateError
@@ -408,7 +422,7 @@ def open_engine(config: pytest.Config, run_id: str) -> Engine:
             },
             promote=bool(promote),
             retest=not no_retest,
-            workdir=_run_dir(Path(workdir), run_id) if workdir else None,
+            workdir=_run_dir(Path(workdir), run_id, held) if workdir else None,
             gate=GateSpec(
                 commands=tuple(c for c in (commands or ()) if c.strip()),
                 timeout=float(timeout),
@@ -458,9 +472,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     return report
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     gated = [item for item in items if SPEC_KEY in item.stash]
-    if not gated:
+    if not gated or config.option.collectonly:
         return
     if os.environ.get(ACTIVE_ENV) == "1":
         skip = pytest.mark.skip(reason="agentgate: gated tests do not run inside a gate command")
@@ -547,8 +562,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     try:
         result = yield
     except pytest.skip.Exception:
-        raise
-    except Exception as exc:
+        raise  # a skipped test is no attempt
+    except (Exception, pytest.fail.Exception) as exc:  # fail(), xfail() and timeouts too
         failure = exc
     attempt = _judge(item, ws, spec, failure)
     if failure is not None:

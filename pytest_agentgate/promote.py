@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _faults, oplog
+from . import _faults, _git, oplog
 from .errors import (
+    AgentgateError,
     DirtyWorktree,
     GateFailed,
     GitError,
@@ -31,7 +32,6 @@ from .errors import (
 from .repo import Author, BaseRepo
 
 LOCK_POLL_S = 0.002
-_JOURNAL = "worktree-sync.json"
 MAX_RETRIES = 20
 
 
@@ -46,6 +46,8 @@ class Move:
     tree: str
     retested: bool = False
     lock_wait_ms: float = 0.0
+    #: A problem after the ref moved (the checked-out files lag); the move itself stands.
+    problem: str | None = None
 
 
 def target_ref(branch: str, dry_run: bool) -> str:
@@ -79,10 +81,28 @@ def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
 
 
 def checked_out(repo: BaseRepo, ref: str) -> bool:
-    """Whether ``ref`` is the branch checked out in the base repository's working tree."""
+    """Whether ``ref`` is the branch checked out in the base repository's main working tree."""
     if repo.bare or not ref.startswith("refs/heads/"):
         return False
     return repo.head_branch() == ref[len("refs/heads/") :]
+
+
+def linked_checkout(repo: BaseRepo, ref: str) -> Path | None:
+    """A linked worktree (``git worktree add``) that has ``ref`` checked out, if any."""
+    folder = repo.git_dir / "worktrees"
+    if not ref.startswith("refs/heads/") or not folder.is_dir():
+        return None
+    for entry in folder.iterdir():
+        try:
+            head = (entry / "HEAD").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if head == f"ref: {ref}":
+            try:
+                return Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
+            except OSError:
+                return entry
+    return None
 
 
 def dirty_paths(repo: BaseRepo) -> list[str]:
@@ -103,8 +123,58 @@ def _refresh(repo: BaseRepo) -> None:
         raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
 
 
-def _journal(repo: BaseRepo) -> Path:
-    return repo.private_dir / _JOURNAL
+def _journal(repo: BaseRepo, ref: str) -> Path:
+    """The journal of one ref's pending working-tree update (one per ref, as the locks are)."""
+    return repo.private_dir / f"worktree-sync-{ref.replace('/', '%2F')}.json"
+
+
+def _in_the_way(repo: BaseRepo, old: str, new: str) -> list[str]:
+    """Untracked or ignored files where ``new`` puts a file: git would overwrite them silently.
+
+    git treats ignored files as expendable, so its own checks pass while a user's ignored
+    database or build directory is replaced. The plugin never does that: such a path blocks.
+    """
+    assert repo.worktree is not None
+    out = repo.git(
+        "diff-tree", "-r", "-z", "--no-renames", "--name-status", "--diff-filter=AD",
+        "--end-of-options", old, new,
+    ).stdout  # fmt: skip
+    fields = _git.split_z(out)
+    pairs = list(zip(fields[0::2], fields[1::2], strict=False))
+    deleted = {path for status, path in pairs if status == "D"}
+    blocked = []
+    for status, rel in pairs:
+        if status != "A":
+            continue
+        target = repo.worktree / rel
+        if os.path.lexists(target):
+            # A directory whose every file the new commit deletes is git's own D/F change.
+            if not (
+                target.is_dir()
+                and not target.is_symlink()
+                and _only(target, repo.worktree, deleted)
+            ):
+                blocked.append(rel)
+            continue
+        parent, prefix = repo.worktree, ""
+        for part in rel.split("/")[:-1]:
+            parent, prefix = parent / part, f"{prefix}{part}"
+            if (
+                parent.is_symlink() or (parent.exists() and not parent.is_dir())
+            ) and prefix not in deleted:
+                blocked.append(prefix)
+                break
+            prefix += "/"
+    return blocked
+
+
+def _only(folder: Path, top: Path, deleted: set[str]) -> bool:
+    """Whether every file under ``folder`` is one of ``deleted`` (paths relative to ``top``)."""
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            if str((Path(dirpath) / name).relative_to(top)) not in deleted:
+                return False
+    return True
 
 
 def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
@@ -113,6 +183,12 @@ def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
     dirty = dirty_paths(repo)
     if dirty:
         raise DirtyWorktree(repo.worktree, dirty)
+    in_the_way = _in_the_way(repo, old, new)
+    if in_the_way:
+        raise WorktreeBlocked(
+            repo.worktree,
+            f"untracked or ignored files are where the new commit puts files: {', '.join(in_the_way[:5])}",
+        )
     probe = repo.git("read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128))
     if probe.returncode != 0:
         raise WorktreeBlocked(repo.worktree, probe.stderr)
@@ -125,9 +201,16 @@ def sync_worktree(repo: BaseRepo, old: str, new: str) -> None:
     _refresh(repo)
 
 
-def recover_worktree(repo: BaseRepo) -> str | None:
-    """Finish a working-tree update a killed process left half done; say what was done."""
-    journal = _journal(repo)
+def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
+    """Finish a working-tree update of ``ref`` that a killed process left; say what was done.
+
+    Called with ``ref``'s lock held. If the update was cut off halfway (some files already
+    new, the index still old), the files already at their new content are staged as such
+    first, so the two-tree merge carries on from there. Anything else (a file that is
+    neither old nor new: somebody edited it since) is not guessed at: the journal stays and
+    the error says what to look at.
+    """
+    journal = _journal(repo, ref)
     try:
         data = json.loads(journal.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -135,31 +218,72 @@ def recover_worktree(repo: BaseRepo) -> str | None:
     except ValueError:
         journal.unlink(missing_ok=True)
         return None
-    ref, old, new = data["ref"], data["old"], data["new"]
+    old, new = data["old"], data["new"]
     note = None
     if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
         index_tree = repo.git("write-tree", ok=(0, 128)).out.strip()
         if index_tree == repo.tree_of(old):
-            sync_worktree(repo, old, new)
+            try:
+                sync_worktree(repo, old, new)
+            except GitError:
+                _stage_finished_paths(repo, old, new)
+                try:
+                    sync_worktree(repo, old, new)
+                except GitError as exc:
+                    raise WorktreeBlocked(
+                        repo.worktree,
+                        f"an interrupted update from {old[:12]} to {new[:12]} could not be finished "
+                        f"({exc.stderr.strip()}); check 'git status' there, then delete {journal}",
+                    ) from exc
             note = f"finished updating {repo.worktree} from {old[:12]} to {new[:12]}"
     journal.unlink(missing_ok=True)
     return note
 
 
+def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> None:
+    """Stage the paths whose files already hold ``new``'s content (or are gone, if deleted)."""
+    assert repo.worktree is not None
+    raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
+    fields = raw.split(b"\0")
+    info = []
+    for meta, path in zip(fields[0:-1:2], fields[1::2], strict=False):
+        _om, new_mode, _oo, new_oid, status = meta[1:].decode("ascii").split(" ")
+        rel = path.decode("utf-8", "surrogateescape")
+        target = repo.worktree / rel
+        if status == "D":
+            if not os.path.lexists(target):
+                info.append(f"0 {'0' * 40}\t{rel}")
+        elif target.is_file() and not target.is_symlink():
+            have = repo.git("hash-object", "--no-filters", "--", str(target)).out.strip()
+            if have == new_oid:
+                info.append(f"{new_mode} {new_oid}\t{rel}")
+    if info:
+        payload = "".join(line + "\0" for line in info).encode("utf-8", "surrogateescape")
+        repo.git("update-index", "-z", "--index-info", work_tree=repo.worktree, input=payload)
+
+
 def move_target(
     repo: BaseRepo, ref: str, new: str, old: str, message: str, *, update_worktree: bool = True
-) -> bool:
+) -> tuple[bool, str | None]:
     """Compare-and-swap ``ref`` from ``old`` to ``new`` and bring a checked-out tree along.
 
-    Returns False when the ref was not at ``old`` (nothing changed). Raises
-    :class:`DirtyWorktree` or :class:`WorktreeBlocked` before moving anything.
+    Returns (moved, problem): moved is False when the ref was not at ``old`` (nothing
+    changed); problem says why the checked-out files could not follow a ref that did move
+    (the journal stays, the next run finishes the update). Raises :class:`DirtyWorktree` or
+    :class:`WorktreeBlocked` before moving anything.
     """
+    linked = linked_checkout(repo, ref)
+    if linked is not None:
+        raise WorktreeBlocked(
+            linked,
+            f"{ref} is checked out in this linked worktree, which a promotion would leave behind",
+        )
     follow = update_worktree and checked_out(repo, ref)
     if follow:
         check_worktree(repo, old, new)
+    journal = _journal(repo, ref)
     with _faults.uninterrupted():
         if follow:
-            journal = _journal(repo)
             tmp = journal.with_suffix(".tmp")
             tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
             os.replace(tmp, journal)
@@ -167,14 +291,20 @@ def move_target(
             moved = repo.update_ref(ref, new, old, message, reflog=True)
         except BaseException:
             if follow:
-                _journal(repo).unlink(missing_ok=True)
+                journal.unlink(missing_ok=True)
             raise
-        if follow:
-            if moved:
-                _faults.point("worktree-sync")
-                sync_worktree(repo, old, new)
-            _journal(repo).unlink(missing_ok=True)
-    return moved
+        if not follow:
+            return moved, None
+        if not moved:
+            journal.unlink(missing_ok=True)
+            return False, None
+        _faults.point("worktree-sync")
+        try:
+            sync_worktree(repo, old, new)
+        except AgentgateError as exc:
+            return True, f"the checked-out files were not updated ({exc}); the next run finishes it"
+        journal.unlink(missing_ok=True)
+    return True, None
 
 
 # -- promotion ------------------------------------------------------------------------
@@ -217,7 +347,7 @@ def promote(
     """
     begin = time.perf_counter()
     with target_lock(repo, ref) as waited:
-        recover_worktree(repo)
+        recover_worktree(repo, ref)
         # Optimistic first round: presume the target is still at the base. The
         # compare-and-swap itself checks that, so the common fast-forward costs one git call.
         # A checked-out target is read first: its files must be checked against the real tip.
@@ -240,8 +370,9 @@ def promote(
                 new = repo.commit_tree(preview.tree, [tip, commit], message, author)
                 kind, tree = "merge", preview.tree
                 _faults.point("merge-written")
-            if move_target(repo, ref, new, tip, f"{reflog_message} ({kind})"):
-                move = Move(ref, tip, new, kind, tree, retested, waited)
+            moved, problem = move_target(repo, ref, new, tip, f"{reflog_message} ({kind})")
+            if moved:
+                move = Move(ref, tip, new, kind, tree, retested, waited, problem)
                 _log(repo, "promote", move, agent, task, begin)
                 return PromoteOutcome(move)
             tip = repo.ref_value(ref)
@@ -249,7 +380,11 @@ def promote(
 
 
 def _log(repo: BaseRepo, op: str, move: Move, agent: str, task: str, begin: float) -> None:
-    objects, size = repo.count_new_objects(move.new, move.old)
+    """Log a move that happened. Counting is best effort: a move is never undone by its log."""
+    try:
+        objects, size = repo.count_new_objects(move.new, move.old)
+    except AgentgateError:
+        objects, size = -1, -1
     oplog.append(
         repo.git_dir,
         oplog.OpRecord(
@@ -262,7 +397,7 @@ def _log(repo: BaseRepo, op: str, move: Move, agent: str, task: str, begin: floa
             objects=objects,
             bytes=size,
             duration_ms=round((time.perf_counter() - begin) * 1000, 3),
-            note=move.kind,
+            note=move.kind + (f"; {move.problem}" if move.problem else ""),
         ),
     )
 
@@ -284,7 +419,7 @@ def rollback(
     begin = time.perf_counter()
     tree = repo.tree_of(to)
     with target_lock(repo, ref):
-        recover_worktree(repo)
+        recover_worktree(repo, ref)
         # With --expect the compare-and-swap checks the tip; without, read it first.
         tip = expect if expect is not None else repo.ref_value(ref)
         if tip is None:
@@ -295,15 +430,21 @@ def rollback(
             f"Agentgate-Agent: {agent}\nAgentgate-Rollback-To: {to}\n"
         )
         if dry_run:
+            actual = repo.ref_value(ref)
+            if actual != tip:
+                raise RefMoved(ref, expect, actual)
             if checked_out(repo, ref):
                 dirty = dirty_paths(repo)
                 if dirty:
                     raise DirtyWorktree(repo.worktree, dirty)
             return Move(ref, tip, "", "rollback", tree)
         new = repo.commit_tree(tree, [tip], message, author)
-        if not move_target(repo, ref, new, tip, f"agentgate rollback to {to[:12]} by {agent}"):
+        moved, problem = move_target(
+            repo, ref, new, tip, f"agentgate rollback to {to[:12]} by {agent}"
+        )
+        if not moved:
             raise RefMoved(ref, tip, repo.ref_value(ref))
-        move = Move(ref, tip, new, "rollback", tree)
+        move = Move(ref, tip, new, "rollback", tree, problem=problem)
         _log(repo, "rollback", move, agent, f"rollback to {to}", begin)
         return move
 
@@ -328,7 +469,7 @@ def revert(
     """
     begin = time.perf_counter()
     with target_lock(repo, ref):
-        recover_worktree(repo)
+        recover_worktree(repo, ref)
         tip = repo.ref_value(ref)
         if tip is None or (expect is not None and tip != expect):
             raise RefMoved(ref, expect, tip)
@@ -346,16 +487,21 @@ def revert(
             if not ok:
                 raise GateFailed(why, output)
         if dry_run:
+            if checked_out(repo, ref):
+                dirty = dirty_paths(repo)
+                if dirty:
+                    raise DirtyWorktree(repo.worktree, dirty)
             return Move(ref, tip, "", "revert", preview.tree)
         message = (
             f"agentgate revert: {task}\n\nReverts the change of attempt {attempt_commit}.\n\n"
             f"Agentgate-Agent: {agent}\nAgentgate-Reverts: {attempt_commit}\n"
         )
         new = repo.commit_tree(preview.tree, [tip], message, author)
-        if not move_target(
+        moved, problem = move_target(
             repo, ref, new, tip, f"agentgate revert {attempt_commit[:12]} by {agent}"
-        ):
+        )
+        if not moved:
             raise RefMoved(ref, tip, repo.ref_value(ref))
-        move = Move(ref, tip, new, "revert", preview.tree)
+        move = Move(ref, tip, new, "revert", preview.tree, problem=problem)
         _log(repo, "revert", move, agent, task, begin)
         return move

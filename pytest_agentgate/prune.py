@@ -106,9 +106,25 @@ def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:
 
 
 def old_runs(root: Path, keep: int) -> list[Path]:
-    """Run directories under ``root`` (only those the engine marked), oldest beyond ``keep``."""
+    """Run directories under ``root`` (only those a run marked), oldest beyond ``keep``.
+
+    A run still going holds a shared lock on its marker; it is never listed.
+    """
     if not root.is_dir():
         return []
     runs = [p for p in root.iterdir() if p.is_dir() and (p / RUN_MARKER).is_file()]
     runs.sort(key=lambda p: (p / RUN_MARKER).stat().st_mtime, reverse=True)
-    return runs[keep:]
+    return [p for p in runs[keep:] if not _live(p / RUN_MARKER)]
+
+
+def _live(marker: Path) -> bool:
+    import fcntl
+
+    fd = os.open(marker, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's lock
+    return False

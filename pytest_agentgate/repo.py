@@ -70,6 +70,7 @@ class BaseRepo:
         self.worktree = worktree
         # commit -> tree; commits never change, so this cache is never stale.
         self._trees: dict[str, str] = {}
+        self._no_filters: tuple[str, ...] | None = None
 
     @classmethod
     def open(cls, path: str | Path, source: str = "") -> BaseRepo:
@@ -130,7 +131,42 @@ class BaseRepo:
             input=input,
             ok=ok,
             safe_directory=self.worktree or self.git_dir,
+            config=self.no_filters(),
         )
+
+    def no_filters(self) -> tuple[str, ...]:
+        """``-c`` settings that switch off every configured clean/smudge filter driver.
+
+        Filter programs come from trusted configuration, but *which* files they run on is
+        chosen by ``.gitattributes``, which the agent writes. So the plugin runs none: files
+        are stored and checked out byte for byte (Git LFS pointers stay pointers, nothing is
+        fetched). Read once per repository.
+        """
+        if self._no_filters is None:
+            out = _git.run(
+                [
+                    "config",
+                    "--null",
+                    "--get-regexp",
+                    r"^filter\..*\.(clean|smudge|process|required)$",
+                ],
+                git_dir=self.git_dir,
+                ok=(0, 1),
+                safe_directory=self.worktree or self.git_dir,
+            ).out
+            names = sorted(
+                {
+                    item.split("\n", 1)[0][len("filter.") :].rsplit(".", 1)[0]
+                    for item in out.split("\0")
+                    if item
+                }
+            )
+            self._no_filters = tuple(
+                f"filter.{name}.{key}" + ("=false" if key == "required" else "=")
+                for name in names
+                for key in ("clean", "smudge", "process", "required")
+            )
+        return self._no_filters
 
     # -- names --------------------------------------------------------------------------
 
@@ -251,11 +287,12 @@ class BaseRepo:
             raw = self.git(
                 "diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options", old, new
             ).stdout
-            changed = {
-                field.decode().split(" ")[3]
-                for field in raw.split(b"\0")
-                if field.startswith(b":") and not field.decode().split(" ")[3].startswith("0000000")
-            }
+            changed = set()
+            # Records come in pairs, ":<meta>" then the path; a path may itself start with ":".
+            for meta in raw.split(b"\0")[0:-1:2]:
+                parts = meta.split(b" ")
+                if len(parts) == 5 and parts[0].startswith(b":") and parts[3].strip(b"0"):
+                    changed.add(parts[3].decode("ascii"))
             root = self.tree_of(new)
             oids = [new, *({root} - {self.tree_of(old)}), *sorted(changed)]
         # New objects are loose: their size on disk is the file's. Packed ones (rare) are asked.
@@ -287,7 +324,7 @@ class BaseRepo:
         stale = _git.LOCK_HELD.search(result.stderr)
         if stale:
             raise StaleLock(stale[1])
-        if "cannot lock ref" in result.stderr or "but expected" in result.stderr:
+        if any(lost in result.stderr for lost in _LOST_RACE):
             return False
         raise GitError(args, result.returncode, result.stderr)
 
@@ -296,6 +333,10 @@ class BaseRepo:
             "update-ref", "-m", message, "-d", "--end-of-options", ref, old, ok=(0, 1, 128)
         )
         return result.returncode == 0
+
+
+# How update-ref says the old value did not match: a lost race, not a failure.
+_LOST_RACE = ("but expected", "reference already exists", "unable to resolve reference")
 
 
 def _looks_like_git_dir(path: Path) -> bool:

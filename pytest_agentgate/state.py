@@ -99,6 +99,8 @@ def capture(
                 info = path.lstat()
                 if stat.S_ISLNK(info.st_mode):
                     entries.append(("120000", tree_path, path))
+                elif not stat.S_ISREG(info.st_mode):
+                    continue  # a FIFO, socket or device is not state that can be carried
                 else:
                     mode = "100755" if info.st_mode & stat.S_IXUSR else "100644"
                     entries.append((mode, tree_path, _consistent_copy(path, scratch)))

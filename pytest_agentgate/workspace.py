@@ -48,8 +48,9 @@ class Snapshot:
     tree: str
     changes: tuple[Change, ...]
     excluded: tuple[str, ...] = ()
-    problems: tuple[str, ...] = ()
     hashed: int = 0
+    #: Gitlinks the agent changed or removed; the snapshot keeps the base's value.
+    kept_gitlinks: tuple[str, ...] = ()
 
     @property
     def changed_paths(self) -> tuple[str, ...]:
@@ -77,6 +78,8 @@ class Workspace:
     fork_ms: float = 0.0
     recycled: int = 0
     resumed_from: str | None = None
+    #: When the private index was last written (0: known to be stat-valid).
+    index_written: float = 0.0
     _groups: list[int] = field(default_factory=list)
 
     def run(
@@ -91,12 +94,8 @@ class Workspace:
         ``GIT_CEILING_DIRECTORIES`` stops an agent that deleted its ``.git`` from reaching
         a repository that encloses the workspace.
         """
-        run_env = _git.scrubbed_env(env)
-        for key in ("GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "LC_ALL", "LANGUAGE"):
-            if key in os.environ:
-                run_env[key] = os.environ[key]
-            elif env is None or key not in env:
-                run_env.pop(key, None)
+        run_env = _git.without_redirects(os.environ)
+        run_env.update(env or {})
         run_env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
         result = _proc.run_command(
             cmd, cwd=self.path, env=run_env, timeout=timeout, started=self._groups
@@ -137,6 +136,7 @@ def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -
         repo=repo,
         index=index,
         fork_ms=(time.perf_counter() - begin) * 1000,
+        index_written=time.time(),
     )
 
 
@@ -183,46 +183,65 @@ def snapshot(
 ) -> Snapshot:
     """Turn the files the agent left into a tree whose parent is the base.
 
-    One pass lists what differs from the private index (new, modified, deleted, honouring
-    ``.gitignore``); only those paths are hashed. Secrets matching ``exclude`` stay out and
-    are named in the result; nested repositories and paths git refuses raise
-    :class:`SnapshotRefused`. The limits are checked from file sizes before anything is read.
+    One pass lists what differs from the private index (new, modified, deleted; ignore rules
+    honoured); only those paths become new objects. Secrets matching ``exclude`` stay out and
+    are named in the result. Gitlinks keep the base's value (an agent cannot repoint a
+    submodule). Nested repositories and paths git refuses raise :class:`SnapshotRefused`.
+    The limits are checked from file sizes before anything is read.
     """
     repo = ws.repo
+    _settle_index(ws)
     listed = repo.git(
-        "ls-files", "-z", "--others", "--modified", "--exclude-standard",
+        "ls-files", "-z", "-t", "--others", "--modified", "--exclude-standard",
         work_tree=ws.path, index=ws.index,
     ).stdout  # fmt: skip
-    paths = list(dict.fromkeys(_git.split_z(listed)))
-    nested = [p.rstrip("/") for p in paths if p.endswith("/")]
+    others: dict[str, None] = {}
+    tracked: dict[str, None] = {}
+    for entry in _git.split_z(listed):
+        tag, _, rel = entry.partition(" ")
+        (others if tag == "?" else tracked)[rel] = None
+    nested = [p.rstrip("/") for p in others if p.endswith("/")]
     if nested:
         raise SnapshotRefused(
             f"nested git repository at {', '.join(nested)}: an agent may not add a repository "
             "inside the workspace (it would be stored as a gitlink)"
         )
-    excluded = tuple(p for p in paths if _matches(p, exclude))
-    keep = [p for p in paths if p not in excluded]
-    if len(keep) > max_files:
-        raise SnapshotRefused(f"attempt changes {len(keep)} files, over the limit of {max_files}")
+    excluded = tuple(p for p in (*tracked, *others) if _matches(p, exclude))
+    # Tracked paths that are no longer a file here: deleted, now a directory, or behind a
+    # symlink. They leave the index first; a gitlink among them keeps the base's value.
+    gone = [p for p in tracked if p not in excluded and not _is_file_here(ws.path, p)]
+    gitlinks = _gitlinks(ws, gone) | _gitlinks(ws, [p for p in tracked if (ws.path / p).is_dir()])
+    removals = [p for p in gone if p not in gitlinks]
+    additions = [
+        p
+        for p in (*tracked, *others)
+        if p not in excluded and p not in gitlinks and p not in removals
+    ]
+    if len(additions) + len(removals) > max_files:
+        raise SnapshotRefused(
+            f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
+        )
     total = 0
-    for rel in keep:
-        try:
-            total += (ws.path / rel).lstat().st_size
-        except OSError:
-            continue  # deleted
+    for rel in additions:
+        total += (ws.path / rel).lstat().st_size
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
-    if keep:
-        payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in keep)
-        try:
-            repo.git(
-                "update-index", "--add", "--remove", "--replace", "-z", "--stdin",
-                work_tree=ws.path, index=ws.index, input=payload,
-            )  # fmt: skip
-        except GitError as err:
-            raise SnapshotRefused(
-                f"git refused a path the agent wrote: {err.stderr.strip()}"
-            ) from err
+    try:
+        for flags, paths in ((("--force-remove",), removals), (("--add", "--replace"), additions)):
+            if paths:
+                payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+                repo.git(
+                    "update-index",
+                    *flags,
+                    "-z",
+                    "--stdin",
+                    work_tree=ws.path,
+                    index=ws.index,
+                    input=payload,
+                )
+    except GitError as err:
+        raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
+    ws.index_written = time.time()
     tree = repo.git("write-tree", index=ws.index).out.strip()
     base_tree = repo.tree_of(ws.base)
     return Snapshot(
@@ -231,8 +250,50 @@ def snapshot(
         tree=tree,
         changes=diff_trees(repo, base_tree, tree),
         excluded=excluded,
-        hashed=len(keep),
+        hashed=len(additions),
+        kept_gitlinks=tuple(sorted(gitlinks)),
     )
+
+
+def _settle_index(ws: Workspace) -> None:
+    """Make the private index stat-valid once a second has passed since it was written.
+
+    git trusts a file's stat data only when the file is older than the index; files written
+    in the same second as the index are "racily clean" and have their content compared, by
+    every command that reads the index. One refresh, a second or more later, compares them
+    once and rewrites the index, so the snapshot's own pass is stat-only.
+    """
+    if ws.index_written and time.time() - ws.index_written >= 1.0:
+        ws.repo.git("update-index", "-q", "--refresh", work_tree=ws.path, index=ws.index, ok=(0, 1))
+        ws.index_written = 0.0
+
+
+def _is_file_here(root: Path, rel: str) -> bool:
+    """Whether ``rel`` is a file or symlink reached without passing through a symlink."""
+    path = root
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        path = path / part
+        if path.is_symlink() or not path.is_dir():
+            return False
+    last = path / parts[-1]
+    return last.is_symlink() or last.is_file()
+
+
+def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
+    """Those of ``paths`` that the private index holds as gitlinks (submodules)."""
+    if not paths:
+        return set()
+    specs = [f":(literal){p}" for p in paths]
+    out = ws.repo.git(
+        "ls-files", "-z", "-s", "--", *specs, work_tree=ws.path, index=ws.index
+    ).stdout
+    found = set()
+    for entry in _git.split_z(out):
+        meta, _, rel = entry.partition("\t")
+        if meta.startswith("160000"):
+            found.add(rel)
+    return found
 
 
 def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[Change, ...]:
@@ -347,6 +408,7 @@ def recycle(ws: Workspace, base: str) -> Workspace:
     except (GitError, OSError) as exc:
         raise RecycleFailed(ws.path, str(exc)) from exc
     ws.base = base
+    ws.index_written = time.time()
     ws.resumed_from = None
     ws.runs.clear()
     ws.fork_ms = (time.perf_counter() - begin) * 1000

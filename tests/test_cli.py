@@ -353,3 +353,20 @@ def test_demo_leaves_nothing_behind_and_runs_as_a_console_script(tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rollback_dry_run_checks_expect(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, _, err = agentgate(
+        capsys,
+        "rollback",
+        "--repo",
+        str(service),
+        "--to",
+        history["start"],
+        "--expect",
+        history["a"],
+        "--dry-run",
+    )
+    assert code == 1 and "not at the expected" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -575,3 +576,109 @@ def test_target_moved_outside_agentgate_is_noted_and_merged_onto(
         for x in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     ]
     assert [r["note"] for r in log if r["op"] == "external-move"] == ["commit: by hand"]
+
+
+def test_failing_with_pytest_fail_is_still_recorded(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(test_agent=gated_test(APPEND_TOTAL + "    pytest.fail('agent gave up')\n"))
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(failed=1)
+    [row] = rows(pytester)
+    assert row["verdict"] == "rejected" and "agent gave up" in row["reason"]
+
+
+def test_collect_only_and_deselected_runs_touch_nothing(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(test_agent=gated_test() + "\n\ndef test_plain():\n    pass\n")
+    result = run(pytester, service, "--collect-only")
+    assert result.ret == 0
+    result = run(pytester, service, "-k", "plain", "--agentgate-target=nope")
+    result.assert_outcomes(passed=1)
+    assert git(service, "for-each-ref", "refs/agentgate/") == ""
+    assert not (service / ".git" / "agentgate").exists()
+
+
+def test_ignored_files_in_the_base_checkout_are_never_overwritten(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    (service / ".gitignore").write_text("*.log\ndata/\n")
+    git(service, "commit", "-qam", "ignore logs and data")
+    (service / "app.log").write_text("the user's log\n")
+    (service / "data").mkdir()
+    (service / "data" / "db.sqlite").write_text("the user's database\n")
+    before = git(service, "rev-parse", "main")
+    pytester.makepyfile(
+        test_agent=gated_test(
+            "    (agent_workspace.path / 'app.log').write_text('agent')\n"
+            "    (agent_workspace.path / 'data').write_text('a file where a directory was')\n"
+            "    import subprocess\n"
+            "    subprocess.run(['git', 'add', '-f', 'app.log', 'data'], cwd=agent_workspace.path, check=True)\n",
+            'task="Commit ignored names", gate=[]',
+        )
+    )
+    # The snapshot honours .gitignore, so the agent's ignored files are not in it...
+    result = run(pytester, service, "--agentgate-promote")
+    result.assert_outcomes(failed=1)  # ...and then there is nothing left to promote
+    assert git(service, "rev-parse", "main") == before
+    # Now a change that really tracks those names lands through the engine directly.
+    from helpers import land
+
+    attempt = land(
+        service, {".gitignore": "", "app.log": "agent\n", "data": "file\n"}, task="track them"
+    )
+    assert attempt.verdict.status == "error"
+    assert (
+        "untracked or ignored files are where the new commit puts files: app.log, data"
+        in attempt.verdict.reason
+    )
+    assert (service / "app.log").read_text() == "the user's log\n"
+    assert (service / "data" / "db.sqlite").read_text() == "the user's database\n"
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_target_checked_out_in_a_linked_worktree_blocks(service: Path, tmp_path: Path) -> None:
+    from helpers import land
+
+    git(service, "branch", "feature")
+    git(service, "worktree", "add", "-q", str(tmp_path / "linked"), "feature")
+    from pytest_agentgate import Engine, GateSpec
+
+    engine = Engine.open(
+        service,
+        "feature",
+        promote=True,
+        workdir=tmp_path / "w",
+        gate=GateSpec(outcome_is_enough=True),
+    )
+    ws = engine.fork(task="feature work")
+    (ws.path / "f.txt").write_text("f")
+    attempt = engine.run_attempt(ws, task="feature work")
+    assert attempt.verdict.status == "error" and "linked worktree" in attempt.verdict.reason
+    assert git(service, "rev-parse", "feature") == git(service, "rev-parse", "main")
+    assert land  # the helper is importable alongside
+
+
+def test_prune_never_removes_a_live_run(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    import fcntl
+
+    from pytest_agentgate.prune import old_runs
+
+    root = tmp_path / "work"
+    runs = []
+    for i in range(3):
+        run_dir = root / f"run-{i}"
+        run_dir.mkdir(parents=True)
+        (run_dir / ".agentgate-run").write_text("")
+        os.utime(run_dir / ".agentgate-run", (1000 + i, 1000 + i))
+        runs.append(run_dir)
+    fd = os.open(runs[0] / ".agentgate-run", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # the oldest run is still going
+    try:
+        assert old_runs(root, keep=1) == [runs[1]]
+    finally:
+        os.close(fd)
+    assert sorted(old_runs(root, keep=1)) == [runs[0], runs[1]]

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers import fsck, git
 
+JOURNAL = "worktree-sync-refs%2Fheads%2Fmain.json"
+
 AGENTS = """
 import pytest
 
@@ -30,10 +32,11 @@ def run(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
     if fault:
         env["AGENTGATE_FAULT"] = fault
+    # A session of its own, so a SIGINT sent to "the terminal's" process group hits only it.
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={suite / 'tmp'}",
          f"--agentgate-repo={repo}", f"--agentgate-base={base}", f"--agentgate-gate={gate}", "--agentgate-promote"],
-        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False, start_new_session=True,
     )  # fmt: skip
 
 
@@ -80,20 +83,38 @@ def test_sigkill_at_a_named_point(
     if fault == "worktree-sync":
         # The files are behind the ref until the next run finishes the update.
         assert not (service / "first.txt").exists()
-        assert (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+        assert (service / ".git" / "agentgate" / JOURNAL).exists()
     assert_recovers(suite, service, base)
-    assert not (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+    assert not (service / ".git" / "agentgate" / JOURNAL).exists()
 
 
 def test_ctrl_c_during_promotion_finishes_it_first(suite: Path, service: Path) -> None:
+    """SIGINT to the whole process group (a terminal's Ctrl-C) between ref move and file update."""
     base = git(service, "rev-parse", "main")
     result = run(suite, service, base, "worktree-sync:int")
     assert result.returncode == pytest.ExitCode.INTERRUPTED, result.stdout + result.stderr
     assert git(service, "rev-parse", "main^") == base
     assert (service / "first.txt").read_text() == "first\n"  # the update finished before exiting
     assert git(service, "status", "--porcelain") == ""
-    assert not (service / ".git" / "agentgate" / "worktree-sync.json").exists()
+    assert not (service / ".git" / "agentgate" / JOURNAL).exists()
     fsck(service)
+
+
+def test_half_finished_file_update_is_completed(suite: Path, service: Path) -> None:
+    """A file update cut off halfway (some files new, the index old) is finished, not refused."""
+    from pytest_agentgate import BaseRepo
+    from pytest_agentgate.promote import recover_worktree
+
+    base = git(service, "rev-parse", "main")
+    result = run(suite, service, base, "worktree-sync")
+    assert result.returncode == -signal.SIGKILL
+    # As if read-tree had written one of the two new files before dying.
+    (service / "first.txt").write_text("first\n")
+    repo = BaseRepo.open(service)
+    note = recover_worktree(repo, "refs/heads/main")
+    assert note and "finished updating" in note
+    assert git(service, "status", "--porcelain") == ""
+    assert not (service / ".git" / "agentgate" / JOURNAL).exists()
 
 
 def test_stale_git_lock_is_reported_not_deleted(suite: Path, service: Path) -> None:

@@ -300,7 +300,9 @@ def test_limits_reject_without_reading_everything(service: Path) -> None:
     import hashlib
 
     blob = hashlib.sha1(b"blob 5000\0" + b"\0" * 5000).hexdigest()
-    assert git(service, "cat-file", "-e", blob, check=False) == ""
+    import subprocess
+
+    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=service, check=False).returncode != 0
     assert not (service / ".git" / "objects" / blob[:2] / blob[2:]).exists()
 
 
@@ -312,3 +314,68 @@ def test_background_processes_are_ended_with_the_attempt(service: Path, tmp_path
     (ws.path / "x.txt").write_text("x")
     e.run_attempt(ws, task="daemon")
     assert not alive(int(pidfile.read_text()))
+
+
+def test_agent_cannot_repoint_a_submodule(service: Path) -> None:
+    sub = "1234567890123456789012345678901234567890"
+    git(service, "update-index", "--add", "--cacheinfo", f"160000,{sub},vendor/sub")
+    git(service, "commit", "-qm", "add a submodule gitlink")
+    (service / "vendor" / "sub").mkdir(parents=True)
+    e = engine(service)
+    ws = e.fork(task="repoint")
+    inner = ws.path / "vendor" / "sub"
+    git(inner, "init", "-q")
+    git(inner, "commit", "-q", "--allow-empty", "-m", "agent's own history")
+    (ws.path / "new.txt").write_text("x\n")
+    attempt = e.run_attempt(ws, task="repoint")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert attempt.snapshot is not None and attempt.snapshot.kept_gitlinks == ("vendor/sub",)
+    assert git(service, "ls-tree", "main", "vendor/sub").startswith(f"160000 commit {sub}")
+
+
+def test_restructured_paths_are_snapshotted(service: Path) -> None:
+    """A file that becomes a directory, a directory that becomes a symlink: ordinary edits."""
+    import shutil
+
+    e = engine(service)
+    ws = e.fork(task="restructure")
+    (ws.path / ".gitignore").unlink()
+    (ws.path / ".gitignore").mkdir()
+    (ws.path / ".gitignore" / "inner.txt").write_text("now a directory\n")
+    shutil.rmtree(ws.path / "tests")
+    os.symlink("ledger", ws.path / "tests")
+    attempt = e.run_attempt(ws, task="restructure")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert git(service, "cat-file", "-p", "main:.gitignore/inner.txt") == "now a directory"
+    assert git(service, "ls-tree", "main", "tests").startswith("120000")
+
+
+def test_user_filters_are_not_run_on_the_agent_s_say(service: Path, tmp_path: Path) -> None:
+    """Filter programs come from trusted config; .gitattributes (the agent's) must not pick them."""
+    marker = tmp_path / "filter-ran"
+    evil = script(tmp_path / "filter.sh", marker)
+    git(service, "config", "filter.lfs.clean", evil)
+    git(service, "config", "filter.lfs.smudge", evil)
+    git(service, "config", "filter.lfs.required", "true")
+    e = engine(service, commands=("cat data.bin",), outcome_is_enough=False)
+    ws = e.fork(task="attributes")
+    (ws.path / ".gitattributes").write_text("* filter=lfs\n")
+    (ws.path / "data.bin").write_text("raw bytes\n")
+    attempt = e.run_attempt(ws, task="attributes")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert not marker.exists()
+    assert git(service, "show", "main:data.bin") == "raw bytes"
+
+
+def test_colon_and_non_utf8_names_do_not_break_bookkeeping(service: Path) -> None:
+    e = engine(service)
+    ws = e.fork(task="colons")
+    (ws.path / ":x").write_text("colon\n")
+    with open(os.path.join(os.fsencode(ws.path), b"caf\xe9.txt"), "wb") as fh:
+        fh.write(b"latin-1 name\n")
+    attempt = e.run_attempt(ws, task="colons")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert attempt.ref and attempt.move is not None
+    log = (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    promote_rec = [json.loads(x) for x in log if '"promote"' in x][-1]
+    assert promote_rec["objects"] >= 3 and promote_rec["new"] == attempt.move.new
