@@ -23,47 +23,7 @@ from .errors import GitError, GitTooOld, StaleLock
 MIN_GIT = (2, 38)
 
 # Variables that make git read another repository, index, object store or configuration
-# than the one we name, or run a program of the environment's choosing.
-_SCRUBBED = frozenset(
-    {
-        "GIT_DIR",
-        "GIT_WORK_TREE",
-        "GIT_INDEX_FILE",
-        "GIT_OBJECT_DIRECTORY",
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-        "GIT_COMMON_DIR",
-        "GIT_NAMESPACE",
-        "GIT_CONFIG",
-        "GIT_CONFIG_PARAMETERS",
-        "GIT_CONFIG_COUNT",
-        "GIT_CONFIG_NOSYSTEM",
-        "GIT_CEILING_DIRECTORIES",
-        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
-        "GIT_REPLACE_REF_BASE",
-        "GIT_GRAFT_FILE",
-        "GIT_SHALLOW_FILE",
-        "GIT_QUARANTINE_PATH",
-        "GIT_EXTERNAL_DIFF",
-        "GIT_DIFF_OPTS",
-        "GIT_PAGER",
-        "PAGER",
-        "GIT_EDITOR",
-        "GIT_SEQUENCE_EDITOR",
-        "GIT_ASKPASS",
-        "GIT_EXEC_PATH",
-        "GIT_TEMPLATE_DIR",
-        "GIT_REFLOG_ACTION",
-        "GIT_AUTHOR_NAME",
-        "GIT_AUTHOR_EMAIL",
-        "GIT_AUTHOR_DATE",
-        "GIT_COMMITTER_NAME",
-        "GIT_COMMITTER_EMAIL",
-        "GIT_COMMITTER_DATE",
-        "GIT_INTERNAL_SUPER_PREFIX",
-        "GIT_PREFIX",
-    }
-)
-_SCRUBBED_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
+# than the one we name...
 _REDIRECTING = frozenset(
     {
         "GIT_DIR",
@@ -83,6 +43,33 @@ _REDIRECTING = frozenset(
         "GIT_PREFIX",
     }
 )
+# ...and, for the plugin's own git processes, also anything that could run a program of
+# the environment's choosing or change who a commit is by.
+_SCRUBBED = _REDIRECTING | frozenset(
+    {
+        "GIT_CONFIG_NOSYSTEM",
+        "GIT_CEILING_DIRECTORIES",
+        "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_DIFF_OPTS",
+        "GIT_PAGER",
+        "PAGER",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_ASKPASS",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "GIT_REFLOG_ACTION",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+        "GIT_INTERNAL_SUPER_PREFIX",
+    }
+)
+_SCRUBBED_PREFIXES = ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_", "GIT_TRACE")
 
 # ``-c`` options on every run: no hooks, no fsmonitor daemon, no pager, no automatic gc while
 # we hold objects that no ref names yet, and ctime checked so an agent cannot hide an edit by

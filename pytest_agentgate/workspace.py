@@ -117,13 +117,8 @@ class Workspace:
 def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -> Workspace:
     """Check out ``base`` into a new directory under ``root`` and give it its own ``.git``."""
     begin = time.perf_counter()
-    root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
-    index = _private_index_path(repo)
+    path, index = _checkout(repo, base, root, name)
     try:
-        repo.git(
-            "read-tree", "--reset", "-u", "--end-of-options", base, work_tree=path, index=index
-        )
         make_agent_git(repo, path, branch, base, index)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
@@ -325,16 +320,23 @@ def changed_lines(repo: BaseRepo, old: str, new: str) -> int:
 
 def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> Path:
     """A clean checkout of exactly ``tree`` in a new directory (nothing untracked in it)."""
+    path, index = _checkout(repo, tree, root, name)
+    index.unlink(missing_ok=True)
+    return path
+
+
+def _checkout(repo: BaseRepo, rev: str, root: Path, name: str) -> tuple[Path, Path]:
+    """Write ``rev``'s files into a new directory under ``root``; return it and its index."""
     root.mkdir(parents=True, exist_ok=True)
     path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
     index = _private_index_path(repo)
     try:
-        repo.git(
-            "read-tree", "--reset", "-u", "--end-of-options", tree, work_tree=path, index=index
-        )
-    finally:
+        repo.git("read-tree", "--reset", "-u", "--end-of-options", rev, work_tree=path, index=index)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
         index.unlink(missing_ok=True)
-    return path
+        raise
+    return path, index
 
 
 def remove(ws: Workspace) -> None:
