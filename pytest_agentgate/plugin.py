@@ -43,6 +43,7 @@ class Option(NamedTuple):
     kind: str = "string"  # string, linelist, bool, float, int
     default: Any = None
     metavar: str | None = None
+    env: str | None = None  # an environment variable that sets it, below the command line
 
     @property
     def flag(self) -> str:
@@ -93,8 +94,15 @@ OPTIONS = (
         "agent",
         "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
         metavar="NAME",
+        env=AGENT_ENV,
     ),
     Option("report", "write a JSON report of every attempt to this path", metavar="PATH"),
+    Option(
+        "markdown",
+        "append a Markdown table of the attempts to this file (default: $GITHUB_STEP_SUMMARY)",
+        metavar="PATH",
+        env="GITHUB_STEP_SUMMARY",
+    ),
     Option(
         "workdir",
         "where workspaces and gate checkouts are made (default: pytest's temporary directory)",
@@ -157,8 +165,8 @@ def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
     option = _BY_NAME[name]
     value = config.getoption(option.flag)
     source = f"command line {option.flag}"
-    if value is None and name == "agent" and os.environ.get(AGENT_ENV):
-        value, source = os.environ[AGENT_ENV], f"environment {AGENT_ENV}"
+    if value is None and option.env and os.environ.get(option.env):
+        value, source = os.environ[option.env], f"environment {option.env}"
     if value is None:
         raw = config.getini(option.ini)
         if raw not in (None, "", []):
@@ -337,6 +345,12 @@ class AgentgateRun:
                     "exitstatus": int(session.exitstatus),
                 },
             )
+        markdown, _ = setting(self.config, "markdown")
+        if markdown and self.rows:
+            from . import report
+
+            with open(markdown, "a", encoding="utf-8") as out:
+                out.write("### agentgate\n\n" + report.markdown(self.rows) + "\n")
 
 
 RUN_KEY = pytest.StashKey[AgentgateRun]()

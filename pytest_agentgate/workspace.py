@@ -141,21 +141,25 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     It has no remote, and its only link to the base is a read-only alternates entry, so
     nothing done in it (commits, ``update-ref``, hooks) can move a ref of the base.
     """
+    # Written directly, as `git init --template=` would lay it out: a git process less per
+    # fork, and nothing from a template directory to copy or trust.
     dotgit = path / ".git"
-    # An empty template: no sample hooks to copy, and nothing from a template to trust.
-    _git.run(
-        ["init", "--quiet", "--template=", f"--initial-branch={branch}", str(path)],
-        git_dir=None,
-        cwd=path,
-    )
-    (dotgit / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    for folder in ("objects/info", "objects/pack", "refs/tags", f"refs/heads/{branch}"):
+        (dotgit / folder).mkdir(parents=True, exist_ok=True)
+    (dotgit / f"refs/heads/{branch}").rmdir()  # only its parents were wanted
+    (dotgit / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
+    (dotgit / "config").write_text(_AGENT_CONFIG, encoding="utf-8")
     (dotgit / "objects" / "info" / "alternates").write_text(
         f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"
     )
-    ref = dotgit / "refs" / "heads" / branch
-    ref.parent.mkdir(parents=True, exist_ok=True)
-    ref.write_text(f"{base}\n", encoding="ascii")
+    (dotgit / "refs" / "heads" / branch).write_text(f"{base}\n", encoding="ascii")
     shutil.copyfile(index, dotgit / "index")
+
+
+_AGENT_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+    "\tlogallrefupdates = true\n"
+)
 
 
 def _private_index_path(repo: BaseRepo) -> Path:

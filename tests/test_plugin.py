@@ -682,3 +682,54 @@ def test_prune_never_removes_a_live_run(
     finally:
         os.close(fd)
     assert sorted(old_runs(root, keep=1)) == [runs[0], runs[1]]
+
+
+def test_markdown_summary_and_junit_properties(
+    pytester: pytest.Pytester, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = pytester.path / "step-summary.md"
+    summary.write_text("earlier steps\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makepyfile(test_agent=gated_test(marker='task="Add total", gate=[]'))
+    result = run(pytester, service, f"--junitxml={pytester.path / 'junit.xml'}")
+    result.assert_outcomes(passed=1)
+    text = summary.read_text()
+    assert text.startswith("earlier steps\n### agentgate\n")
+    assert "| passed | `test_agent.py::test_task` | `refs/agentgate/attempts/add-total/1` |" in text
+    junit = (pytester.path / "junit.xml").read_text()
+    assert '<property name="agentgate"' in junit and "refs/agentgate/attempts/add-total/1" in junit
+
+
+def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -> None:
+    """Real pytest-xdist: two workers, one dry-run reset, every promotion lands, none lost."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        test_agents="""
+        import pytest
+
+        @pytest.mark.parametrize("n", range(8))
+        @pytest.mark.gated(task="parallel", gate=["true"])
+        def test_task(agent_workspace, n):
+            (agent_workspace.path / f"f{n}.txt").write_text(str(n))
+        """
+    )
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess(
+        "-n",
+        "2",
+        f"--agentgate-repo={service}",
+        f"--agentgate-report={report}",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=8)
+    result.stdout.fnmatch_lines(["*= agentgate =*"])
+    rows = json.loads(report.read_text())["attempts"]
+    assert len(rows) == 8 and {r["verdict"] for r in rows} == {"passed"}
+    names = git(service, "ls-tree", "--name-only", "refs/agentgate/dryrun/main").splitlines()
+    assert {f"f{n}.txt" for n in range(8)} <= set(names)
+    log = [
+        json.loads(x)
+        for x in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    ]
+    assert sum(r["op"] == "dryrun-reset" for r in log) == 1  # one run, whichever worker came first
