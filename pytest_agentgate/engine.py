@@ -26,6 +26,7 @@ from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
 from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
 from .promote import Move, PromoteOutcome
+from .remote import RemoteTarget
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
 
@@ -116,6 +117,7 @@ class Engine:
         max_bytes: int = DEFAULT_MAX_BYTES,
         agent: str = "agent",
         recycle: bool = True,
+        remote: str | None = None,
     ) -> None:
         self.repo = repo
         self.target = target
@@ -129,6 +131,8 @@ class Engine:
         self.max_bytes = max_bytes
         self.agent = agent
         self.recycle = recycle
+        #: The target on a server (``--agentgate-remote``), promoted by push with a lease.
+        self.remote = RemoteTarget(repo, remote, target) if remote else None
         self._pool: list[Workspace] = []
         self._known_tips: set[str] = set()
         self._started = False
@@ -160,7 +164,17 @@ class Engine:
                     source=where.get("target", "target"),
                 )
         check_branch_name(target, where.get("target", "target"))
-        if base_repo.resolve(f"refs/heads/{target}") is None:
+        remote = kwargs.get("remote")
+        if isinstance(remote, str) and remote:
+            server = RemoteTarget(base_repo, remote, target)
+            server.check(where.get("remote", "remote"))
+            if server.fetch() is None:
+                raise ConfigError(
+                    f"branch {target!r} does not exist on remote {remote!r}",
+                    value=target,
+                    source=where.get("target", "target"),
+                )
+        elif base_repo.resolve(f"refs/heads/{target}") is None:
             if base_repo.resolve("HEAD") is None and not base_repo.refs("refs/heads/"):
                 raise ConfigError(
                     f"{base_repo.label} has no commits yet; commit something first",
@@ -193,8 +207,22 @@ class Engine:
 
     @property
     def ref(self) -> str:
-        """The ref promotion moves: the branch, or its dry-run scratch ref."""
+        """The ref attempts are judged against and promoted to: the branch (or, for a
+        remote target, the plugin's tracking ref of it), or the dry-run scratch ref."""
+        if self.remote is not None and self.promote_enabled:
+            return self.remote.tracking
         return promote.target_ref(self.target, dry_run=not self.promote_enabled)
+
+    def _target_tip(self) -> str:
+        """The target's tip now: fetched from the server for a remote target."""
+        if self.remote is not None:
+            tip = self.remote.fetch()
+            if tip is None:
+                raise ConfigError(
+                    f"branch {self.target!r} is gone from remote {self.remote.remote!r}"
+                )
+            return tip
+        return self.repo.commit(f"refs/heads/{self.target}", "target")
 
     def start(self, run_id: str | None = None) -> None:
         """Begin a run: in a dry run, reset the scratch ref to the target's tip once per run.
@@ -205,6 +233,8 @@ class Engine:
         if self._started:
             return
         self._started = True
+        if self.promote_enabled and self.remote is not None:
+            return
         if self.promote_enabled:
             start_tip = self.repo.ref_value(self.ref)
             if start_tip:
@@ -224,7 +254,7 @@ class Engine:
                 seen = ""
             if seen == run_id:
                 return
-            tip = self.repo.commit(f"refs/heads/{self.target}", "target")
+            tip = self._target_tip()
             current = self.repo.ref_value(self.ref)
             if current != tip:
                 if not self.repo.update_ref(self.ref, tip, current, "agentgate dry run starts"):
@@ -242,7 +272,13 @@ class Engine:
     def fork(self, task: str = "task", base: str | None = None) -> Workspace:
         """A private workspace at ``base``, the pinned base, or the target's tip now."""
         self.start()
-        at = base or self.pinned_base or self.repo.commit(self.ref, "target")
+        if base or self.pinned_base:
+            at = base or self.pinned_base
+        elif self.remote is not None and self.promote_enabled:
+            at = self._target_tip()
+        else:
+            at = self.repo.commit(self.ref, "target")
+        assert at is not None
         while self.recycle and self._pool:
             used = self._pool.pop()
             try:
@@ -317,7 +353,7 @@ class Engine:
         Such a move is not an error: promotion merges on top of it like any moved target,
         never over it. It is recorded so that people can see it happened.
         """
-        if not self.promote_enabled or tip in self._known_tips:
+        if not self.promote_enabled or self.remote is not None or tip in self._known_tips:
             return None
         self._known_tips.add(tip)
         entry = self.repo.last_reflog_entry(self.ref)
@@ -358,6 +394,7 @@ class Engine:
             agent=attempt.agent,
             task=attempt.task,
             expected_tip=attempt.target_before,
+            remote=self.remote if self.promote_enabled else None,
         )
 
     def record(self, attempt: Attempt) -> str:

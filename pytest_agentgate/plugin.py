@@ -69,6 +69,11 @@ OPTIONS = (
         "base", "fork every workspace from this commit instead of the target's tip", metavar="REV"
     ),
     Option(
+        "remote",
+        "the target lives on this remote of the repository: promote by push with a lease",
+        metavar="NAME",
+    ),
+    Option(
         "gate",
         "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
         "linelist",
@@ -294,7 +299,10 @@ class AgentgateRun:
     def pytest_agentgate_verdict(self, item: pytest.Item, attempt: Attempt) -> None:
         row = attempt.as_dict()
         engine = self.engine()
-        row["target"] = engine.target if engine.promote_enabled else f"dryrun/{engine.target}"
+        if not engine.promote_enabled:
+            row["target"] = f"dryrun/{engine.target}"
+        else:
+            row["target"] = engine.remote.label if engine.remote is not None else engine.target
         item.user_properties.append(("agentgate", json.dumps(row)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -410,6 +418,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     repo, repo_source = setting(config, "repo")
     target, target_source = setting(config, "target")
     base, base_source = setting(config, "base")
+    remote, remote_source = setting(config, "remote")
     commands, _ = setting(config, "gate")
     timeout, _ = setting(config, "gate_timeout")
     promote, _ = setting(config, "promote")
@@ -433,6 +442,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
                 "repo": repo_source if repo else "pytest's rootdir",
                 "target": target_source,
                 "base": base_source,
+                "remote": remote_source,
             },
             promote=bool(promote),
             retest=not no_retest,
@@ -446,6 +456,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
             max_files=int(max_files),
             max_bytes=int(max_bytes),
             recycle=not fresh,
+            remote=remote or None,
             **kwargs,
         )
     except AgentgateError as exc:

@@ -29,6 +29,7 @@ from .errors import (
     StaleLock,
     WorktreeBlocked,
 )
+from .remote import RemoteTarget
 from .repo import Author, BaseRepo
 
 LOCK_POLL_S = 0.002
@@ -336,6 +337,7 @@ def promote(
     agent: str = "",
     task: str = "",
     expected_tip: str | None = None,
+    remote: RemoteTarget | None = None,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
 
@@ -344,14 +346,20 @@ def promote(
     is given, the merged tree is re-tested before the ref moves. A lost compare-and-swap
     (someone outside the lock moved the ref) starts over; nothing is ever overwritten.
     ``expected_tip`` (what a preflight just read) is tried first as the ref's old value.
+    With ``remote``, the branch lives on a server: its tip is fetched, and the move is a push
+    with a lease (the server's compare-and-swap); ``ref`` is then the local tracking ref.
     """
     begin = time.perf_counter()
     with target_lock(repo, ref) as waited:
-        recover_worktree(repo, ref)
-        # Optimistic first round: presume the target is still at the base. The
-        # compare-and-swap itself checks that, so the common fast-forward costs one git call.
-        # A checked-out target is read first: its files must be checked against the real tip.
-        tip: str | None = repo.ref_value(ref) if checked_out(repo, ref) else expected_tip or base
+        if remote is not None:
+            tip: str | None = remote.fetch()
+        else:
+            recover_worktree(repo, ref)
+            # Optimistic first round: presume the target is still at the base. The
+            # compare-and-swap itself checks that, so the common fast-forward costs one git
+            # call. A checked-out target is read first: its files must be checked against
+            # the real tip.
+            tip = repo.ref_value(ref) if checked_out(repo, ref) else expected_tip or base
         for _ in range(MAX_RETRIES):
             if tip is None:
                 raise RefMoved(ref, base, None)
@@ -370,12 +378,17 @@ def promote(
                 new = repo.commit_tree(preview.tree, [tip, commit], message, author)
                 kind, tree = "merge", preview.tree
                 _faults.point("merge-written")
-            moved, problem = move_target(repo, ref, new, tip, f"{reflog_message} ({kind})")
+            if remote is not None:
+                moved, problem = remote.push(new, tip, f"{reflog_message} ({kind})"), None
+                where = f"{remote.remote}:refs/heads/{remote.branch}"
+            else:
+                moved, problem = move_target(repo, ref, new, tip, f"{reflog_message} ({kind})")
+                where = ref
             if moved:
-                move = Move(ref, tip, new, kind, tree, retested, waited, problem)
+                move = Move(where, tip, new, kind, tree, retested, waited, problem)
                 _log(repo, "promote", move, agent, task, begin)
                 return PromoteOutcome(move)
-            tip = repo.ref_value(ref)
+            tip = remote.fetch() if remote is not None else repo.ref_value(ref)
     raise RefMoved(ref, base, repo.ref_value(ref))
 
 

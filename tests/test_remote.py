@@ -1,0 +1,180 @@
+"""A target on a server: promotion is a push with a lease, against a real bare remote and a
+real ``git daemon`` on the loopback interface."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git
+
+AGENT = """
+import pytest
+
+@pytest.mark.gated(task="remote change {n}", gate=["true"])
+def test_change_{n}(agent_workspace):
+    (agent_workspace.path / "{who}-{n}.txt").write_text("{who} {n}\\n")
+"""
+
+
+def clone(url: str, path: Path) -> Path:
+    git(path.parent, "clone", "-q", url, str(path))
+    return path
+
+
+@pytest.fixture
+def server(service: Path, tmp_path: Path) -> Path:
+    bare = tmp_path / "server" / "ledger.git"
+    bare.parent.mkdir()
+    git(tmp_path, "clone", "-q", "--bare", str(service), str(bare))
+    return bare
+
+
+def test_promotion_pushes_with_a_lease(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    work = clone(str(server), tmp_path / "work")
+    local_main = git(work, "rev-parse", "main")
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    result = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["PROMOTED*origin/main: *fast-forward*"])
+    assert git(server, "show", "main:a-1.txt") == "a 1"
+    # The user's own branch and remote-tracking refs are untouched; the plugin's view moved.
+    assert git(work, "rev-parse", "main") == local_main
+    assert git(work, "rev-parse", "refs/remotes/origin/main") == local_main
+    assert git(work, "rev-parse", "refs/agentgate/remote/origin/main") == git(
+        server, "rev-parse", "main"
+    )
+    assert git(work, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/") == (
+        "refs/agentgate/attempts/remote-change-1/1"
+    )
+    fsck(server)
+
+
+def test_a_push_that_lands_meanwhile_is_merged_onto_not_overwritten(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    work = clone(str(server), tmp_path / "work")
+    other = clone(str(server), tmp_path / "other")
+    pytester.makepyfile(
+        test_agent=f"""
+        import subprocess
+        import pytest
+
+        @pytest.mark.gated(task="mine", gate=["test -f mine.txt"])
+        def test_mine(agent_workspace):
+            (agent_workspace.path / "mine.txt").write_text("mine")
+            # Meanwhile a person pushes to the server from another clone.
+            run = lambda *a: subprocess.run(["git", "-c", "user.name=P", "-c", "user.email=p@e", *a],
+                                            cwd={str(other)!r}, check=True)
+            (__import__("pathlib").Path({str(other)!r}) / "person.txt").write_text("person")
+            run("add", "person.txt")
+            run("commit", "-qm", "a person's push")
+            run("push", "-q", "origin", "main")
+        """
+    )
+    result = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["PROMOTED*merge, re-tested*"])
+    names = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert "person.txt" in names and "mine.txt" in names
+    assert git(server, "log", "-1", "--format=%s", "main^1") == "a person's push"
+
+
+def test_unknown_remote_is_a_usage_error(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    result = pytester.runpytest(
+        f"--agentgate-repo={service}", "--agentgate-remote=upstream", "--agentgate-promote"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*has no remote named 'upstream'*git remote add upstream URL*(from command line --agentgate-remote)*"
+        ]
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def daemon(server: Path) -> Iterator[str]:
+    """``git daemon`` serving the server directory on a loopback port, pushes enabled."""
+    exec_path = subprocess.run(
+        ["git", "--exec-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not (Path(exec_path) / "git-daemon").exists():
+        pytest.skip("git daemon is not installed (Debian: the git package ships it)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+         "--enable=receive-pack", f"--base-path={server.parent}", str(server.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("git daemon did not start")
+    try:
+        yield f"git://127.0.0.1:{port}/{server.name}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_two_machines_promote_through_git_daemon_and_lose_nothing(
+    daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """Two clones (two "machines"), four agent tasks each, pushing at once: all eight land."""
+    procs = []
+    for who in ("left", "right"):
+        work = clone(daemon, tmp_path / who)
+        suite = tmp_path / f"suite-{who}"
+        suite.mkdir()
+        (suite / "test_agents.py").write_text("".join(AGENT.format(n=n, who=who) for n in range(4)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "pytest",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                    f"--agentgate-repo={work}",
+                    "--agentgate-remote=origin",
+                    "--agentgate-promote",
+                    f"--basetemp={tmp_path / f'tmp-{who}'}",
+                ],
+                cwd=suite,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    names = set(git(server, "ls-tree", "--name-only", "main").splitlines())
+    assert {f"{who}-{n}.txt" for who in ("left", "right") for n in range(4)} <= names
+    fsck(server)
