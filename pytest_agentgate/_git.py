@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -172,18 +173,26 @@ def run(
     if git_dir is None:
         # Commands without a repository must not find one above the working directory.
         extra.setdefault("GIT_CEILING_DIRECTORIES", str(Path(cwd or os.getcwd()).parent))
-    # A session of its own: a Ctrl-C at the terminal reaches the plugin (which decides when
-    # to stop) and never kills a git process halfway through writing a ref or the files.
-    proc = subprocess.run(
+    # A session of its own: a Ctrl-C at the terminal reaches only the plugin, which holds it
+    # while a ref and the files that follow it move (see _faults.uninterrupted). Anywhere
+    # else the interrupt is passed on to git as SIGINT, and git is waited for, so it removes
+    # its own lock files; it is never killed halfway.
+    with subprocess.Popen(
         cmd,
-        input=input,
-        capture_output=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=scrubbed_env(extra),
         cwd=cwd or git_dir or None,
-        check=False,
         start_new_session=True,
-    )
-    result = GitResult(proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace"))
+    ) as proc:
+        try:
+            stdout, stderr = proc.communicate(input)
+        except KeyboardInterrupt:
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+            raise
+    result = GitResult(proc.returncode, stdout, stderr.decode("utf-8", "replace"))
     if proc.returncode not in ok:
         stale = LOCK_HELD.search(result.stderr)
         if stale:

@@ -186,6 +186,15 @@ def _author(agent: str):  # type: ignore[no-untyped-def]
     return Author.for_agent(agent)
 
 
+#: The ref moved, but the checked-out files did not follow (yet): not an error, not done.
+EXIT_FILES_LAG = 3
+
+
+def _lagging(args: argparse.Namespace, problem: str) -> int:
+    print(f"agentgate {args.command}: warning: the branch moved, but {problem}", file=sys.stderr)
+    return EXIT_FILES_LAG
+
+
 # -- subcommands ------------------------------------------------------------------------
 
 
@@ -284,6 +293,8 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         )
         return 0
     print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (rollback to {to[:12]}, {ms:.0f} ms)")
+    if move.problem:
+        return _lagging(args, move.problem)
     print(f"tree before rollback: {tip_tree}")
     print(f"tree of {to[:12]}:    {move.tree}")
     print(f"tree now:             {repo.tree_of(move.new)}")
@@ -331,6 +342,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
         print(f"would revert {attempt.ref} on {branch} ({move.old[:12]}), giving tree {move.tree}")
     else:
         print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.ref})")
+        if move.problem:
+            return _lagging(args, move.problem)
     return 0
 
 

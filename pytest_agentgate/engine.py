@@ -466,12 +466,7 @@ class Engine:
         spec = spec or self.gate
         ws.end_processes()
         try:
-            # State first: it is what the agent left, whatever the verdict will be.
-            problem = self.capture_state(attempt, state) if state else None
-            if problem is not None:
-                attempt.verdict = Verdict("error", problem, "state")
-            else:
-                attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks)
+            attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks, state)
         except AgentgateError as exc:
             attempt.verdict = Verdict("error", str(exc), "engine")
         finally:
@@ -488,6 +483,7 @@ class Engine:
         spec: GateSpec,
         test_failure: str | None,
         extra_checks: Sequence[Check],
+        state: Sequence[str] = (),
     ) -> Verdict:
         timings = attempt.timings
         clock = time.perf_counter()
@@ -498,12 +494,20 @@ class Engine:
             timings[name] = (now - clock) * 1000
             clock = now
 
+        refused = None
         try:
             attempt.snapshot = self.snapshot(attempt.workspace)
         except workspace.SnapshotRefused as exc:
-            return Verdict("rejected", exc.reason, "snapshot")
+            refused = Verdict("rejected", exc.reason, "snapshot")
         finally:
             lap("snapshot")
+        # The state is what the agent left too, whatever the verdict: captured either way.
+        problem = self.capture_state(attempt, state) if state else None
+        if refused is not None:
+            return refused
+        assert attempt.snapshot is not None
+        if problem is not None:
+            return Verdict("error", problem, "state")
         if test_failure is not None:
             return Verdict("rejected", f"the test failed: {test_failure}", "test")
         if attempt.snapshot.tree == attempt.snapshot.base_tree:

@@ -497,19 +497,29 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     return report
 
 
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection: only tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gated = [item for item in items if SPEC_KEY in item.stash]
-    if not gated or config.option.collectonly:
+    if os.environ.get(ACTIVE_ENV) != "1":
         return
-    if os.environ.get(ACTIVE_ENV) == "1":
-        skip = pytest.mark.skip(reason="agentgate: gated tests do not run inside a gate command")
-        for item in gated:
+    skip = pytest.mark.skip(reason="agentgate: gated tests do not run inside a gate command")
+    for item in items:
+        if SPEC_KEY in item.stash:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Open the repository once the tests that will run are known (after -k, -m, --lf...).
+
+    A bad setting then stops the run with exit code 4, before any test runs; a run whose
+    selection holds no gated test never opens it, never runs git.
+    """
+    config = session.config
+    if config.option.collectonly or os.environ.get(ACTIVE_ENV) == "1":
         return
-    run = config.stash[RUN_KEY]
-    run.gated_items = len(gated)
-    run.engine()  # opens the repository now: a bad setting stops the run with exit code 4
+    gated = [item for item in session.items if SPEC_KEY in item.stash]
+    if gated:
+        run = config.stash[RUN_KEY]
+        run.gated_items = len(gated)
+        run.engine()
 
 
 # -- fixtures -----------------------------------------------------------------------------

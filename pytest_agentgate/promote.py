@@ -129,7 +129,9 @@ def _journal(repo: BaseRepo, ref: str) -> Path:
     return repo.private_dir / f"worktree-sync-{ref.replace('/', '%2F')}.json"
 
 
-def _in_the_way(repo: BaseRepo, old: str, new: str) -> list[str]:
+def _in_the_way(
+    repo: BaseRepo, old: str, new: str, skip: set[str] | frozenset[str] = frozenset()
+) -> list[str]:
     """Untracked or ignored files where ``new`` puts a file: git would overwrite them silently.
 
     git treats ignored files as expendable, so its own checks pass while a user's ignored
@@ -145,7 +147,7 @@ def _in_the_way(repo: BaseRepo, old: str, new: str) -> list[str]:
     deleted = {path for status, path in pairs if status == "D"}
     blocked = []
     for status, rel in pairs:
-        if status != "A":
+        if status != "A" or rel in skip:
             continue
         target = repo.worktree / rel
         if os.path.lexists(target):
@@ -206,10 +208,11 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
     """Finish a working-tree update of ``ref`` that a killed process left; say what was done.
 
     Called with ``ref``'s lock held. If the update was cut off halfway (some files already
-    new, the index still old), the files already at their new content are staged as such
-    first, so the two-tree merge carries on from there. Anything else (a file that is
-    neither old nor new: somebody edited it since) is not guessed at: the journal stays and
-    the error says what to look at.
+    new, the index still old), the files already at their new content are staged as such,
+    so the two-tree merge carries on from there. The other paths get the same check as a
+    promotion (nothing untracked or ignored in the way). Anything else (a file that is
+    neither old nor new: somebody edited it since) is not guessed at: the journal stays
+    and the error says what to look at.
     """
     journal = _journal(repo, ref)
     try:
@@ -224,29 +227,36 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
     if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
         index_tree = repo.git("write-tree", ok=(0, 128)).out.strip()
         if index_tree == repo.tree_of(old):
+            finished = _stage_finished_paths(repo, old, new)
+            blocked = _in_the_way(repo, old, new, skip=finished)
             try:
-                sync_worktree(repo, old, new)
-            except GitError:
-                _stage_finished_paths(repo, old, new)
-                try:
-                    sync_worktree(repo, old, new)
-                except GitError as exc:
+                if blocked:
                     raise WorktreeBlocked(
                         repo.worktree,
-                        f"an interrupted update from {old[:12]} to {new[:12]} could not be finished "
-                        f"({exc.stderr.strip()}); check 'git status' there, then delete {journal}",
-                    ) from exc
+                        f"untracked or ignored files are in the way: {', '.join(blocked[:5])}",
+                    )
+                sync_worktree(repo, old, new)
+            except (GitError, WorktreeBlocked) as exc:
+                raise WorktreeBlocked(
+                    repo.worktree,
+                    f"an interrupted update from {old[:12]} to {new[:12]} could not be finished "
+                    f"({exc}); check 'git status' there, then delete {journal}",
+                ) from exc
             note = f"finished updating {repo.worktree} from {old[:12]} to {new[:12]}"
     journal.unlink(missing_ok=True)
     return note
 
 
-def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> None:
-    """Stage the paths whose files already hold ``new``'s content (or are gone, if deleted)."""
+def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
+    """Stage the paths whose files already hold ``new``'s content and mode (or are gone).
+
+    Contents are hashed as the user's git would (their filters apply in their checkout);
+    symlinks are compared by target. Returns the paths staged.
+    """
     assert repo.worktree is not None
     raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
     fields = raw.split(b"\0")
-    info = []
+    info, done = [], set()
     for meta, path in zip(fields[0:-1:2], fields[1::2], strict=False):
         _om, new_mode, _oo, new_oid, status = meta[1:].decode("ascii").split(" ")
         rel = path.decode("utf-8", "surrogateescape")
@@ -254,13 +264,49 @@ def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> None:
         if status == "D":
             if not os.path.lexists(target):
                 info.append(f"0 {'0' * 40}\t{rel}")
-        elif target.is_file() and not target.is_symlink():
-            have = repo.git("hash-object", "--no-filters", "--", str(target)).out.strip()
-            if have == new_oid:
-                info.append(f"{new_mode} {new_oid}\t{rel}")
+                done.add(rel)
+            continue
+        if new_mode == "120000" and target.is_symlink():
+            have = repo.git(
+                "hash-object",
+                "--stdin",
+                input=os.readlink(target).encode("utf-8", "surrogateescape"),
+            )
+        elif new_mode in ("100644", "100755") and target.is_file() and not target.is_symlink():
+            executable = bool(target.stat().st_mode & 0o100)
+            if executable != (new_mode == "100755"):
+                continue
+            have = repo.git(
+                "hash-object", f"--path={rel}", "--", str(target), work_tree=repo.worktree
+            )
+        else:
+            continue
+        if have.out.strip() == new_oid:
+            info.append(f"{new_mode} {new_oid}\t{rel}")
+            done.add(rel)
     if info:
         payload = "".join(line + "\0" for line in info).encode("utf-8", "surrogateescape")
         repo.git("update-index", "-z", "--index-info", work_tree=repo.worktree, input=payload)
+    return done
+
+
+def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
+    """Raise unless ``ref`` can go from ``old`` to ``new`` (a commit or a tree) losing nothing.
+
+    Returns whether the base repository's working tree has ``ref`` checked out (its files
+    must then follow). A dry run makes exactly these checks, so it refuses what a real run
+    would refuse.
+    """
+    linked = linked_checkout(repo, ref)
+    if linked is not None:
+        raise WorktreeBlocked(
+            linked,
+            f"{ref} is checked out in this linked worktree, which a promotion would leave behind",
+        )
+    follow = checked_out(repo, ref)
+    if follow:
+        check_worktree(repo, old, new)
+    return follow
 
 
 def move_target(
@@ -273,15 +319,7 @@ def move_target(
     (the journal stays, the next run finishes the update). Raises :class:`DirtyWorktree` or
     :class:`WorktreeBlocked` before moving anything.
     """
-    linked = linked_checkout(repo, ref)
-    if linked is not None:
-        raise WorktreeBlocked(
-            linked,
-            f"{ref} is checked out in this linked worktree, which a promotion would leave behind",
-        )
-    follow = update_worktree and checked_out(repo, ref)
-    if follow:
-        check_worktree(repo, old, new)
+    follow = check_move(repo, ref, old, new) if update_worktree else False
     journal = _journal(repo, ref)
     with _faults.uninterrupted():
         if follow:
@@ -446,10 +484,7 @@ def rollback(
             actual = repo.ref_value(ref)
             if actual != tip:
                 raise RefMoved(ref, expect, actual)
-            if checked_out(repo, ref):
-                dirty = dirty_paths(repo)
-                if dirty:
-                    raise DirtyWorktree(repo.worktree, dirty)
+            check_move(repo, ref, tip, tree)
             return Move(ref, tip, "", "rollback", tree)
         new = repo.commit_tree(tree, [tip], message, author)
         moved, problem = move_target(
@@ -500,10 +535,7 @@ def revert(
             if not ok:
                 raise GateFailed(why, output)
         if dry_run:
-            if checked_out(repo, ref):
-                dirty = dirty_paths(repo)
-                if dirty:
-                    raise DirtyWorktree(repo.worktree, dirty)
+            check_move(repo, ref, tip, preview.tree)
             return Move(ref, tip, "", "revert", preview.tree)
         message = (
             f"agentgate revert: {task}\n\nReverts the change of attempt {attempt_commit}.\n\n"

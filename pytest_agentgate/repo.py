@@ -131,16 +131,21 @@ class BaseRepo:
             input=input,
             ok=ok,
             safe_directory=self.worktree or self.git_dir,
-            config=self.no_filters(),
+            # The user's own checkout keeps the user's filters; everything else runs none.
+            config=()
+            if work_tree is not None and work_tree == self.worktree
+            else self.no_filters(),
         )
 
     def no_filters(self) -> tuple[str, ...]:
-        """``-c`` settings that switch off every configured clean/smudge filter driver.
+        """``-c`` settings that switch off every configured filter and merge driver.
 
-        Filter programs come from trusted configuration, but *which* files they run on is
-        chosen by ``.gitattributes``, which the agent writes. So the plugin runs none: files
-        are stored and checked out byte for byte (Git LFS pointers stay pointers, nothing is
-        fetched). Read once per repository.
+        Those programs come from trusted configuration, but *which* files they run on is
+        chosen by ``.gitattributes``, which the agent writes. So in workspaces, gate
+        checkouts and merges the plugin runs none: files are stored and checked out byte for
+        byte (Git LFS pointers stay pointers, nothing is fetched), and a path whose
+        attributes name a custom merge driver merges as a conflict. The user's own checkout
+        keeps the user's filters (see :meth:`git`). Read once per repository.
         """
         if self._no_filters is None:
             out = _git.run(
@@ -148,23 +153,26 @@ class BaseRepo:
                     "config",
                     "--null",
                     "--get-regexp",
-                    r"^filter\..*\.(clean|smudge|process|required)$",
+                    r"^(filter|merge)\..*\.(clean|smudge|process|required|driver)$",
                 ],
                 git_dir=self.git_dir,
                 ok=(0, 1),
                 safe_directory=self.worktree or self.git_dir,
             ).out
-            names = sorted(
-                {
-                    item.split("\n", 1)[0][len("filter.") :].rsplit(".", 1)[0]
-                    for item in out.split("\0")
-                    if item
-                }
+            keys = {item.split("\n", 1)[0] for item in out.split("\0") if item}
+            filters = sorted(
+                {k[len("filter.") :].rsplit(".", 1)[0] for k in keys if k.startswith("filter.")}
             )
-            self._no_filters = tuple(
-                f"filter.{name}.{key}" + ("=false" if key == "required" else "=")
-                for name in names
-                for key in ("clean", "smudge", "process", "required")
+            merges = sorted(
+                {k[len("merge.") :].rsplit(".", 1)[0] for k in keys if k.startswith("merge.")}
+            )
+            self._no_filters = (
+                *(
+                    f"filter.{name}.{key}" + ("=false" if key == "required" else "=")
+                    for name in filters
+                    for key in ("clean", "smudge", "process", "required")
+                ),
+                *(f"merge.{name}.driver=false" for name in merges),
             )
         return self._no_filters
 

@@ -148,7 +148,7 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
         (dotgit / folder).mkdir(parents=True, exist_ok=True)
     (dotgit / f"refs/heads/{branch}").rmdir()  # only its parents were wanted
     (dotgit / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
-    (dotgit / "config").write_text(_AGENT_CONFIG, encoding="utf-8")
+    (dotgit / "config").write_text(_agent_config(path.parent), encoding="utf-8")
     (dotgit / "objects" / "info" / "alternates").write_text(
         f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"
     )
@@ -156,10 +156,41 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     shutil.copyfile(index, dotgit / "index")
 
 
-_AGENT_CONFIG = (
-    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
-    "\tlogallrefupdates = true\n"
-)
+_TRAITS: dict[Path, str] = {}
+
+
+def _agent_config(root: Path) -> str:
+    """The agent's ``.git/config``, with the filesystem traits ``git init`` would probe.
+
+    Probed once per workspace root (executable bits, symlinks, case), so the agent's own
+    ``git status`` is right on any filesystem.
+    """
+    traits = _TRAITS.get(root)
+    if traits is None:
+        probe = Path(tempfile.mkdtemp(prefix=".agentgate-probe-", dir=root))
+        try:
+            sample = probe / "probe"
+            sample.write_text("")
+            sample.chmod(0o755)
+            filemode = bool(sample.stat().st_mode & 0o100)
+            try:
+                os.symlink("probe", probe / "link")
+                symlinks = True
+            except OSError:
+                symlinks = False
+            ignorecase = (probe / "PROBE").exists()
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
+        traits = f"\tfilemode = {str(filemode).lower()}\n"
+        if not symlinks:
+            traits += "\tsymlinks = false\n"
+        if ignorecase:
+            traits += "\tignorecase = true\n"
+        _TRAITS[root] = traits
+    return (
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogallrefupdates = true\n"
+        + traits
+    )
 
 
 def _private_index_path(repo: BaseRepo) -> Path:
@@ -208,13 +239,17 @@ def snapshot(
     excluded = tuple(p for p in (*tracked, *others) if _matches(p, exclude))
     # Tracked paths that are no longer a file here: deleted, now a directory, or behind a
     # symlink. They leave the index first; a gitlink among them keeps the base's value.
-    gone = [p for p in tracked if p not in excluded and not _is_file_here(ws.path, p)]
-    gitlinks = _gitlinks(ws, gone) | _gitlinks(ws, [p for p in tracked if (ws.path / p).is_dir()])
-    removals = [p for p in gone if p not in gitlinks]
+    excluded_set = set(excluded)
+    gitlinks = _gitlinks(ws, [p for p in tracked if p not in excluded_set])
+    removals = {
+        p
+        for p in tracked
+        if p not in excluded_set and p not in gitlinks and not _is_file_here(ws.path, p)
+    }
     additions = [
         p
         for p in (*tracked, *others)
-        if p not in excluded and p not in gitlinks and p not in removals
+        if p not in excluded_set and p not in gitlinks and p not in removals
     ]
     if len(additions) + len(removals) > max_files:
         raise SnapshotRefused(
@@ -226,7 +261,10 @@ def snapshot(
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
     try:
-        for flags, paths in ((("--force-remove",), removals), (("--add", "--replace"), additions)):
+        for flags, paths in (
+            (("--force-remove",), sorted(removals)),
+            (("--add", "--replace"), additions),
+        ):
             if paths:
                 payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
                 repo.git(
@@ -280,17 +318,23 @@ def _is_file_here(root: Path, rel: str) -> bool:
 
 
 def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
-    """Those of ``paths`` that the private index holds as gitlinks (submodules)."""
+    """Those of ``paths`` that the private index holds as gitlinks (submodules).
+
+    A few paths are looked up by name; many (an agent that deleted a vendored tree) are
+    answered from one listing of the index, so the cost never grows with their product.
+    """
     if not paths:
         return set()
-    specs = [f":(literal){p}" for p in paths]
-    out = ws.repo.git(
-        "ls-files", "-z", "-s", "--", *specs, work_tree=ws.path, index=ws.index
-    ).stdout
+    if len(paths) <= 64:
+        specs = [f":(literal){p}" for p in paths]
+        out = ws.repo.git("ls-files", "-z", "-s", "--", *specs, work_tree=ws.path, index=ws.index)
+    else:
+        out = ws.repo.git("ls-files", "-z", "-s", work_tree=ws.path, index=ws.index)
+    wanted = set(paths)
     found = set()
-    for entry in _git.split_z(out):
+    for entry in _git.split_z(out.stdout):
         meta, _, rel = entry.partition("\t")
-        if meta.startswith("160000"):
+        if meta.startswith("160000") and rel in wanted:
             found.add(rel)
     return found
 

@@ -639,8 +639,6 @@ def test_ignored_files_in_the_base_checkout_are_never_overwritten(
 
 
 def test_target_checked_out_in_a_linked_worktree_blocks(service: Path, tmp_path: Path) -> None:
-    from helpers import land
-
     git(service, "branch", "feature")
     git(service, "worktree", "add", "-q", str(tmp_path / "linked"), "feature")
     from pytest_agentgate import Engine, GateSpec
@@ -657,7 +655,6 @@ def test_target_checked_out_in_a_linked_worktree_blocks(service: Path, tmp_path:
     attempt = engine.run_attempt(ws, task="feature work")
     assert attempt.verdict.status == "error" and "linked worktree" in attempt.verdict.reason
     assert git(service, "rev-parse", "feature") == git(service, "rev-parse", "main")
-    assert land  # the helper is importable alongside
 
 
 def test_prune_never_removes_a_live_run(
@@ -733,3 +730,31 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
         for x in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     ]
     assert sum(r["op"] == "dryrun-reset" for r in log) == 1  # one run, whichever worker came first
+
+
+def test_a_run_holds_its_directory_against_prune(tmp_path: Path) -> None:
+    from pytest_agentgate.plugin import _run_dir
+    from pytest_agentgate.prune import old_runs
+
+    held: list[int] = []
+    finished: list[int] = []
+    mine = _run_dir(tmp_path / "work", "a" * 32, held)
+    other = _run_dir(tmp_path / "work", "b" * 32, finished)
+    for fd in finished:  # that run is over: its process let go of the lock
+        os.close(fd)
+    os.utime(mine / ".agentgate-run", (1, 1))  # "mine" is the oldest, yet still going
+    os.utime(other / ".agentgate-run", (2, 2))
+    assert old_runs(tmp_path / "work", keep=0) == [other]
+    for fd in held:
+        os.close(fd)
+    assert sorted(old_runs(tmp_path / "work", keep=0)) == sorted([mine, other])
+
+
+def test_last_failed_selection_opens_nothing(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test() + "\n\ndef test_plain():\n    assert False\n")
+    pytester.runpytest(
+        f"--agentgate-repo={service}", "-k", "plain"
+    )  # test_plain fails: --lf reruns it
+    result = pytester.runpytest(f"--agentgate-repo={service}", "--lf", "--agentgate-target=nope")
+    result.assert_outcomes(failed=1)
+    assert not (service / ".git" / "agentgate").exists()

@@ -171,3 +171,32 @@ def test_checkout_owned_by_another_user(suite: Path, service: Path) -> None:
     )
     home_config = Path(os.path.expanduser("~/.gitconfig"))
     assert not home_config.exists() or str(service) not in home_config.read_text()
+
+
+def test_recovery_never_overwrites_an_ignored_file(service: Path) -> None:
+    """A crash left the ref moved and the files behind; meanwhile the user made an ignored
+    file exactly where the new commit puts one. Recovery refuses rather than overwrite it."""
+    import json as json_
+
+    from pytest_agentgate import BaseRepo, WorktreeBlocked
+    from pytest_agentgate.promote import recover_worktree
+
+    old = git(service, "rev-parse", "main")
+    git(service, "checkout", "-q", "-b", "side")
+    (service / "app.log").write_text("from the agent\n")
+    git(service, "add", "-f", "app.log")
+    git(service, "commit", "-qm", "track app.log")
+    new = git(service, "rev-parse", "side")
+    git(service, "checkout", "-q", "main")
+    # The state a SIGKILL between the ref move and the file update leaves behind:
+    git(service, "update-ref", "refs/heads/main", new, old)
+    journal = service / ".git" / "agentgate" / JOURNAL
+    journal.parent.mkdir(exist_ok=True)
+    journal.write_text(json_.dumps({"ref": "refs/heads/main", "old": old, "new": new}))
+    (service / ".git" / "info").mkdir(exist_ok=True)
+    (service / ".git" / "info" / "exclude").write_text("*.log\n")
+    (service / "app.log").write_text("the user's own log\n")
+    with pytest.raises(WorktreeBlocked, match=r"app\.log"):
+        recover_worktree(BaseRepo.open(service), "refs/heads/main")
+    assert (service / "app.log").read_text() == "the user's own log\n"
+    assert journal.exists()  # kept, for the person to act on

@@ -357,6 +357,7 @@ def test_user_filters_are_not_run_on_the_agent_s_say(service: Path, tmp_path: Pa
     git(service, "config", "filter.lfs.clean", evil)
     git(service, "config", "filter.lfs.smudge", evil)
     git(service, "config", "filter.lfs.required", "true")
+    git(service, "checkout", "-q", "-b", "elsewhere")  # the user's checkout is not the target
     e = engine(service, commands=("cat data.bin",), outcome_is_enough=False)
     ws = e.fork(task="attributes")
     (ws.path / ".gitattributes").write_text("* filter=lfs\n")
@@ -379,3 +380,44 @@ def test_colon_and_non_utf8_names_do_not_break_bookkeeping(service: Path) -> Non
     log = (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     promote_rec = [json.loads(x) for x in log if '"promote"' in x][-1]
     assert promote_rec["objects"] >= 3 and promote_rec["new"] == attempt.move.new
+
+
+def test_the_user_s_checkout_keeps_the_user_s_filters(service: Path) -> None:
+    """In the person's own checkout, git behaves as their git does: their filters apply."""
+    git(service, "config", "filter.rot.clean", "tr a-zA-Z n-za-mN-ZA-M")
+    git(service, "config", "filter.rot.smudge", "tr a-zA-Z n-za-mN-ZA-M")
+    (service / ".gitattributes").write_text("secret.txt filter=rot\n")
+    (service / "secret.txt").write_text("hello\n")
+    git(service, "add", ".gitattributes", "secret.txt")
+    git(service, "commit", "-qm", "a filtered file")
+    assert git(service, "cat-file", "-p", "main:secret.txt") == "uryyb"  # stored form
+    e = engine(service)
+    ws = e.fork(task="touch it")
+    assert (ws.path / "secret.txt").read_text() == "uryyb\n"  # workspaces: byte for byte
+    (ws.path / "secret.txt").write_text("jbeyq\n")  # the stored form of "world"
+    attempt = e.run_attempt(ws, task="touch it")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert (service / "secret.txt").read_text() == "world\n"  # smudged by the user's filter
+    assert git(service, "status", "--porcelain") == ""
+
+
+def test_deleting_a_large_tree_stays_linear(service: Path) -> None:
+    """Thousands of deletions (a vendored tree removed) snapshot in one listing, no crash."""
+    vendor = {
+        f"vendor/pkg{i % 20:02d}/some/long/nested/path/module_{i:05d}.py": "x = 1\n"
+        for i in range(3000)
+    }
+    from helpers import write
+
+    write(service, vendor)
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "vendor a tree")
+    import shutil
+
+    e = engine(service)
+    ws = e.fork(task="drop vendor")
+    shutil.rmtree(ws.path / "vendor")
+    attempt = e.run_attempt(ws, task="drop vendor")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert attempt.snapshot is not None and len(attempt.snapshot.changes) == 3000
+    assert git(service, "ls-tree", "main", "vendor") == ""
