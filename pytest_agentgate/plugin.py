@@ -278,7 +278,6 @@ class AgentgateRun:
         self.run_id = run_id
         self.engine_: Engine | None = None
         self.rows: list[Mapping[str, Any]] = []
-        self.gated_items = 0
         self.held: list[int] = []  # locks that mark this run's directory as live
 
     def engine(self) -> Engine:
@@ -515,11 +514,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or os.environ.get(ACTIVE_ENV) == "1":
         return
-    gated = [item for item in session.items if SPEC_KEY in item.stash]
-    if gated:
-        run = config.stash[RUN_KEY]
-        run.gated_items = len(gated)
-        run.engine()
+    if any(SPEC_KEY in item.stash for item in session.items):
+        config.stash[RUN_KEY].engine()
 
 
 # -- fixtures -----------------------------------------------------------------------------

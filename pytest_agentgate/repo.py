@@ -241,10 +241,6 @@ class BaseRepo:
         fields = head.split(" ")
         return (fields[1], message) if len(fields) > 1 else None
 
-    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        result = self.git("merge-base", "--is-ancestor", ancestor, descendant, ok=(0, 1))
-        return result.returncode == 0
-
     def is_shallow(self) -> bool:
         return (self.git_dir / "shallow").exists()
 
