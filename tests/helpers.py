@@ -131,3 +131,22 @@ def alive(pid: int) -> bool:
             return False
         return True
     return "\nState:\tZ" not in status
+
+
+def spawn_pytest(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, **popen: object
+) -> subprocess.Popen[str]:
+    """A separate pytest process (another "machine" or CI job), with an environment free of
+    the outer run's pytest and agentgate settings; output is captured as text."""
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env={**clean, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git, land
+from helpers import fsck, git, land, spawn_pytest
 
 from pytest_agentgate.cli import main
 
@@ -285,24 +285,13 @@ def test_log_from_two_concurrent_pytest_processes(pytester: pytest.Pytester, ser
             (agent_workspace.path / name).write_text(name)
         """
     )
-    common = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        f"--agentgate-repo={service}",
-        "--agentgate-promote",
-    ]
     procs = [
-        subprocess.Popen(
-            [*common, f"--basetemp={pytester.path / who}"],
-            cwd=pytester.path,
-            env={**os.environ, "WHO": who},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        spawn_pytest(
+            pytester.path,
+            f"--agentgate-repo={service}",
+            "--agentgate-promote",
+            f"--basetemp={pytester.path / who}",
+            env={"WHO": who},
         )
         for who in ("left", "right")
     ]

@@ -3,16 +3,14 @@ real ``git daemon`` on the loopback interface."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git
+from helpers import fsck, git, spawn_pytest
 
 AGENT = """
 import pytest
@@ -151,26 +149,13 @@ def test_two_machines_promote_through_git_daemon_and_lose_nothing(
         suite = tmp_path / f"suite-{who}"
         suite.mkdir()
         (suite / "test_agents.py").write_text("".join(AGENT.format(n=n, who=who) for n in range(4)))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
         procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    f"--agentgate-repo={work}",
-                    "--agentgate-remote=origin",
-                    "--agentgate-promote",
-                    f"--basetemp={tmp_path / f'tmp-{who}'}",
-                ],
-                cwd=suite,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+            spawn_pytest(
+                suite,
+                f"--agentgate-repo={work}",
+                "--agentgate-remote=origin",
+                "--agentgate-promote",
+                f"--basetemp={tmp_path / f'tmp-{who}'}",
             )
         )
     outputs = [p.communicate(timeout=300)[0] for p in procs]
