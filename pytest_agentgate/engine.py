@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _git, attempts, oplog, promote, workspace
+from . import _git, attempts, checkout, oplog, promote, workspace
 from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
 from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
@@ -242,7 +242,7 @@ class Engine:
             # A run killed between moving the target and updating its checked-out files
             # left a journal; finish that update before anything else moves.
             with promote.target_lock(self.repo, self.ref):
-                promote.recover_worktree(self.repo, self.ref)
+                checkout.recover_worktree(self.repo, self.ref)
             return
         run_id = run_id or uuid.uuid4().hex
         marker = self.repo.private_dir / "dryrun" / f"{self.target.replace('/', '%2F')}.run"

@@ -3,8 +3,8 @@
 The lock (one ``filelock`` per repository and target, in the plugin's own directory) keeps the
 plugin's own writers in line; the old value on ``git update-ref`` is what makes every move
 safe against anybody else. When the target is checked out in the base repository, its files
-follow the ref: checked clean first, then updated by a two-tree ``read-tree -m -u``, with a
-journal so that a crash between the ref move and the file update is finished by the next run.
+follow the ref (see :mod:`pytest_agentgate.checkout`); a remote target moves by a push with a
+lease (see :mod:`pytest_agentgate.remote`).
 """
 
 from __future__ import annotations
@@ -15,18 +15,22 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
-from . import _faults, _git, oplog
+from . import _faults, oplog
+from .checkout import (
+    check_worktree,
+    checked_out,
+    journal_path,
+    linked_checkout,
+    recover_worktree,
+    sync_worktree,
+)
 from .errors import (
     AgentgateError,
-    DirtyWorktree,
     GateFailed,
-    GitError,
     MergeConflict,
     NothingToRevert,
     RefMoved,
-    StaleLock,
     WorktreeBlocked,
 )
 from .remote import RemoteTarget
@@ -78,218 +82,6 @@ def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
         lock.release()
 
 
-# -- the checked-out target -----------------------------------------------------------
-
-
-def checked_out(repo: BaseRepo, ref: str) -> bool:
-    """Whether ``ref`` is the branch checked out in the base repository's main working tree."""
-    if repo.bare or not ref.startswith("refs/heads/"):
-        return False
-    return repo.head_branch() == ref[len("refs/heads/") :]
-
-
-def linked_checkout(repo: BaseRepo, ref: str) -> Path | None:
-    """A linked worktree (``git worktree add``) that has ``ref`` checked out, if any."""
-    folder = repo.git_dir / "worktrees"
-    if not ref.startswith("refs/heads/") or not folder.is_dir():
-        return None
-    for entry in folder.iterdir():
-        try:
-            head = (entry / "HEAD").read_text(encoding="utf-8").strip()
-        except OSError:
-            continue
-        if head == f"ref: {ref}":
-            try:
-                return Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
-            except OSError:
-                return entry
-    return None
-
-
-def dirty_paths(repo: BaseRepo) -> list[str]:
-    """Tracked files with uncommitted changes (staged or not) in the base working tree."""
-    assert repo.worktree is not None
-    _refresh(repo)
-    out = repo.git("diff-index", "--name-only", "-z", "HEAD", "--", work_tree=repo.worktree).stdout
-    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
-
-
-def _refresh(repo: BaseRepo) -> None:
-    """Refresh the base index's stat data, so that only real edits count as changes."""
-    result = repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1, 128))
-    if result.returncode == 128:  # -q also silences why; the usual reason is git's lock
-        lock = repo.git_dir / "index.lock"
-        if lock.exists():
-            raise StaleLock(lock)
-        raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
-
-
-def _journal(repo: BaseRepo, ref: str) -> Path:
-    """The journal of one ref's pending working-tree update (one per ref, as the locks are)."""
-    return repo.private_dir / f"worktree-sync-{ref.replace('/', '%2F')}.json"
-
-
-def _in_the_way(
-    repo: BaseRepo, old: str, new: str, skip: set[str] | frozenset[str] = frozenset()
-) -> list[str]:
-    """Untracked or ignored files where ``new`` puts a file: git would overwrite them silently.
-
-    git treats ignored files as expendable, so its own checks pass while a user's ignored
-    database or build directory is replaced. The plugin never does that: such a path blocks.
-    """
-    assert repo.worktree is not None
-    out = repo.git(
-        "diff-tree", "-r", "-z", "--no-renames", "--name-status", "--diff-filter=AD",
-        "--end-of-options", old, new,
-    ).stdout  # fmt: skip
-    fields = _git.split_z(out)
-    pairs = list(zip(fields[0::2], fields[1::2], strict=False))
-    deleted = {path for status, path in pairs if status == "D"}
-    blocked = []
-    for status, rel in pairs:
-        if status != "A" or rel in skip:
-            continue
-        target = repo.worktree / rel
-        if os.path.lexists(target):
-            # A directory whose every file the new commit deletes is git's own D/F change.
-            if not (
-                target.is_dir()
-                and not target.is_symlink()
-                and _only(target, repo.worktree, deleted)
-            ):
-                blocked.append(rel)
-            continue
-        parent, prefix = repo.worktree, ""
-        for part in rel.split("/")[:-1]:
-            parent, prefix = parent / part, f"{prefix}{part}"
-            if (
-                parent.is_symlink() or (parent.exists() and not parent.is_dir())
-            ) and prefix not in deleted:
-                blocked.append(prefix)
-                break
-            prefix += "/"
-    return blocked
-
-
-def _only(folder: Path, top: Path, deleted: set[str]) -> bool:
-    """Whether every file under ``folder`` is one of ``deleted`` (paths relative to ``top``)."""
-    for dirpath, _dirs, files in os.walk(folder):
-        for name in files:
-            if str((Path(dirpath) / name).relative_to(top)) not in deleted:
-                return False
-    return True
-
-
-def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
-    """Raise unless the working tree can go from ``old`` to ``new`` without losing anything."""
-    assert repo.worktree is not None
-    dirty = dirty_paths(repo)
-    if dirty:
-        raise DirtyWorktree(repo.worktree, dirty)
-    in_the_way = _in_the_way(repo, old, new)
-    if in_the_way:
-        raise WorktreeBlocked(
-            repo.worktree,
-            f"untracked or ignored files are where the new commit puts files: {', '.join(in_the_way[:5])}",
-        )
-    probe = repo.git("read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128))
-    if probe.returncode != 0:
-        raise WorktreeBlocked(repo.worktree, probe.stderr)
-
-
-def sync_worktree(repo: BaseRepo, old: str, new: str) -> None:
-    """Bring the checked-out files from ``old`` to ``new`` (two-tree merge, keeps untracked)."""
-    assert repo.worktree is not None
-    repo.git("read-tree", "-m", "-u", old, new, work_tree=repo.worktree)
-    _refresh(repo)
-
-
-def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
-    """Finish a working-tree update of ``ref`` that a killed process left; say what was done.
-
-    Called with ``ref``'s lock held. If the update was cut off halfway (some files already
-    new, the index still old), the files already at their new content are staged as such,
-    so the two-tree merge carries on from there. The other paths get the same check as a
-    promotion (nothing untracked or ignored in the way). Anything else (a file that is
-    neither old nor new: somebody edited it since) is not guessed at: the journal stays
-    and the error says what to look at.
-    """
-    journal = _journal(repo, ref)
-    try:
-        data = json.loads(journal.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        journal.unlink(missing_ok=True)
-        return None
-    old, new = data["old"], data["new"]
-    note = None
-    if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
-        index_tree = repo.git("write-tree", ok=(0, 128)).out.strip()
-        if index_tree == repo.tree_of(old):
-            finished = _stage_finished_paths(repo, old, new)
-            blocked = _in_the_way(repo, old, new, skip=finished)
-            try:
-                if blocked:
-                    raise WorktreeBlocked(
-                        repo.worktree,
-                        f"untracked or ignored files are in the way: {', '.join(blocked[:5])}",
-                    )
-                sync_worktree(repo, old, new)
-            except (GitError, WorktreeBlocked) as exc:
-                raise WorktreeBlocked(
-                    repo.worktree,
-                    f"an interrupted update from {old[:12]} to {new[:12]} could not be finished "
-                    f"({exc}); check 'git status' there, then delete {journal}",
-                ) from exc
-            note = f"finished updating {repo.worktree} from {old[:12]} to {new[:12]}"
-    journal.unlink(missing_ok=True)
-    return note
-
-
-def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
-    """Stage the paths whose files already hold ``new``'s content and mode (or are gone).
-
-    Contents are hashed as the user's git would (their filters apply in their checkout);
-    symlinks are compared by target. Returns the paths staged.
-    """
-    assert repo.worktree is not None
-    raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
-    fields = raw.split(b"\0")
-    info, done = [], set()
-    for meta, path in zip(fields[0:-1:2], fields[1::2], strict=False):
-        _om, new_mode, _oo, new_oid, status = meta[1:].decode("ascii").split(" ")
-        rel = path.decode("utf-8", "surrogateescape")
-        target = repo.worktree / rel
-        if status == "D":
-            if not os.path.lexists(target):
-                info.append(f"0 {'0' * 40}\t{rel}")
-                done.add(rel)
-            continue
-        if new_mode == "120000" and target.is_symlink():
-            have = repo.git(
-                "hash-object",
-                "--stdin",
-                input=os.readlink(target).encode("utf-8", "surrogateescape"),
-            )
-        elif new_mode in ("100644", "100755") and target.is_file() and not target.is_symlink():
-            executable = bool(target.stat().st_mode & 0o100)
-            if executable != (new_mode == "100755"):
-                continue
-            have = repo.git(
-                "hash-object", f"--path={rel}", "--", str(target), work_tree=repo.worktree
-            )
-        else:
-            continue
-        if have.out.strip() == new_oid:
-            info.append(f"{new_mode} {new_oid}\t{rel}")
-            done.add(rel)
-    if info:
-        payload = "".join(line + "\0" for line in info).encode("utf-8", "surrogateescape")
-        repo.git("update-index", "-z", "--index-info", work_tree=repo.worktree, input=payload)
-    return done
-
-
 def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
     """Raise unless ``ref`` can go from ``old`` to ``new`` (a commit or a tree) losing nothing.
 
@@ -320,7 +112,7 @@ def move_target(
     :class:`WorktreeBlocked` before moving anything.
     """
     follow = check_move(repo, ref, old, new) if update_worktree else False
-    journal = _journal(repo, ref)
+    journal = journal_path(repo, ref)
     with _faults.uninterrupted():
         if follow:
             tmp = journal.with_suffix(".tmp")
