@@ -129,6 +129,9 @@ def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
             f"untracked or ignored files are where the new commit puts files: {', '.join(in_the_way[:5])}",
         )
     probe = repo.git("read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128))
+    held = _git.LOCK_HELD.search(probe.stderr)
+    if held:
+        raise StaleLock(held[1])
     if probe.returncode != 0:
         raise WorktreeBlocked(repo.worktree, probe.stderr)
 

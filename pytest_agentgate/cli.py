@@ -112,9 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rotate the operations log when it is larger (default 1 MiB)")  # fmt: skip
     p.add_argument("--workspaces", type=Path, metavar="DIR",
                    help="also remove old run directories under this --agentgate-workdir")  # fmt: skip
-    p.add_argument("--keep-runs", type=_positive, default=3, metavar="N",
+    p.add_argument("--keep-runs", type=_positive, default=None, metavar="N",
                    help="with --workspaces: keep the newest N runs (default 3)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    p.add_argument("--agent", default="person", help="who is doing this (for the log)")
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser(
@@ -212,7 +213,8 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         print(json.dumps([a.as_dict() for a in rows], indent=2))
         return 0
     if not rows:
-        print("no attempts recorded")
+        filtered = args.task or args.agent or args.verdict
+        print("no attempts match" if filtered else "no attempts recorded")
         return 0
     print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
     for a in rows:
@@ -253,7 +255,8 @@ def cmd_log(args: argparse.Namespace) -> int:
             print(json.dumps(asdict(r), sort_keys=True))
         return 0
     if not records:
-        print("the operations log is empty")
+        filtered = args.agent or args.limit is not None
+        print("no records match" if filtered else "the operations log is empty")
         return 0
     for r in records:
         old = (r.old or "-")[:12]
@@ -350,6 +353,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from . import prune
 
+    if args.keep_runs is not None and args.workspaces is None:
+        raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")
     repo = _open(args)
     cutoff = datetime.now(UTC) - args.older_than
     report = prune.prune(
@@ -358,8 +363,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
         keep_last=args.keep_last,
         rotate_bytes=args.rotate_bytes,
         workspaces=args.workspaces,
-        keep_runs=args.keep_runs,
+        keep_runs=3 if args.keep_runs is None else args.keep_runs,
         dry_run=args.dry_run,
+        agent=args.agent,
     )
     verb = "would remove" if args.dry_run else "removed"
     for ref in report.removed:
@@ -385,7 +391,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     commit = attempt.trailers.get("State")
     if not commit:
         raise UsageProblem(f"{attempt.ref} carries no state (its test declared no state=[...])")
-    names = state.restore(repo, commit, args.to.resolve(), overwrite=args.force)
+    dest = args.to.resolve()
+    if dest.exists() and not dest.is_dir():
+        raise UsageProblem(f"--to {str(args.to)!r} is a file, not a directory")
+    names = state.restore(repo, commit, dest, overwrite=args.force)
     for name in names:
         print(f"restored {args.to / name}")
     return 0

@@ -362,9 +362,7 @@ class Engine:
         how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
         oplog.append(
             self.repo.git_dir,
-            oplog.OpRecord(
-                op="external-move", ref=self.ref, old=None, new=tip, agent=agent, note=how
-            ),
+            oplog.OpRecord(op="external-move", ref=self.ref, old=None, new=tip, agent="", note=how),
         )
         return how
 
@@ -411,7 +409,7 @@ class Engine:
             agent=attempt.agent,
             test=attempt.test,
             base=attempt.base,
-            landed=attempt.move.new if attempt.move else None,
+            landed=attempt.move.new if attempt.move and self.promote_enabled else None,
             excluded=attempt.snapshot.excluded if attempt.snapshot else (),
             state=attempt.state,
         )

@@ -51,8 +51,7 @@ class RepoNotFound(ConfigError):
 
     def __init__(self, path: object, source: str = "") -> None:
         super().__init__(
-            f"no git repository at {str(path)!r}; pass the repository the agents edit with "
-            "--agentgate-repo PATH",
+            f"no git repository at {str(path)!r}; name the repository the agents edit",
             value=path,
             source=source,
         )
@@ -130,17 +129,18 @@ class MergeConflict(AgentgateError):
         super().__init__(f"{what} conflicts in: {', '.join(self.paths) or '(unknown paths)'}")
 
 
-class AttemptNotFound(AgentgateError):
-    """An attempt name that matches no attempt, or more than one."""
+class AttemptNotFound(ConfigError):
+    """An attempt name that matches no attempt, or more than one (a value that does not resolve)."""
 
     def __init__(self, name: str, matches: Sequence[str] = ()) -> None:
-        self.name = name
         self.matches = tuple(matches)
         if matches:
-            msg = f"{name!r} matches {len(matches)} attempts ({', '.join(matches[:4])}); be more specific"
+            shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
+            msg = f"{name!r} matches {len(matches)} attempts ({shown}); be more specific"
         else:
             msg = f"no attempt matches {name!r}; list them with 'agentgate attempts'"
-        super().__init__(msg)
+        super().__init__(msg, value=name)
+        self.name = name
 
 
 class StaleLock(AgentgateError):
@@ -151,6 +151,17 @@ class StaleLock(AgentgateError):
         super().__init__(
             f"git lock file {str(path)!r} exists: another git process is running, or one "
             f"crashed. If no git process is running on this repository, remove it with: rm {str(path)!r}"
+        )
+
+
+class NothingToRollBack(AgentgateError):
+    """The target already has the tree a rollback would give it."""
+
+    def __init__(self, ref: str, tree: str) -> None:
+        self.ref = ref
+        self.tree = tree
+        super().__init__(
+            f"{ref} already has tree {tree}; nothing to roll back, nothing was changed"
         )
 
 

@@ -173,7 +173,10 @@ def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
     if value is None and option.env and os.environ.get(option.env):
         value, source = os.environ[option.env], f"environment {option.env}"
     if value is None:
-        raw = config.getini(option.ini)
+        try:
+            raw = config.getini(option.ini)
+        except ValueError as exc:
+            raise pytest.UsageError(f"agentgate: invalid ini {option.ini}: {exc}") from None
         if raw not in (None, "", []):
             value, source = raw, f"ini {option.ini}"
     if value is None:
@@ -212,7 +215,7 @@ class MarkerSpec(NamedTuple):
     resume: bool = False
 
 
-def _marker_signature(
+def gated(
     task: str,
     *,
     agent: str | None = None,
@@ -243,6 +246,9 @@ def _marker_signature(
         raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
     if isinstance(state, str) or not all(isinstance(p, str) and p.strip() for p in state):
         raise TypeError(f"state must be a list of paths, got {state!r}")
+    for path in state:
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise TypeError(f"state paths are relative to the workspace, without '..': {path!r}")
     if not isinstance(resume, bool):
         raise TypeError(f"resume must be True or False, got {resume!r}")
     if resume and not state:
@@ -264,7 +270,7 @@ def marker_spec(item: pytest.Item) -> MarkerSpec | None:
     mark = item.get_closest_marker(MARKER)
     if mark is None:
         return None
-    return _marker_signature(*mark.args, **mark.kwargs)
+    return gated(*mark.args, **mark.kwargs)
 
 
 # -- run state ----------------------------------------------------------------------------
@@ -374,6 +380,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
+    _check_config_not_hijacked(config)
     worker = getattr(config, "workerinput", None)
     run_id = worker.get("agentgate_run_id") if worker else None
     run = AgentgateRun(config, run_id or uuid.uuid4().hex)
@@ -408,6 +415,28 @@ def _run_dir(root: Path, run_id: str, held: list[int]) -> Path:
     return path
 
 
+def _check_config_not_hijacked(config: pytest.Config) -> None:
+    """Refuse a run whose configuration pytest took from the gated repository by mistake.
+
+    pytest looks for its configuration before plugins' options exist, so in
+    ``--agentgate-repo PATH`` (a space, not ``=``) it takes PATH for a test path and may read
+    the gated repository's ini file instead of the suite's own: gates and settings vanish.
+    """
+    args = list(config.invocation_params.args)
+    for name in ("repo", "workdir"):
+        flag = f"--agentgate-{name}"
+        if flag not in args or args.index(flag) + 1 >= len(args) or config.inipath is None:
+            continue
+        value = Path(args[args.index(flag) + 1]).resolve()
+        invoked = config.invocation_params.dir.resolve()
+        inipath = config.inipath.resolve()
+        if value in inipath.parents and value not in invoked.parents and value != invoked:
+            raise pytest.UsageError(
+                f"agentgate: pytest read its configuration from {inipath}, inside the {flag} "
+                f"path, because the value followed a space; write {flag}={args[args.index(flag) + 1]}"
+            )
+
+
 def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     """Build the engine from the settings; every bad value is a usage error (exit code 4)."""
     from .engine import Engine
@@ -423,7 +452,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     promote, _ = setting(config, "promote")
     no_retest, _ = setting(config, "no_retest")
     agent, _ = setting(config, "agent")
-    workdir, _ = setting(config, "workdir")
+    workdir, workdir_source = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
     protect, _ = setting(config, "protect")
     fresh, _ = setting(config, "fresh_workspaces")
@@ -432,8 +461,21 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     kwargs: dict[str, Any] = {}
     if exclude is not None:
         kwargs["exclude"] = tuple(exclude)
+    for name in ("report", "markdown"):
+        path, source = setting(config, name)
+        if path and not _writable_parent(Path(path)):
+            raise pytest.UsageError(
+                f"agentgate: cannot write --agentgate-{name} {path!r} (from {source}): its directory "
+                "does not exist or is not writable"
+            )
+    if workdir:
+        root = Path(workdir).expanduser()
+        if root.exists() and not root.is_dir():
+            raise pytest.UsageError(
+                f"agentgate: --agentgate-workdir {workdir!r} (from {workdir_source}) is not a directory"
+            )
     try:
-        return Engine.open(
+        engine = Engine.open(
             repo or config.rootpath,
             target,
             base=base,
@@ -445,7 +487,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
             },
             promote=bool(promote),
             retest=not no_retest,
-            workdir=_run_dir(Path(workdir), run_id, held) if workdir else None,
+            workdir=None,
             gate=GateSpec(
                 commands=tuple(c for c in (commands or ()) if c.strip()),
                 timeout=float(timeout),
@@ -460,6 +502,19 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
         )
     except AgentgateError as exc:
         raise pytest.UsageError(f"agentgate: {exc}") from exc
+    if workdir:
+        try:
+            engine.workdir = _run_dir(Path(workdir).expanduser(), run_id, held)
+        except OSError as exc:
+            raise pytest.UsageError(
+                f"agentgate: cannot use --agentgate-workdir {workdir!r} (from {workdir_source}): {exc}"
+            ) from exc
+    return engine
+
+
+def _writable_parent(path: Path) -> bool:
+    parent = path.resolve().parent
+    return parent.is_dir() and os.access(parent, os.W_OK)
 
 
 # -- collection ---------------------------------------------------------------------------
@@ -487,8 +542,15 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         except TypeError as exc:
             problems.append(f"{node.nodeid}: invalid @pytest.mark.gated: {exc}")
             continue
-        if spec is not None:
-            node.stash[SPEC_KEY] = spec
+        if spec is None:
+            continue
+        if "agent_workspace" not in getattr(node, "fixturenames", ()):
+            problems.append(
+                f"{node.nodeid}: a @pytest.mark.gated test must use the agent_workspace fixture "
+                "(its workspace is what gets gated)"
+            )
+            continue
+        node.stash[SPEC_KEY] = spec
     if problems:
         report.outcome = "failed"
         report.longrepr = "\n".join(problems)
@@ -598,6 +660,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         failure = exc
     attempt = _judge(item, ws, spec, failure)
     if failure is not None:
+        item.add_report_section("call", "agentgate", _rejection_message(item, attempt))
         raise failure
     if not attempt.verdict.accepted:
         pytest.fail(_rejection_message(item, attempt), pytrace=False)

@@ -30,6 +30,7 @@ from .errors import (
     GateFailed,
     MergeConflict,
     NothingToRevert,
+    NothingToRollBack,
     RefMoved,
     WorktreeBlocked,
 )
@@ -267,6 +268,11 @@ def rollback(
         tip = expect if expect is not None else repo.ref_value(ref)
         if tip is None:
             raise RefMoved(ref, expect, tip)
+        if repo.tree_of(tip) == tree:
+            actual = repo.ref_value(ref)
+            if actual != tip:
+                raise RefMoved(ref, expect, actual)
+            raise NothingToRollBack(ref, tree)
         message = (
             f"agentgate rollback to {to[:12]}\n\n"
             f"Restores the tree of {to} ({tree}).\n\n"

@@ -48,6 +48,7 @@ def prune(
     workspaces: Path | None = None,
     keep_runs: int = 3,
     dry_run: bool = False,
+    agent: str = "person",
 ) -> PruneReport:
     report = PruneReport()
     for position, attempt in enumerate(list_attempts(repo)):
@@ -74,7 +75,7 @@ def prune(
                 repo.git_dir,
                 oplog.OpRecord(
                     op="prune", ref=attempt.ref, old=attempt.commit, new=None,
-                    agent=attempt.agent, task=attempt.task,
+                    agent=agent, task=attempt.task,
                     duration_ms=round((time.perf_counter() - begin) * 1000, 3),
                 ),
             )  # fmt: skip

@@ -38,8 +38,15 @@ def summary_line(row: Mapping[str, Any]) -> str:
     else:
         line += f"  {target} stays at {short(old)}"
         if row.get("reason"):
-            line += f"  [{str(row['reason']).splitlines()[0][:120]}]"
+            line += f"  [{_clip(str(row['reason']).splitlines()[0], 160)}]"
     return line
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary, with an ellipsis, when longer than ``limit``."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def terminal_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:

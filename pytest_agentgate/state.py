@@ -143,7 +143,8 @@ def restore(repo: BaseRepo, commit: str, dest: Path, *, overwrite: bool) -> list
         present = [n for n in names if (dest / n).exists() or (dest / n).is_symlink()]
         if present:
             raise StateError(
-                dest / present[0], f"exists; {len(present)} file(s) would be overwritten"
+                dest / present[0],
+                f"exists; {len(present)} file(s) would be overwritten (--force overwrites them)",
             )
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:

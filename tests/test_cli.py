@@ -163,9 +163,11 @@ def test_attempts_show_and_filters(
         and "1 file changed" in out
     )
     code, _, err = agentgate(capsys, "show", "--repo", str(service), "add")
-    assert code == 1 and "matches 3 attempts" in err
+    assert code == 2 and "matches 3 attempts" in err
     code, _, err = agentgate(capsys, "show", "--repo", str(service), "nothing-like-this")
-    assert code == 1 and "no attempt matches 'nothing-like-this'" in err
+    assert code == 2 and "no attempt matches 'nothing-like-this'" in err
+    code, out, _ = agentgate(capsys, "attempts", "--repo", str(service), "--agent", "nobody")
+    assert code == 0 and out.strip() == "no attempts match"
 
 
 def test_prune_never_removes_a_landed_attempt(
@@ -335,3 +337,30 @@ def test_demo_leaves_nothing_behind_and_runs_as_a_console_script(tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rollback_to_the_tree_it_already_has_changes_nothing(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    code, _, err = agentgate(capsys, "rollback", "--repo", str(service), "--to", history["c"])
+    assert code == 1 and "nothing to roll back" in err
+    assert git(service, "rev-parse", "main") == history["c"]
+
+
+def test_restore_refuses_a_file_as_destination(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    from helpers import land
+
+    land(service, {"x.txt": "x"}, task="plain")
+    target = tmp_path / "a-file"
+    target.write_text("mine")
+    assert (
+        agentgate(capsys, "restore", "--repo", str(service), "plain", "--to", str(target))[0] == 2
+    )
+    assert target.read_text() == "mine"
+
+
+def test_keep_runs_needs_workspaces(capsys: pytest.CaptureFixture[str], service: Path) -> None:
+    code, _, err = agentgate(capsys, "prune", "--repo", str(service), "--keep-runs", "1")
+    assert code == 2 and "--keep-runs needs --workspaces" in err

@@ -758,3 +758,71 @@ def test_last_failed_selection_opens_nothing(pytester: pytest.Pytester, service:
     result = pytester.runpytest(f"--agentgate-repo={service}", "--lf", "--agentgate-target=nope")
     result.assert_outcomes(failed=1)
     assert not (service / ".git" / "agentgate").exists()
+
+
+def test_space_separated_repo_cannot_hijack_the_suite_config(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    (service / "pytest.ini").write_text("[pytest]\n")
+    git(service, "add", "pytest.ini")
+    git(service, "commit", "-qm", "an ini of the service's own")
+    pytester.makepyfile(test_agent=gated_test(marker='task="t", gate=[]'))
+    pytester.makeini("[pytest]\nagentgate_gate = true\n")
+    result = pytester.runpytest_subprocess(
+        "--agentgate-repo", str(service), "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*write --agentgate-repo={service}*"])
+    result = pytester.runpytest_subprocess(f"--agentgate-repo={service}", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_unwritable_report_and_bad_workdir_exit_4_before_anything_runs(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    pytester.makepyfile(test_agent=gated_test(marker='task="t", gate=[]'))
+    before = git(service, "rev-parse", "main")
+    result = run(
+        pytester,
+        service,
+        "--agentgate-promote",
+        f"--agentgate-report={tmp_path / 'missing' / 'r.json'}",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*cannot write --agentgate-report*does not exist or is not writable*"]
+    )
+    (tmp_path / "a-file").write_text("")
+    result = run(pytester, service, f"--agentgate-workdir={tmp_path / 'a-file'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--agentgate-workdir*is not a directory*"])
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_gated_test_must_use_the_workspace_and_state_stays_inside(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(
+        test_a="import pytest\n\n@pytest.mark.gated(task='t')\ndef test_t():\n    pass\n",
+        test_b=(
+            "import pytest\n\n@pytest.mark.gated(task='t', state=['../x'])\n"
+            "def test_t(agent_workspace):\n    pass\n"
+        ),
+    )
+    result = run(pytester, service)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_a.py::test_t: a @pytest.mark.gated test must use the agent_workspace fixture*",
+            "*test_b.py::test_t: invalid @pytest.mark.gated: state paths are relative to the workspace*",
+        ],
+        consecutive=False,
+    )
+
+
+def test_a_failing_body_names_its_attempt(pytester: pytest.Pytester, service: Path) -> None:
+    pytester.makepyfile(test_agent=gated_test(APPEND_TOTAL + "    raise RuntimeError('boom')\n"))
+    result = run(pytester, service, "--agentgate-gate=true")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*Captured agentgate call*", "*attempt: refs/agentgate/attempts/add-total/1*"]
+    )
