@@ -12,8 +12,10 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +75,28 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+@contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """Turn SIGTERM (how CI cancels a job) into an interrupt while a command runs.
+
+    The command has a session of its own, so the signal does not reach it; as an interrupt
+    in the waiting process it does: the process group is ended, and pytest stops the run as
+    it does for Ctrl-C.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_command(
     command: str | Iterable[str],
     *,
@@ -105,14 +129,15 @@ def run_command(
             started.append(proc.pid)
         _faults.point("gate")
         timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        except BaseException:
-            kill_group(proc.pid)
-            proc.wait()
-            raise
+        with _terminate_as_exit():
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            except BaseException:
+                kill_group(proc.pid)
+                proc.wait()
+                raise
         if timed_out:
             kill_group(proc.pid)
             proc.wait()

@@ -25,11 +25,25 @@ def checked_out(repo: BaseRepo, ref: str) -> bool:
 
 
 def linked_checkout(repo: BaseRepo, ref: str) -> Path | None:
-    """A linked worktree (``git worktree add``) that has ``ref`` checked out, if any."""
-    folder = repo.git_dir / "worktrees"
-    if not ref.startswith("refs/heads/") or not folder.is_dir():
+    """Another working tree of the repository that has ``ref`` checked out, if any.
+
+    That is a linked worktree (``git worktree add``), or, when the base repository is itself
+    a linked worktree, the main one.
+    """
+    if not ref.startswith("refs/heads/"):
+        return None
+    if repo.common_dir != repo.git_dir:
+        try:
+            if (repo.common_dir / "HEAD").read_text(encoding="utf-8").strip() == f"ref: {ref}":
+                return repo.common_dir.parent
+        except OSError:
+            pass
+    folder = repo.common_dir / "worktrees"
+    if not folder.is_dir():
         return None
     for entry in folder.iterdir():
+        if entry.resolve() == repo.git_dir.resolve():
+            continue  # that is the base repository's own working tree
         try:
             head = (entry / "HEAD").read_text(encoding="utf-8").strip()
         except OSError:
@@ -178,8 +192,10 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
             except (GitError, WorktreeBlocked) as exc:
                 raise WorktreeBlocked(
                     repo.worktree,
-                    f"an interrupted update from {old[:12]} to {new[:12]} could not be finished "
-                    f"({exc}); check 'git status' there, then delete {journal}",
+                    str(exc),
+                    message=f"an interrupted update of {str(repo.worktree)!r} from {old[:12]} to "
+                    f"{new[:12]} could not be finished ({exc}); check 'git status' there, then "
+                    f"delete {journal}",
                 ) from exc
             note = f"finished updating {repo.worktree} from {old[:12]} to {new[:12]}"
     journal.unlink(missing_ok=True)

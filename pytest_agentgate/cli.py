@@ -244,7 +244,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     from .oplog import read
 
-    records = list(read(_open(args).git_dir))
+    records = list(read(_open(args).common_dir))
     if args.agent:
         records = [r for r in records if r.agent == args.agent]
     records.reverse()

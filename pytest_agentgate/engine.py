@@ -260,7 +260,7 @@ class Engine:
                 if not self.repo.update_ref(self.ref, tip, current, "agentgate dry run starts"):
                     raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
                 oplog.append(
-                    self.repo.git_dir,
+                    self.repo.common_dir,
                     oplog.OpRecord(
                         op="dryrun-reset", ref=self.ref, old=current, new=tip, agent=self.agent
                     ),
@@ -282,9 +282,18 @@ class Engine:
         while self.recycle and self._pool:
             used = self._pool.pop()
             try:
-                return workspace.recycle(used, at)
+                ws = workspace.recycle(used, at)
             except workspace.RecycleFailed:
                 workspace.remove(used)
+                continue
+            # Named for the task it now serves, so a kept workspace is found by its task.
+            fresh = Path(
+                tempfile.mkdtemp(prefix=f"{attempts.slugify(task)[:30]}-", dir=self.workdir)
+            )
+            fresh.rmdir()
+            ws.path.rename(fresh)
+            ws.path = fresh
+            return ws
         return workspace.fork(self.repo, at, self.target, self.workdir, attempts.slugify(task)[:30])
 
     def release(self, ws: Workspace) -> None:
@@ -361,7 +370,7 @@ class Engine:
             return None
         how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
         oplog.append(
-            self.repo.git_dir,
+            self.repo.common_dir,
             oplog.OpRecord(op="external-move", ref=self.ref, old=None, new=tip, agent="", note=how),
         )
         return how
@@ -421,7 +430,7 @@ class Engine:
         if attempt.state is not None:
             state_module.write_ref(self.repo, ref, attempt.state)
         oplog.append(
-            self.repo.git_dir,
+            self.repo.common_dir,
             oplog.OpRecord(
                 op="attempt",
                 ref=ref,

@@ -112,11 +112,12 @@ class DirtyWorktree(AgentgateError):
 class WorktreeBlocked(AgentgateError):
     """Updating the checked-out target's files would overwrite files git does not track."""
 
-    def __init__(self, worktree: object, detail: str) -> None:
+    def __init__(self, worktree: object, detail: str, *, message: str | None = None) -> None:
         self.worktree = worktree
         self.detail = detail
         super().__init__(
-            f"updating the checked-out target in {str(worktree)!r} would overwrite files: "
+            message
+            or f"updating the checked-out target in {str(worktree)!r} would overwrite files: "
             f"{detail.strip()}; move them away, then run again. Nothing was moved"
         )
 

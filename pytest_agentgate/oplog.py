@@ -48,6 +48,7 @@ def _user() -> str:
 
 
 def log_path(git_dir: Path) -> Path:
+    """The log of a repository: ``git_dir`` is its common git directory (worktrees share it)."""
     return git_dir / "agentgate" / FILE_NAME
 
 

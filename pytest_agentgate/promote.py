@@ -94,7 +94,9 @@ def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
     if linked is not None:
         raise WorktreeBlocked(
             linked,
-            f"{ref} is checked out in this linked worktree, which a promotion would leave behind",
+            "checked out elsewhere",
+            message=f"{ref} is checked out in the worktree {str(linked)!r}, whose files a move would "
+            "leave behind; check out another branch there, then run again. Nothing was moved",
         )
     follow = checked_out(repo, ref)
     if follow:
@@ -230,7 +232,7 @@ def _log(repo: BaseRepo, op: str, move: Move, agent: str, task: str, begin: floa
     except AgentgateError:
         objects, size = -1, -1
     oplog.append(
-        repo.git_dir,
+        repo.common_dir,
         oplog.OpRecord(
             op=op,
             ref=move.ref,

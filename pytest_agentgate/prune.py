@@ -72,7 +72,7 @@ def prune(
             if state_commit:
                 repo.delete_ref(state_ref_for(attempt.ref), state_commit)
             oplog.append(
-                repo.git_dir,
+                repo.common_dir,
                 oplog.OpRecord(
                     op="prune", ref=attempt.ref, old=attempt.commit, new=None,
                     agent=agent, task=attempt.task,
@@ -90,7 +90,7 @@ def prune(
 
 
 def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:
-    path = oplog.log_path(repo.git_dir)
+    path = oplog.log_path(repo.common_dir)
     try:
         size = path.stat().st_size
     except FileNotFoundError:

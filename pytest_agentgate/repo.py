@@ -68,6 +68,9 @@ class BaseRepo:
     def __init__(self, git_dir: Path, worktree: Path | None) -> None:
         self.git_dir = git_dir
         self.worktree = worktree
+        #: Where objects, refs and the plugin's own files live: the git directory itself, or
+        #: for a linked worktree (``git worktree add``) the main repository's.
+        self.common_dir = _common_dir(git_dir)
         # commit -> tree; commits never change, so this cache is never stale.
         self._trees: dict[str, str] = {}
         self._no_filters: tuple[str, ...] | None = None
@@ -109,7 +112,7 @@ class BaseRepo:
     @property
     def private_dir(self) -> Path:
         """A directory inside the git directory that only the plugin writes."""
-        path = self.git_dir / "agentgate"
+        path = self.common_dir / "agentgate"
         path.mkdir(exist_ok=True)
         return path
 
@@ -229,7 +232,9 @@ class BaseRepo:
     def last_reflog_entry(self, ref: str) -> tuple[str, str] | None:
         """The newest reflog entry of ``ref`` as (new id, message), read from its file."""
         try:
-            with open(self.git_dir / "logs" / ref, "rb") as log:
+            with open(
+                (self.git_dir if ref == "HEAD" else self.common_dir) / "logs" / ref, "rb"
+            ) as log:
                 log.seek(0, 2)
                 log.seek(max(0, log.tell() - 4096))
                 lines = log.read().splitlines()
@@ -242,7 +247,7 @@ class BaseRepo:
         return (fields[1], message) if len(fields) > 1 else None
 
     def is_shallow(self) -> bool:
-        return (self.git_dir / "shallow").exists()
+        return (self.common_dir / "shallow").exists()
 
     def refs(self, prefix: str, fmt: str = "%(refname)%00%(objectname)") -> list[list[str]]:
         """Rows of ``for-each-ref`` under ``prefix``, fields split on NUL."""
@@ -303,7 +308,7 @@ class BaseRepo:
         size, packed = 0, []
         for oid in oids:
             try:
-                size += (self.git_dir / "objects" / oid[:2] / oid[2:]).stat().st_size
+                size += (self.common_dir / "objects" / oid[:2] / oid[2:]).stat().st_size
             except OSError:
                 packed.append(oid)
         if packed:
@@ -343,7 +348,19 @@ class BaseRepo:
 _LOST_RACE = ("but expected", "reference already exists", "unable to resolve reference")
 
 
+def _common_dir(git_dir: Path) -> Path:
+    try:
+        text = (git_dir / "commondir").read_text(encoding="utf-8").strip()
+    except OSError:
+        return git_dir
+    common = Path(text)
+    return (common if common.is_absolute() else git_dir / common).resolve()
+
+
 def _looks_like_git_dir(path: Path) -> bool:
+    if (path / "HEAD").is_file() and (path / "commondir").is_file():  # a linked worktree's
+        common = _common_dir(path)
+        return (common / "objects").is_dir() and (common / "refs").is_dir()
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 

@@ -150,7 +150,7 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     (dotgit / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
     (dotgit / "config").write_text(_agent_config(path.parent), encoding="utf-8")
     (dotgit / "objects" / "info" / "alternates").write_text(
-        f"{(repo.git_dir / 'objects').resolve()}\n", encoding="utf-8"
+        f"{(repo.common_dir / 'objects').resolve()}\n", encoding="utf-8"
     )
     (dotgit / "refs" / "heads" / branch).write_text(f"{base}\n", encoding="ascii")
     shutil.copyfile(index, dotgit / "index")

@@ -653,7 +653,10 @@ def test_target_checked_out_in_a_linked_worktree_blocks(service: Path, tmp_path:
     ws = engine.fork(task="feature work")
     (ws.path / "f.txt").write_text("f")
     attempt = engine.run_attempt(ws, task="feature work")
-    assert attempt.verdict.status == "error" and "linked worktree" in attempt.verdict.reason
+    assert (
+        attempt.verdict.status == "error"
+        and "is checked out in the worktree" in attempt.verdict.reason
+    )
     assert git(service, "rev-parse", "feature") == git(service, "rev-parse", "main")
 
 
@@ -826,3 +829,33 @@ def test_a_failing_body_names_its_attempt(pytester: pytest.Pytester, service: Pa
     result.stdout.fnmatch_lines(
         ["*Captured agentgate call*", "*attempt: refs/agentgate/attempts/add-total/1*"]
     )
+
+
+def test_a_linked_worktree_can_be_the_base_repository(service: Path, tmp_path: Path) -> None:
+    """Agents are often run from a `git worktree add` checkout: it works as the base."""
+    from pytest_agentgate import Engine, GateSpec
+
+    git(service, "branch", "agents")
+    linked = tmp_path / "linked"
+    git(service, "worktree", "add", "-q", str(linked), "agents")
+    engine = Engine.open(
+        linked, None, promote=True, workdir=tmp_path / "w", gate=GateSpec(outcome_is_enough=True)
+    )
+    assert engine.target == "agents"
+    ws = engine.fork(task="from a worktree")
+    (ws.path / "w.txt").write_text("w")
+    attempt = engine.run_attempt(ws, task="from a worktree")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert (linked / "w.txt").read_text() == "w"  # the linked checkout followed
+    assert git(linked, "status", "--porcelain") == ""
+    assert (service / ".git" / "agentgate" / "oplog.jsonl").exists()  # one log per repository
+    # The main checkout's branch cannot be promoted from here: its files would be left behind.
+    main_engine = Engine.open(
+        linked, "main", promote=True, workdir=tmp_path / "w", gate=GateSpec(outcome_is_enough=True)
+    )
+    ws = main_engine.fork(task="main from a worktree")
+    (ws.path / "m.txt").write_text("m")
+    attempt = main_engine.run_attempt(ws, task="main from a worktree")
+    assert attempt.verdict.status == "error"
+    assert f"refs/heads/main is checked out in the worktree '{service}'" in attempt.verdict.reason
+    fsck(service)

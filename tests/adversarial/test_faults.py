@@ -6,10 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git
+from helpers import fsck, git, spawn_pytest
 
 JOURNAL = "worktree-sync-refs%2Fheads%2Fmain.json"
 
@@ -200,3 +201,36 @@ def test_recovery_never_overwrites_an_ignored_file(service: Path) -> None:
         recover_worktree(BaseRepo.open(service), "refs/heads/main")
     assert (service / "app.log").read_text() == "the user's own log\n"
     assert journal.exists()  # kept, for the person to act on
+
+
+def test_sigterm_while_a_gate_runs_ends_the_gate_too(
+    suite: Path, service: Path, tmp_path: Path
+) -> None:
+    """CI cancels a job with SIGTERM: the gate's whole process group goes with the run."""
+    from helpers import alive
+
+    pidfile = tmp_path / "gate.pid"
+    base = git(service, "rev-parse", "main")
+    proc = spawn_pytest(
+        suite,
+        f"--basetemp={suite / 'tmp'}",
+        f"--agentgate-repo={service}",
+        f"--agentgate-base={base}",
+        f"--agentgate-gate=sleep 60 & echo $! > {pidfile}; wait",
+        "--agentgate-promote",
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline, "the gate never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+    assert git(service, "rev-parse", "main") == base
+    fsck(service)
