@@ -401,6 +401,7 @@ class Engine:
             agent=attempt.agent,
             task=attempt.task,
             expected_tip=attempt.target_before,
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
             remote=self.remote if self.promote_enabled else None,
         )
 
@@ -425,7 +426,10 @@ class Engine:
         begin = time.perf_counter()
         author = Author.for_agent(attempt.agent)
         commit = attempts.record_commit(self.repo, tree, attempt.base, message, author)
-        objects, size = self.repo.count_new_objects(commit, attempt.base)
+        if attempt.snapshot is not None:  # the snapshot already knows what it added
+            objects, size = self.repo.measure([commit, *attempt.snapshot.new_objects])
+        else:
+            objects, size = self.repo.measure([commit])
         ref = attempts.write_ref(self.repo, attempts.slugify(attempt.task), commit, message)
         if attempt.state is not None:
             state_module.write_ref(self.repo, ref, attempt.state)

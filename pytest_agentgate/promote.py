@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -171,6 +171,7 @@ def promote(
     task: str = "",
     expected_tip: str | None = None,
     remote: RemoteTarget | None = None,
+    known_objects: Sequence[str] | None = None,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
 
@@ -179,6 +180,8 @@ def promote(
     is given, the merged tree is re-tested before the ref moves. A lost compare-and-swap
     (someone outside the lock moved the ref) starts over; nothing is ever overwritten.
     ``expected_tip`` (what a preflight just read) is tried first as the ref's old value.
+    ``known_objects`` (what the snapshot added over ``base``) spares the log's object count
+    a git process when the move is a fast-forward.
     With ``remote``, the branch lives on a server: its tip is fetched, and the move is a push
     with a lease (the server's compare-and-swap); ``ref`` is then the local tracking ref.
     """
@@ -219,16 +222,28 @@ def promote(
                 where = ref
             if moved:
                 move = Move(where, tip, new, kind, tree, retested, waited, problem)
-                _log(repo, "promote", move, agent, task, begin)
+                known = [new, *known_objects] if known_objects is not None and tip == base else None
+                _log(repo, "promote", move, agent, task, begin, known)
                 return PromoteOutcome(move)
             tip = remote.fetch() if remote is not None else repo.ref_value(ref)
     raise RefMoved(ref, base, repo.ref_value(ref))
 
 
-def _log(repo: BaseRepo, op: str, move: Move, agent: str, task: str, begin: float) -> None:
+def _log(
+    repo: BaseRepo,
+    op: str,
+    move: Move,
+    agent: str,
+    task: str,
+    begin: float,
+    known: Sequence[str] | None = None,
+) -> None:
     """Log a move that happened. Counting is best effort: a move is never undone by its log."""
     try:
-        objects, size = repo.count_new_objects(move.new, move.old)
+        if known is not None:
+            objects, size = repo.measure(known)
+        else:
+            objects, size = repo.count_new_objects(move.new, move.old)
     except AgentgateError:
         objects, size = -1, -1
     oplog.append(

@@ -304,7 +304,13 @@ class BaseRepo:
                     changed.add(parts[3].decode("ascii"))
             root = self.tree_of(new)
             oids = [new, *({root} - {self.tree_of(old)}), *sorted(changed)]
-        # New objects are loose: their size on disk is the file's. Packed ones (rare) are asked.
+        return self.measure(oids)
+
+    def measure(self, oids: Sequence[str]) -> tuple[int, int]:
+        """How many objects, and their bytes on disk.
+
+        New objects are loose: their size on disk is the file's. Packed ones (rare) are asked.
+        """
         size, packed = 0, []
         for oid in oids:
             try:

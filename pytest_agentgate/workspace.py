@@ -51,6 +51,8 @@ class Snapshot:
     hashed: int = 0
     #: Gitlinks the agent changed or removed; the snapshot keeps the base's value.
     kept_gitlinks: tuple[str, ...] = ()
+    #: Trees and blobs the snapshot has that the base lacks (for the operations log).
+    new_objects: tuple[str, ...] = ()
 
     @property
     def changed_paths(self) -> tuple[str, ...]:
@@ -281,11 +283,13 @@ def snapshot(
     ws.index_written = time.time()
     tree = repo.git("write-tree", index=ws.index).out.strip()
     base_tree = repo.tree_of(ws.base)
+    changes, new_objects = diff_trees(repo, base_tree, tree)
     return Snapshot(
         base=ws.base,
         base_tree=base_tree,
         tree=tree,
-        changes=diff_trees(repo, base_tree, tree),
+        changes=changes,
+        new_objects=new_objects,
         excluded=excluded,
         hashed=len(additions),
         kept_gitlinks=tuple(sorted(gitlinks)),
@@ -339,21 +343,33 @@ def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
     return found
 
 
-def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[Change, ...]:
-    """The paths that differ between two trees, with their modes (no rename detection)."""
+def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], tuple[str, ...]]:
+    """The paths that differ between two trees (no rename detection), and the objects
+    ``new`` has that ``old`` lacks (its changed trees and blobs; the root tree first).
+
+    One ``diff-tree -t`` answers both: the snapshot's change list, and the object count the
+    operations log records, which then costs no git process of its own.
+    """
     if old == new:
-        return ()
-    raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
+        return (), ()
+    raw = repo.git(
+        "diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options", old, new
+    ).stdout
     fields = raw.split(b"\0")
     changes = []
-    for i in range(0, len(fields) - 1, 2):
-        meta = fields[i].decode("ascii")
-        if not meta.startswith(":"):
-            break
-        old_mode, new_mode, _o, _n, status = meta[1:].split(" ")
-        path = fields[i + 1].decode("utf-8", "surrogateescape")
+    objects = [new]
+    for meta_raw, path_raw in zip(fields[0:-1:2], fields[1::2], strict=False):
+        meta = meta_raw.decode("ascii")
+        old_mode, new_mode, _o, new_oid, status = meta[1:].split(" ")
+        if new_oid.strip("0") and new_mode != "160000":
+            objects.append(new_oid)
+        if old_mode == new_mode == "040000" or (
+            status[0] in "AD" and "040000" in (old_mode, new_mode)
+        ):
+            continue  # a tree entry, listed by -t: not a changed path
+        path = path_raw.decode("utf-8", "surrogateescape")
         changes.append(Change(status[0], path, old_mode, new_mode))
-    return tuple(changes)
+    return tuple(changes), tuple(objects)
 
 
 def changed_lines(repo: BaseRepo, old: str, new: str) -> int:
