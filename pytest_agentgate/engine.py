@@ -279,22 +279,14 @@ class Engine:
         else:
             at = self.repo.commit(self.ref, "target")
         assert at is not None
+        name = attempts.slugify(task)[:30]
         while self.recycle and self._pool:
             used = self._pool.pop()
             try:
-                ws = workspace.recycle(used, at)
+                return workspace.recycle(used, at, name)
             except workspace.RecycleFailed:
                 workspace.remove(used)
-                continue
-            # Named for the task it now serves, so a kept workspace is found by its task.
-            fresh = Path(
-                tempfile.mkdtemp(prefix=f"{attempts.slugify(task)[:30]}-", dir=self.workdir)
-            )
-            fresh.rmdir()
-            ws.path.rename(fresh)
-            ws.path = fresh
-            return ws
-        return workspace.fork(self.repo, at, self.target, self.workdir, attempts.slugify(task)[:30])
+        return workspace.fork(self.repo, at, self.target, self.workdir, name)
 
     def release(self, ws: Workspace) -> None:
         """Hand a workspace back once its attempt is recorded: pooled for reuse, or removed."""

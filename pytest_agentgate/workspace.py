@@ -223,15 +223,7 @@ def snapshot(
     """
     repo = ws.repo
     _settle_index(ws)
-    listed = repo.git(
-        "ls-files", "-z", "-t", "--others", "--modified", "--exclude-standard",
-        work_tree=ws.path, index=ws.index,
-    ).stdout  # fmt: skip
-    others: dict[str, None] = {}
-    tracked: dict[str, None] = {}
-    for entry in _git.split_z(listed):
-        tag, _, rel = entry.partition(" ")
-        (others if tag == "?" else tracked)[rel] = None
+    others, tracked = _differences(ws, "--exclude-standard")
     nested = [p.rstrip("/") for p in others if p.endswith("/")]
     if nested:
         raise SnapshotRefused(
@@ -389,10 +381,15 @@ def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> 
     return path
 
 
+def _new_dir(root: Path, name: str) -> Path:
+    """A new, uniquely named directory under ``root``, named after ``name``."""
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
+
+
 def _checkout(repo: BaseRepo, rev: str, root: Path, name: str) -> tuple[Path, Path]:
     """Write ``rev``'s files into a new directory under ``root``; return it and its index."""
-    root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix=f"{name[:40]}-", dir=root))
+    path = _new_dir(root, name)
     index = _private_index_path(repo)
     try:
         repo.git("read-tree", "--reset", "-u", "--end-of-options", rev, work_tree=path, index=index)
@@ -425,7 +422,7 @@ class RecycleFailed(AgentgateError):
         super().__init__(f"cannot recycle {path}: {reason}")
 
 
-def recycle(ws: Workspace, base: str) -> Workspace:
+def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
     """Bring a used workspace to ``base`` by rewriting only what differs, then prove it.
 
     ``read-tree --reset -u`` rewrites exactly the paths whose blob or mode differs from the new
@@ -433,6 +430,8 @@ def recycle(ws: Workspace, base: str) -> Workspace:
     longer matches; everything untracked or ignored is removed; the agent's ``.git`` is made
     anew. The result is then verified as a snapshot would see it: nothing modified, nothing
     extra, the index's tree equal to the base's. Raises :class:`RecycleFailed` otherwise.
+    With ``name``, the workspace moves to a directory named for the task it now serves, so
+    a kept workspace is found by its task.
     """
     repo = ws.repo
     begin = time.perf_counter()
@@ -443,8 +442,6 @@ def recycle(ws: Workspace, base: str) -> Workspace:
         pass
     except OSError as exc:
         raise RecycleFailed(ws.path, f"cannot remove the agent's .git: {exc}") from exc
-    if (ws.path / ".git").exists() or (ws.path / ".git").is_symlink():
-        (ws.path / ".git").unlink()
     try:
         repo.git(
             "read-tree",
@@ -457,7 +454,7 @@ def recycle(ws: Workspace, base: str) -> Workspace:
         )
         # One pass over the tree: untracked and ignored paths are removed; a tracked path
         # still modified or missing after the reset means the checkout could not fix it.
-        untracked, changed = _leftovers(ws)
+        untracked, changed = _differences(ws, "--directory")
         if changed:
             raise RecycleFailed(
                 ws.path, f"still differs from {base[:12]} at {', '.join(changed[:5])}"
@@ -471,6 +468,11 @@ def recycle(ws: Workspace, base: str) -> Workspace:
         if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
             raise RecycleFailed(ws.path, "its index does not hold the base's tree")
         make_agent_git(repo, ws.path, ws.branch, base, ws.index)
+        if name is not None:
+            fresh = _new_dir(ws.path.parent, name)
+            fresh.rmdir()
+            ws.path.rename(fresh)
+            ws.path = fresh
     except (GitError, OSError) as exc:
         raise RecycleFailed(ws.path, str(exc)) from exc
     ws.base = base
@@ -482,15 +484,15 @@ def recycle(ws: Workspace, base: str) -> Workspace:
     return ws
 
 
-def _leftovers(ws: Workspace) -> tuple[list[str], list[str]]:
-    """Untracked (or ignored) paths, whole directories at once; and tracked paths that differ."""
+def _differences(ws: Workspace, *flags: str) -> tuple[list[str], list[str]]:
+    """What differs from the private index, in one pass: untracked paths (``?``), and
+    tracked paths modified or deleted; each once, in git's order."""
     out = ws.repo.git(
-        "ls-files", "-z", "-t", "--others", "--modified", "--directory",
-        work_tree=ws.path, index=ws.index,
-    ).stdout  # fmt: skip
-    untracked: list[str] = []
-    changed: list[str] = []
+        "ls-files", "-z", "-t", "--others", "--modified", *flags, work_tree=ws.path, index=ws.index
+    ).stdout
+    others: dict[str, None] = {}
+    tracked: dict[str, None] = {}
     for entry in _git.split_z(out):
         tag, _, rel = entry.partition(" ")
-        (untracked if tag == "?" else changed).append(rel)
-    return untracked, changed
+        (others if tag == "?" else tracked)[rel] = None
+    return list(others), list(tracked)
