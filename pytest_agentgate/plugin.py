@@ -342,7 +342,7 @@ class AgentgateRun:
             from .prune import old_runs
 
             keep, _ = setting(self.config, "keep_runs")
-            for path in old_runs(Path(workdir).resolve(), int(keep)):
+            for path in old_runs(Path(workdir).expanduser().resolve(), int(keep)):
                 shutil.rmtree(path, ignore_errors=True)
         path, _ = setting(self.config, "report")
         if path:

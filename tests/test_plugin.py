@@ -859,3 +859,13 @@ def test_a_linked_worktree_can_be_the_base_repository(service: Path, tmp_path: P
     assert attempt.verdict.status == "error"
     assert f"refs/heads/main is checked out in the worktree '{service}'" in attempt.verdict.reason
     fsck(service)
+
+
+def test_a_home_relative_workdir_is_pruned_where_it_was_made(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    pytester.makepyfile(test_agent=gated_test("    assert False\n", 'task="t", gate=[]'))
+    for _ in range(3):
+        run(pytester, service, "--agentgate-workdir=~/work", "--agentgate-keep-runs=1")
+    assert len(list((tmp_path / "home" / "work").iterdir())) == 1
