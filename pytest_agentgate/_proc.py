@@ -1,20 +1,24 @@
-"""Running commands (agent steps, gate commands) in their own process group.
+"""Running commands (agent steps, gate commands) under the supervisor, in a session of their own.
 
-A command gets a new session, so a timeout kills it *and* everything it started; its output
-goes to a temporary file, so a chatty command costs disk, not memory, and only its tail is kept.
+Every command runs as a child of :mod:`pytest_agentgate._supervisor`, a child subreaper that
+ends every process the command started when it ends, and reports the exit status on a pipe
+the command cannot reach. Its output goes to a temporary file, so a chatty command costs disk,
+not memory, and only its tail is kept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +28,9 @@ from . import _faults
 #: How many lines of a command's output an attempt record keeps.
 TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
+SUPERVISOR = str(Path(__file__).with_name("_supervisor.py"))
+#: How long past its own timeout a supervisor may take before the plugin ends it.
+_BACKSTOP_S = 30.0
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 
 
@@ -36,10 +43,17 @@ class CommandResult:
     output: str
     duration_ms: float
     timed_out: bool = False
+    #: Set when the plugin's own launch failed (the program could not be executed, the
+    #: sandbox could not start, the exit status was lost): the harness failed, not the agent.
+    launch_error: str = ""
+    #: Processes the command left behind, ended by the supervisor when it ended.
+    survivors: int = 0
+    #: Whether the command was contained by the sandbox, and how the processes were bounded.
+    contained: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.launch_error
 
     def tail(self, lines: int = TAIL_LINES) -> str:
         return "\n".join(self.output.splitlines()[-lines:])
@@ -104,45 +118,168 @@ def run_command(
     env: Mapping[str, str],
     timeout: float | None,
     started: list[int] | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+    pids_max: int | None = None,
+    fsize_max: int | None = None,
 ) -> CommandResult:
     """Run ``command`` (a shell string or an argument list) and wait at most ``timeout`` s.
 
-    On timeout the whole process group is killed and ``timed_out`` is set. The group id is
-    appended to ``started`` so the caller can end stragglers the command left behind.
+    ``wrap`` turns the argument list into the sandbox's command line. On timeout every
+    process of the command is ended and ``timed_out`` is set; whatever it left running is
+    ended when it ends, in every case. The supervisor's id (its session) is appended to
+    ``started``, for a last sweep should the supervisor itself be killed.
     """
-    shell = isinstance(command, str)
-    argv: str | list[str] = command if isinstance(command, str) else list(command)
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     label = command if isinstance(command, str) else " ".join(argv)
+    contained = wrap is not None
+    final = wrap(argv) if wrap is not None else argv
     begin = time.perf_counter()
-    with tempfile.TemporaryFile() as sink:
-        proc = subprocess.Popen(
-            argv,
-            shell=shell,
-            cwd=cwd,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    status_r, status_w = os.pipe()
+    with tempfile.TemporaryFile() as sink, os.fdopen(status_r, "rb") as status:
+        config = {
+            "argv": final,
+            "cwd": str(cwd),
+            "env": dict(env),
+            "timeout": timeout,
+            "parent": os.getpid(),
+            "status_fd": status_w,
+            "out_fd": sink.fileno(),
+            "pids_max": pids_max,
+            "fsize_max": fsize_max,
+        }
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", SUPERVISOR],
+                stdin=subprocess.PIPE,
+                stdout=sink,
+                stderr=sink,
+                pass_fds=(status_w, sink.fileno()),
+                start_new_session=True,
+                env={"LC_ALL": "C.UTF-8"},
+                cwd=cwd,
+            )
+        finally:
+            os.close(status_w)
         if started is not None:
             started.append(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(config).encode("utf-8"))
+        proc.stdin.close()
         _faults.point("gate")
-        timed_out = False
         with _terminate_as_exit():
             try:
-                proc.wait(timeout=timeout)
+                proc.wait(timeout=None if timeout is None else timeout + _BACKSTOP_S)
             except subprocess.TimeoutExpired:
-                timed_out = True
-            except BaseException:
                 kill_group(proc.pid)
                 proc.wait()
+            except BaseException:
+                _end_supervisor(proc)
                 raise
-        if timed_out:
-            kill_group(proc.pid)
-            proc.wait()
+        report = _last_json(status.read())
         size = sink.seek(0, os.SEEK_END)
         sink.seek(max(0, size - _KEEP_BYTES))
         output = sink.read().decode("utf-8", "replace")
     duration = (time.perf_counter() - begin) * 1000
-    return CommandResult(label, proc.returncode, mask_secrets(output), duration, timed_out)
+    code, problem = _outcome(report, contained, output)
+    return CommandResult(
+        label,
+        code,
+        mask_secrets(output),
+        duration,
+        bool(report.get("timed_out")),
+        problem,
+        int(str(report.get("survivors") or 0)),
+        contained,
+    )
+
+
+def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:
+    """Ask the supervisor to end the command (it sweeps its subtree), then make sure."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.wait()
+
+
+def _last_json(data: bytes) -> dict[str, object]:
+    for line in reversed(data.decode("utf-8", "replace").splitlines()):
+        with contextlib.suppress(ValueError):
+            found = json.loads(line)
+            if isinstance(found, dict):
+                return found
+    return {}
+
+
+def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:
+    """The command's exit code, and what went wrong with the launch itself, if anything."""
+    if not report:
+        return -1, "the command's exit status was lost (its supervisor ended without reporting)"
+    if report.get("exec_error"):
+        return -1, f"could not start the command: {report['exec_error']}"
+    code = report.get("returncode")
+    if contained and not report.get("timed_out") and not report.get("interrupted"):
+        statuses = report.get("sandbox_status")
+        reported = (
+            [s for s in statuses if isinstance(s, dict)] if isinstance(statuses, list) else []
+        )
+        if not any("exit-code" in s for s in reported):
+            why = next(
+                (ln for ln in reversed(output.splitlines()) if ln.startswith("bwrap:")),
+                f"bwrap exited {code}",
+            )
+            return -1, f"the sandbox could not start the command: {why}"
+    if not isinstance(code, int):
+        return -1, "the command's exit status was lost"
+    return code, ""
+
+
+def processes_in(root: Path) -> list[int]:
+    """Processes (not this one) whose working directory, root or an open file is in ``root``."""
+    me = os.getpid()
+    prefix = os.path.realpath(root)
+    inside = (prefix, prefix + os.sep)
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == me:
+            continue
+        base = f"/proc/{name}"
+        links = [f"{base}/cwd", f"{base}/root"]
+        with contextlib.suppress(OSError):
+            links += [f"{base}/fd/{fd}" for fd in os.listdir(f"{base}/fd")]
+        for link in links:
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if target == inside[0] or target.startswith(inside[1]):
+                found.append(int(name))
+                break
+    return found
+
+
+def end_processes_in(root: Path) -> int:
+    """SIGKILL every process at work in ``root``; return how many could not be ended."""
+    for _ in range(5):
+        pids = processes_in(root)
+        if not pids:
+            return 0
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(_running(p) for p in pids):
+            time.sleep(0.005)
+    return len([p for p in processes_in(root) if _running(p)])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie holds no directory and runs no code)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")

@@ -13,6 +13,7 @@ drives the same calls::
 
 from __future__ import annotations
 
+import secrets
 import sqlite3
 import tempfile
 import time
@@ -21,15 +22,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _git, attempts, checkout, oplog, promote, workspace
+from . import _git, attempts, checkout, oplog, promote, sandbox, workspace
 from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
-from .gate import Check, CheckResult, GateSpec, Verdict, judge, run_commands
+from .gate import Check, CheckResult, GateContext, GateSpec, Verdict, judge, run_commands
 from .promote import Move, PromoteOutcome
 from .remote import RemoteTarget
+from .removal import remove_tree
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
 
+ISOLATIONS = ("shared", "sealed")
 NO_GATE = (
     "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "
     "(checks=[...] on the marker), or gate=[] on the marker to say the test's own outcome is enough"
@@ -118,6 +121,9 @@ class Engine:
         agent: str = "agent",
         recycle: bool = True,
         remote: str | None = None,
+        sandbox_settings: sandbox.Settings | None = None,
+        isolation: str = "shared",
+        allow_symlinks: Sequence[str] = (),
     ) -> None:
         self.repo = repo
         self.target = target
@@ -133,6 +139,22 @@ class Engine:
         self.recycle = recycle
         #: The target on a server (``--agentgate-remote``), promoted by push with a lease.
         self.remote = RemoteTarget(repo, remote, target) if remote else None
+        if isolation not in ISOLATIONS:
+            raise ConfigError(
+                f"isolation must be one of {', '.join(ISOLATIONS)}, got {isolation!r}",
+                value=isolation,
+                source="isolation",
+            )
+        self.isolation = isolation
+        self.allow_symlinks = tuple(allow_symlinks)
+        settings = sandbox_settings or sandbox.Settings()
+        #: The containment in force (probed once): bwrap, or none and why.
+        self.sandbox = sandbox.resolve(settings)
+        self.agent_role = sandbox.Role(
+            "agent", settings.agent_network == "host", settings.agent_env
+        )
+        self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
+        self._private: Path | None = None
         self._pool: list[Workspace] = []
         self._known_tips: set[str] = set()
         self._started = False
@@ -283,10 +305,49 @@ class Engine:
         while self.recycle and self._pool:
             used = self._pool.pop()
             try:
-                return workspace.recycle(used, at, name)
+                return self._contain(workspace.recycle(used, at, name))
             except workspace.RecycleFailed:
                 workspace.remove(used)
-        return workspace.fork(self.repo, at, self.target, self.workdir, name)
+        private = self.private_root() / secrets.token_hex(16)
+        private.mkdir(mode=0o700)
+        ws = workspace.fork(
+            self.repo,
+            at,
+            self.target,
+            self.workdir,
+            name,
+            sealed=self.isolation == "sealed",
+            private=private,
+        )
+        return self._contain(ws)
+
+    def _contain(self, ws: Workspace) -> Workspace:
+        ws.sandbox = self._sandbox_now()
+        ws.role = self.agent_role
+        return ws
+
+    def _sandbox_now(self) -> sandbox.Sandbox:
+        """The sandbox with what it must hide today (the workdir can be set after opening)."""
+        hidden = [self.workdir, self.repo.git_dir, self.repo.common_dir]
+        if self.repo.worktree is not None:
+            hidden.append(self.repo.worktree)
+        if self._private is not None:
+            hidden.append(self._private)
+        return self.sandbox.with_hidden(*hidden)
+
+    def private_root(self) -> Path:
+        """The run's private directory: gate checkouts and each command's /tmp and $HOME.
+
+        Mode 0700, an unguessable name, hidden in the sandbox with the whole workdir.
+        """
+        if self._private is None or self._private.parent != self.workdir:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._private = Path(tempfile.mkdtemp(prefix=".private-", dir=self.workdir))
+            self._private.chmod(0o700)
+        return self._private
+
+    def gate_context(self) -> GateContext:
+        return GateContext(self.private_root(), self._sandbox_now(), self.gate_role)
 
     def release(self, ws: Workspace) -> None:
         """Hand a workspace back once its attempt is recorded: pooled for reuse, or removed."""
@@ -300,6 +361,9 @@ class Engine:
         """Remove the pooled workspaces (they hold nothing but a copy of a base)."""
         while self._pool:
             workspace.remove(self._pool.pop())
+        if self._private is not None:
+            remove_tree(self._private)
+            self._private = None
 
     def snapshot(self, ws: Workspace) -> Snapshot:
         return workspace.snapshot(
@@ -310,7 +374,7 @@ class Engine:
         self, attempt: Attempt, spec: GateSpec, extra_checks: Sequence[Check] = ()
     ) -> list[CheckResult]:
         assert attempt.snapshot is not None
-        return judge(self.repo, attempt.snapshot, spec, attempt, self.workdir, extra_checks)
+        return judge(self.repo, attempt.snapshot, spec, attempt, self.gate_context(), extra_checks)
 
     def preflight(self, attempt: Attempt) -> MergePreview:
         """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
@@ -374,7 +438,7 @@ class Engine:
         if spec.commands and self.retest:
 
             def retest(tree: str) -> tuple[bool, str, str]:
-                result = run_commands(self.repo, tree, spec, self.workdir, label="retest")
+                result = run_commands(self.repo, tree, spec, self.gate_context(), label="retest")
                 return result.ok, result.message, result.output
 
         elif spec.commands:
@@ -521,6 +585,8 @@ class Engine:
         lap("gate")
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
+            if failed.harness_error:
+                return Verdict("error", failed.message, failed.name, failed.output)
             return Verdict("rejected", failed.message, failed.name, failed.output)
         author = Author.for_agent(attempt.agent)
         attempt.commit = self.repo.commit_tree(

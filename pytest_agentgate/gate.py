@@ -8,14 +8,14 @@ that fails decides; later ones are not run.
 from __future__ import annotations
 
 import fnmatch
-import os
-import shutil
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import _faults, _git, _proc
+from .removal import remove_tree
+from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 from .workspace import changed_lines, checkout_tree
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ class CheckResult:
     ok: bool
     message: str = ""
     output: str = ""
+    #: The harness failed (a gate that could not start, a lost exit status), not the agent.
+    harness_error: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,19 @@ class GateSpec:
     @property
     def has_gate(self) -> bool:
         return bool(self.commands or self.checks or self.outcome_is_enough)
+
+
+@dataclass(frozen=True)
+class GateContext:
+    """Where and how gate commands run: contained, as the gate role, in private checkouts.
+
+    ``private_root`` is a directory of the run that is not beside any workspace (mode 0700);
+    each checkout in it gets an unguessable name.
+    """
+
+    private_root: Path
+    sandbox: Sandbox = UNCONTAINED
+    role: Role = field(default_factory=lambda: Role("gate"))
 
 
 def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
@@ -110,33 +125,52 @@ def run_check(check: Check, attempt: Any) -> CheckResult:
 
 
 def run_commands(
-    repo: BaseRepo, tree: str, spec: GateSpec, workdir: Path, label: str = "gate"
+    repo: BaseRepo, tree: str, spec: GateSpec, context: GateContext | Path, label: str = "gate"
 ) -> CheckResult:
-    """Run each gate command in its own clean checkout of ``tree``; the first failure decides."""
+    """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
+
+    Each command runs in the sandbox when there is one, with the gate's environment, and
+    nothing it started outlives it. A command the plugin could not start (or whose exit
+    status was lost) is a harness error, never the agent's failure.
+    """
+    if isinstance(context, Path):
+        context = GateContext(context)
     for command in spec.commands:
-        checkout = checkout_tree(repo, tree, workdir, name=label)
+        name = secrets.token_hex(16)
+        checkout = checkout_tree(repo, tree, context.private_root, name=name)
+        private = context.private_root / f"{name}.private"
         # What the gate runs is the agent's code: give its git no inherited repository to
         # reach, and no way up out of the checkout (which has no .git of its own).
-        env = _git.without_redirects(os.environ)
-        env.update(spec.env)
+        env = dict(spec.env)
         env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
-        env.pop("PYTEST_XDIST_WORKER", None)
-        env.pop("PYTEST_CURRENT_TEST", None)
-        env.pop(_faults.ENV, None)
         try:
-            result = _proc.run_command(command, cwd=checkout, env=env, timeout=spec.timeout)
+            result = run_contained(
+                context.sandbox,
+                context.role,
+                command,
+                cwd=checkout,
+                private=private,
+                timeout=spec.timeout,
+                env=env,
+            )
         finally:
-            shutil.rmtree(checkout, ignore_errors=True)
+            remove_tree(checkout)
+            remove_tree(private)
+        if result.launch_error:
+            return CheckResult(
+                f"{label}: {command}", False, f"{result.launch_error} ({command})", result.tail(),
+                harness_error=True,
+            )  # fmt: skip
         if result.timed_out:
             return CheckResult(
-                f"gate: {command}", False, f"gate timed out after {spec.timeout:g} s: {command}",
+                f"{label}: {command}", False, f"gate timed out after {spec.timeout:g} s: {command}",
                 result.tail(),
             )  # fmt: skip
         if result.returncode != 0:
             return CheckResult(
-                f"gate: {command}",
+                f"{label}: {command}",
                 False,
                 f"gate command exited {result.returncode}: {command}",
                 result.tail(),
@@ -149,7 +183,7 @@ def judge(
     snap: Snapshot,
     spec: GateSpec,
     attempt: Any,
-    workdir: Path,
+    context: GateContext | Path,
     extra_checks: Sequence[Check] = (),
 ) -> list[CheckResult]:
     """Run the checks in order and return them up to and including the first failure."""
@@ -164,5 +198,5 @@ def judge(
         if not outcome.ok:
             return results
     if spec.commands:
-        results.append(run_commands(repo, snap.tree, spec, workdir))
+        results.append(run_commands(repo, snap.tree, spec, context))
     return results

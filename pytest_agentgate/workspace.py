@@ -9,6 +9,7 @@ stat-valid and a snapshot hashes only the files the agent changed.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import shutil
@@ -21,7 +22,9 @@ from pathlib import Path
 
 from . import _git, _proc
 from .errors import AgentgateError, GitError
+from .removal import remove_tree, remove_under
 from .repo import BaseRepo
+from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 
 #: Paths never snapshotted: secrets an agent might leave in its workspace.
 DEFAULT_EXCLUDE = (".env", ".env.*", "*.pem", "*.key", "id_rsa*")
@@ -82,6 +85,13 @@ class Workspace:
     resumed_from: str | None = None
     #: When the private index was last written (0: known to be stat-valid).
     index_written: float = 0.0
+    #: The containment the agent's commands run in, and as which role.
+    sandbox: Sandbox = UNCONTAINED
+    role: Role = field(default_factory=lambda: Role("agent"))
+    #: The workspace's own directory outside every workspace: its commands' /tmp and $HOME.
+    private: Path | None = None
+    #: The object store the agent's ``.git`` borrows from (None: sealed, nothing borrowed).
+    objects: Path | None = None
     _groups: list[int] = field(default_factory=list)
 
     def run(
@@ -91,39 +101,71 @@ class Workspace:
         timeout: float | None = 600,
         env: Mapping[str, str] | None = None,
     ) -> _proc.CommandResult:
-        """Run a command in the workspace; its output is kept for the attempt record.
+        """Run a command in the workspace (in the sandbox, when there is one); its output is
+        kept for the attempt record. When it ends, every process it started has ended.
 
+        The environment is the allow-list plus the variables named for agents, plus ``env``.
         ``GIT_CEILING_DIRECTORIES`` stops an agent that deleted its ``.git`` from reaching
         a repository that encloses the workspace.
         """
-        run_env = _git.without_redirects(os.environ)
-        run_env.update(env or {})
-        run_env["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
-        result = _proc.run_command(
-            cmd, cwd=self.path, env=run_env, timeout=timeout, started=self._groups
+        extra = dict(env or {})
+        extra["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
+        if self.private is None:
+            self.private = Path(
+                tempfile.mkdtemp(prefix=".agentgate-private-", dir=self.path.parent)
+            )
+        result = run_contained(
+            self.sandbox,
+            self.role,
+            cmd,
+            cwd=self.path,
+            private=self.private,
+            timeout=timeout,
+            env=extra,
+            objects=self.objects,
+            started=self._groups,
         )
         self.runs.append(result)
         return result
 
-    def end_processes(self) -> None:
-        """End whatever the agent's commands left running in their process groups."""
+    def end_processes(self) -> int:
+        """End every process still at work in the workspace; return how many are left.
+
+        Each command's supervisor already ended what that command started; this catches
+        what else runs there (started by the test body itself, or a supervisor that was
+        killed): every process whose working directory, root or an open file is inside.
+        """
         for pgid in self._groups:
             _proc.kill_group(pgid)
         self._groups.clear()
+        return _proc.end_processes_in(self.path)
 
     def output_tail(self, lines: int = _proc.TAIL_LINES) -> str:
         text = "\n".join(f"$ {r.command}\n{r.output}" for r in self.runs)
         return "\n".join(text.splitlines()[-lines:])
 
 
-def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -> Workspace:
-    """Check out ``base`` into a new directory under ``root`` and give it its own ``.git``."""
+def fork(
+    repo: BaseRepo,
+    base: str,
+    branch: str,
+    root: Path,
+    name: str = "ws",
+    *,
+    sealed: bool = False,
+    private: Path | None = None,
+) -> Workspace:
+    """Check out ``base`` into a new directory under ``root`` and give it its own ``.git``.
+
+    ``sealed`` gives that ``.git`` a copy of just the base commit's objects instead of the
+    base repository's whole object store: no other attempt, state or history to read.
+    """
     begin = time.perf_counter()
     path, index = _checkout(repo, base, root, name)
     try:
-        make_agent_git(repo, path, branch, base, index)
+        make_agent_git(repo, path, branch, base, index, sealed=sealed)
     except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
         index.unlink(missing_ok=True)
         raise
     return Workspace(
@@ -134,14 +176,19 @@ def fork(repo: BaseRepo, base: str, branch: str, root: Path, name: str = "ws") -
         index=index,
         fork_ms=(time.perf_counter() - begin) * 1000,
         index_written=time.time(),
+        private=private,
+        objects=None if sealed else (repo.common_dir / "objects").resolve(),
     )
 
 
-def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Path) -> None:
-    """Write the agent's own ``.git``: the branch at ``base``, a clean index, borrowed objects.
+def make_agent_git(
+    repo: BaseRepo, path: Path, branch: str, base: str, index: Path, *, sealed: bool = False
+) -> None:
+    """Write the agent's own ``.git``: the branch at ``base``, a clean index, and objects.
 
-    It has no remote, and its only link to the base is a read-only alternates entry, so
-    nothing done in it (commits, ``update-ref``, hooks) can move a ref of the base.
+    It has no remote, and its only link to the base is a read-only alternates entry (or, when
+    ``sealed``, none: a pack of the base commit's own objects), so nothing done in it (commits,
+    ``update-ref``, hooks) can move a ref of the base.
     """
     # Written directly, as `git init --template=` would lay it out: a git process less per
     # fork, and nothing from a template directory to copy or trust.
@@ -151,11 +198,27 @@ def make_agent_git(repo: BaseRepo, path: Path, branch: str, base: str, index: Pa
     (dotgit / f"refs/heads/{branch}").rmdir()  # only its parents were wanted
     (dotgit / "HEAD").write_text(f"ref: refs/heads/{branch}\n", encoding="utf-8")
     (dotgit / "config").write_text(_agent_config(path.parent), encoding="utf-8")
-    (dotgit / "objects" / "info" / "alternates").write_text(
-        f"{(repo.common_dir / 'objects').resolve()}\n", encoding="utf-8"
-    )
+    if sealed:
+        _write_sealed_objects(repo, base, dotgit / "objects" / "pack")
+    else:
+        (dotgit / "objects" / "info" / "alternates").write_text(
+            f"{(repo.common_dir / 'objects').resolve()}\n", encoding="utf-8"
+        )
     (dotgit / "refs" / "heads" / branch).write_text(f"{base}\n", encoding="ascii")
     shutil.copyfile(index, dotgit / "index")
+
+
+def _write_sealed_objects(repo: BaseRepo, base: str, pack_dir: Path) -> None:
+    """One pack holding the base commit, its tree and blobs: no parents, nothing else."""
+    tree = repo.tree_of(base)
+    listing = repo.git("ls-tree", "-r", "-t", "-z", "--full-tree", "--end-of-options", tree).stdout
+    oids = [base, tree]
+    for entry in _git.split_z(listing):
+        meta = entry.split("\t", 1)[0].split(" ")
+        if meta[1] != "commit":  # a gitlink names a commit of another repository
+            oids.append(meta[2])
+    payload = "".join(f"{oid}\n" for oid in dict.fromkeys(oids)).encode("ascii")
+    repo.git("pack-objects", "-q", str(pack_dir / "pack"), input=payload)
 
 
 _TRAITS: dict[Path, str] = {}
@@ -394,16 +457,21 @@ def _checkout(repo: BaseRepo, rev: str, root: Path, name: str) -> tuple[Path, Pa
     try:
         repo.git("read-tree", "--reset", "-u", "--end-of-options", rev, work_tree=path, index=index)
     except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
         index.unlink(missing_ok=True)
         raise
     return path, index
 
 
 def remove(ws: Workspace) -> None:
-    """Delete the workspace directory and its private index (both are the plugin's own)."""
+    """Delete the workspace directory and its private index (both are the plugin's own).
+
+    The deletion never follows a symlink (see :mod:`pytest_agentgate.removal`).
+    """
     ws.end_processes()
-    shutil.rmtree(ws.path, ignore_errors=True)
+    remove_tree(ws.path)
+    if ws.private is not None:
+        remove_tree(ws.private)
     ws.index.unlink(missing_ok=True)
 
 
@@ -435,13 +503,19 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
     """
     repo = ws.repo
     begin = time.perf_counter()
-    ws.end_processes()
+    left = ws.end_processes()
+    if left:
+        raise RecycleFailed(ws.path, f"{left} of its processes could not be ended")
     try:
-        shutil.rmtree(ws.path / ".git", ignore_errors=False)
+        remove_under(ws.path, ".git")
     except FileNotFoundError:
         pass
     except OSError as exc:
         raise RecycleFailed(ws.path, f"cannot remove the agent's .git: {exc}") from exc
+    if ws.private is not None:  # the last task's /tmp and $HOME go with it
+        for folder in ("tmp", "home"):
+            with contextlib.suppress(FileNotFoundError):
+                remove_under(ws.private, folder)
     try:
         repo.git(
             "read-tree",
@@ -460,14 +534,10 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
                 ws.path, f"still differs from {base[:12]} at {', '.join(changed[:5])}"
             )
         for rel in untracked:
-            path = ws.path / rel.rstrip("/")
-            if path.is_symlink() or not path.is_dir():
-                path.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(path)
+            remove_under(ws.path, rel.rstrip("/"))
         if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
             raise RecycleFailed(ws.path, "its index does not hold the base's tree")
-        make_agent_git(repo, ws.path, ws.branch, base, ws.index)
+        make_agent_git(repo, ws.path, ws.branch, base, ws.index, sealed=ws.objects is None)
         if name is not None:
             fresh = _new_dir(ws.path.parent, name)
             fresh.rmdir()

@@ -150,3 +150,35 @@ def spawn_pytest(
         text=True,
         **popen,
     )
+
+
+#: A shell snippet starting a long sleeper whose command line says ``sleeper-42``: the
+#: arithmetic is done by the shell, so only the sleeper (not the pytest process or shell that
+#: was given the snippet) carries the finished word. A PID namespace hides its pid from the
+#: test; its command line is still seen from here.
+SLEEPER = "python3 -c 'import time; time.sleep(300)' sleeper-$((6*7))"
+
+
+def sleepers() -> list[int]:
+    """Live processes started from :data:`SLEEPER`, by their command line."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"sleeper-42" in cmdline.split(b"\0") and alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def wait_for(predicate: object, timeout: float = 30.0, what: str = "the condition") -> None:
+    """Poll ``predicate`` (a callable) until it is true, failing after ``timeout`` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import alive, fsck, git
+from helpers import fsck, git
 
 APPEND_TOTAL = """
     p = agent_workspace.path / "ledger" / "store.py"
@@ -314,13 +314,14 @@ def test_gate_runs_in_a_clean_checkout_with_env(pytester: pytest.Pytester, servi
 def test_gate_timeout_kills_the_process_group(
     pytester: pytest.Pytester, service: Path, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "child.pid"
+    from helpers import SLEEPER, sleepers
+
     pytester.makepyfile(test_agent=gated_test())
-    gate = f"sleep 60 & echo $! > {pidfile}; wait"
+    gate = f"setsid {SLEEPER} & wait"
     result = run(pytester, service, f"--agentgate-gate={gate}", "--agentgate-gate-timeout=0.5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*agentgate rejected: gate timed out*"])
-    assert not alive(int(pidfile.read_text()))
+    assert not sleepers()
 
 
 def test_gated_tests_skip_inside_a_gate(

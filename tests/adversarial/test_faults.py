@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -206,31 +205,24 @@ def test_recovery_never_overwrites_an_ignored_file(service: Path) -> None:
 def test_sigterm_while_a_gate_runs_ends_the_gate_too(
     suite: Path, service: Path, tmp_path: Path
 ) -> None:
-    """CI cancels a job with SIGTERM: the gate's whole process group goes with the run."""
-    from helpers import alive
+    """CI cancels a job with SIGTERM: the gate and everything it started go with the run."""
+    from helpers import SLEEPER, sleepers, wait_for
 
-    pidfile = tmp_path / "gate.pid"
+    assert not sleepers()
     base = git(service, "rev-parse", "main")
     proc = spawn_pytest(
         suite,
         f"--basetemp={suite / 'tmp'}",
         f"--agentgate-repo={service}",
         f"--agentgate-base={base}",
-        f"--agentgate-gate=sleep 60 & echo $! > {pidfile}; wait",
+        f"--agentgate-gate=setsid {SLEEPER} & wait",
         "--agentgate-promote",
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while not pidfile.exists() or not pidfile.read_text().strip():
-        assert time.monotonic() < deadline, "the gate never started"
-        time.sleep(0.05)
+    wait_for(sleepers, 60, "the gate to start")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
-    child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while alive(child) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(child)
+    wait_for(lambda: not sleepers(), 5, "the gate's processes to end")
     assert git(service, "rev-parse", "main") == base
     fsck(service)

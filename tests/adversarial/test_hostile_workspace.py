@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers import alive, fsck, git
+from helpers import fsck, git
 
 from pytest_agentgate import Engine, GateSpec
 
@@ -306,14 +306,17 @@ def test_limits_reject_without_reading_everything(service: Path) -> None:
     assert not (service / ".git" / "objects" / blob[:2] / blob[2:]).exists()
 
 
-def test_background_processes_are_ended_with_the_attempt(service: Path, tmp_path: Path) -> None:
-    pidfile = tmp_path / "bg.pid"
+def test_background_processes_are_ended_with_the_command(service: Path) -> None:
+    from helpers import SLEEPER, sleepers
+
     e = engine(service)
     ws = e.fork(task="daemon")
-    ws.run(f"sleep 300 & echo $! > {pidfile}")
+    result = ws.run(f"{SLEEPER} &")
+    assert result.returncode == 0 and result.survivors >= 1
+    assert not sleepers()
     (ws.path / "x.txt").write_text("x")
     e.run_attempt(ws, task="daemon")
-    assert not alive(int(pidfile.read_text()))
+    assert not sleepers()
 
 
 def test_agent_cannot_repoint_a_submodule(service: Path) -> None:

@@ -1,0 +1,76 @@
+"""Deleting the plugin's own directories without ever following a symlink.
+
+An agent process that is still alive (or one that runs as another user) can swap a directory
+for a symlink while the plugin deletes; a path-based delete would then follow the link and
+remove files outside the workspace, with the plugin's rights. Every delete here walks from a
+directory descriptor with ``O_NOFOLLOW``, removes entries with ``unlinkat``, and lets
+``shutil.rmtree`` (descriptor-based on Linux, given ``dir_fd``) do the rest: a component that
+is a symlink is removed as a link, never entered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class UnsafePath(OSError):
+    """A path component was a symlink or not a directory: nothing was deleted through it."""
+
+
+def _open_dir(name: str, dir_fd: int | None) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (40, 20):  # ELOOP (a symlink), ENOTDIR
+            raise UnsafePath(exc.errno, f"not a real directory: {name}") from exc
+        raise
+
+
+def remove_under(root: Path, rel: str) -> None:
+    """Delete ``root/rel`` (a file, a symlink or a whole directory), walking from ``root``.
+
+    Raises :class:`UnsafePath` when a component of ``rel`` is a symlink (nothing is deleted
+    through it), ``FileNotFoundError`` when it is gone.
+    """
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise ValueError(f"not a path inside the tree: {rel!r}")
+    fd = _open_dir(str(root), None)
+    try:
+        for part in parts[:-1]:
+            inner = _open_dir(part, fd)
+            os.close(fd)
+            fd = inner
+        _remove_entry(parts[-1], fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_entry(name: str, dir_fd: int) -> None:
+    info = os.lstat(name, dir_fd=dir_fd)
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete the directory ``path`` and everything in it, following no symlink inside.
+
+    ``path`` itself is opened from its parent with ``O_NOFOLLOW``: if it was replaced by a
+    symlink, only the link goes. A path already gone is fine; other errors are ignored, as
+    clean-up must never turn a verdict into a crash (what is left stays for a person).
+    """
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        parent = _open_dir(str(path.parent), None)
+        try:
+            with contextlib.suppress(OSError):
+                _remove_entry(path.name, parent)
+        finally:
+            os.close(parent)
