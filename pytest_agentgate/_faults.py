@@ -1,15 +1,20 @@
 """Named fault points, so the adversarial suite can kill a real run at an exact moment.
 
 ``AGENTGATE_FAULT=<point>`` makes the process SIGKILL itself when it reaches ``<point>``;
-``<point>:int`` sends SIGINT to its whole process group instead, as a Ctrl-C at a terminal does.
-Unset, a point costs one dict lookup.
+``<point>:int`` sends SIGINT to its whole process group instead, as a Ctrl-C at a terminal does;
+``<point>:enospc`` (or ``:eio``) makes the write at that point fail as a full (or failing) disk
+would. Unset, a point costs one dict lookup.
 Points: ``gate`` (a gate command is running), ``locked`` (the promotion lock is held),
-``merge-written`` (merge objects written, ref not moved), ``worktree-sync`` (the ref moved,
-the checked-out files not yet updated).
+``merge-written`` (merge objects written, ref not moved), ``pending`` (the operations log's
+pending line of a move), ``moved`` (the ref moved, nothing recorded yet), ``record`` (the
+attempt record is written), ``oplog`` (a completed move's log line), ``journal`` (the
+working-tree journal), ``worktree-sync`` (the ref moved, the checked-out files not yet
+updated).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Iterator
@@ -26,6 +31,9 @@ def point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif wanted == f"{name}:int":
         os.killpg(os.getpgrp(), signal.SIGINT)
+    elif wanted in (f"{name}:enospc", f"{name}:eio"):
+        code = errno.ENOSPC if wanted.endswith("enospc") else errno.EIO
+        raise OSError(code, f"{os.strerror(code)} (injected at {name})")
 
 
 @contextmanager

@@ -7,11 +7,12 @@ of the failing output; it is never part of the target's history.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import AttemptNotFound, GitError
 
@@ -19,6 +20,40 @@ if TYPE_CHECKING:
     from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/attempts/"
+
+
+#: Characters that would end a line (or a trailer) in a commit message.
+_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of plain words: control characters and line breaks become
+    spaces, runs of whitespace one space. What enters a trailer or a subject is data, never
+    message syntax."""
+    return " ".join(_LINE_BREAKING.sub(" ", text).split())
+
+
+def check_name(name: str, what: str = "agent name", source: str = "") -> str:
+    """Refuse a name with a control character (a newline would forge trailers)."""
+    from .errors import ConfigError
+
+    if _LINE_BREAKING.search(name):
+        raise ConfigError(
+            f"{what} {name!r} contains a control character (a newline, a tab...); use a plain name",
+            value=name,
+            source=source,
+        )
+    return name
+
+
+def trailer_lines(trailers: dict[str, str | None]) -> str:
+    """``Agentgate-<Key>: <value>`` lines, each value made :func:`one_line`, empty ones left out."""
+    lines = []
+    for key, value in trailers.items():
+        clean = one_line(value or "")
+        if clean:
+            lines.append(f"Agentgate-{key}: {clean}\n")
+    return "".join(lines)
 
 
 def slugify(task: str, limit: int = 60) -> str:
@@ -40,20 +75,22 @@ def format_message(
     landed: str | None,
     excluded: Sequence[str] = (),
     state: str | None = None,
+    sandbox: str = "",
+    uid: str = "",
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
-    subject = f"agentgate {status}: {task}".splitlines()[0][:200]
+    subject = one_line(f"agentgate {status}: {task}")[:200]
     body = [subject, ""]
     if reason:
-        body += [f"Reason: {reason}", ""]
+        body += [f"Reason: {one_line(reason)}", ""]
     if excluded:
         body += [f"Left out of the snapshot (secrets): {', '.join(excluded)}", ""]
     if output.strip():
         body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
-    trailers = {
+    trailers: dict[str, str | None] = {
         "Verdict": status,
         "Agent": agent,
-        "Task": " ".join(task.split()),
+        "Task": task,
         "Test": test,
         "Base": base,
         "Check": check,
@@ -62,10 +99,13 @@ def format_message(
         trailers["Landed"] = landed
     if state:
         trailers["State"] = state
+    if sandbox:
+        trailers["Sandbox"] = sandbox
+    if uid:
+        trailers["Id"] = uid
     # Commit dates have whole seconds; this orders attempts recorded within one second.
     trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
-    body += [f"Agentgate-{key}: {value}" for key, value in trailers.items() if value]
-    return "\n".join(body) + "\n"
+    return "\n".join(body) + "\n" + trailer_lines(trailers)
 
 
 def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
@@ -130,11 +170,14 @@ class AttemptInfo:
 
 
 def parse_trailers(text: str) -> dict[str, str]:
+    """The ``Agentgate-*`` trailers of a message's final trailer block (the first of a key
+    wins: the plugin writes each once, and writes the verdict before anything agent-named)."""
+    paragraphs = [p for p in text.strip("\n").split("\n\n") if p.strip()]
     found: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in (paragraphs[-1] if paragraphs else "").splitlines():
         key, sep, value = line.partition(":")
         if sep and key.startswith("Agentgate-"):
-            found[key[len("Agentgate-") :]] = value.strip()
+            found.setdefault(key[len("Agentgate-") :], value.strip())
     return found
 
 
@@ -185,3 +228,70 @@ def find(repo: BaseRepo, name: str) -> AttemptInfo:
 def record_commit(repo: BaseRepo, tree: str, base: str, message: str, author: Author) -> str:
     """The record commit: the snapshot tree on the base, message as given."""
     return repo.commit_tree(tree, [base], message, author)
+
+
+def write_record(
+    repo: BaseRepo,
+    fields: Mapping[str, Any],
+    *,
+    status: str,
+    reason: str = "",
+    check: str = "",
+    output: str = "",
+    landed: str | None = None,
+    known_objects: Sequence[str] = (),
+) -> tuple[str, str]:
+    """Write one attempt's record from ``fields`` (see :func:`record_fields`): the commit, its
+    ref, the state ref beside it, and the log line. Returns (ref, commit).
+
+    The same function writes a record in the normal course and when a later run completes
+    the record of a move whose process died or could not write it (see ``pending``).
+    """
+    import time
+
+    from . import oplog, state
+    from .repo import Author
+
+    message = format_message(
+        task=str(fields["task"]),
+        status=status,
+        reason=reason,
+        check=check,
+        output=output,
+        agent=str(fields["agent"]),
+        test=str(fields.get("test", "")),
+        base=str(fields["base"]),
+        landed=landed,
+        excluded=tuple(fields.get("excluded", ())),
+        state=fields.get("state") or None,
+        sandbox=str(fields.get("sandbox", "")),
+        uid=str(fields.get("uid", "")),
+    )
+    begin = time.perf_counter()
+    from . import _faults
+
+    _faults.point("record")
+    author = Author.for_agent(str(fields["agent"]))
+    commit = record_commit(repo, str(fields["tree"]), str(fields["base"]), message, author)
+    objects, size = repo.measure([commit, *known_objects])
+    ref = write_ref(repo, slugify(str(fields["task"])), commit, message)
+    if fields.get("state"):
+        state.write_ref(repo, ref, str(fields["state"]))
+    # The record itself is written; its log line is a convenience.
+    with contextlib.suppress(OSError):
+        oplog.append(
+            repo.common_dir,
+            oplog.OpRecord(
+                op="attempt",
+                ref=ref,
+                old=None,
+                new=commit,
+                agent=str(fields["agent"]),
+                task=str(fields["task"]),
+                objects=objects,
+                bytes=size,
+                duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+                note=status,
+            ),
+        )
+    return ref, commit

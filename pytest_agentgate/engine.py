@@ -13,6 +13,7 @@ drives the same calls::
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 import tempfile
@@ -22,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _git, attempts, checkout, oplog, promote, sandbox, workspace
+from . import _git, attempts, checkout, oplog, pending, promote, sandbox, workspace
 from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
-from .gate import Check, CheckResult, GateContext, GateSpec, Verdict, judge, run_commands
+from .gate import Check, CheckResult, GateContext, GateSpec, Status, Verdict, judge, run_commands
 from .promote import Move, PromoteOutcome
 from .remote import RemoteTarget
 from .removal import remove_tree
@@ -63,6 +64,14 @@ class Attempt:
     state: str | None = None
     #: The state commit this attempt's workspace was resumed from (``resume=True``).
     resumed_from: str | None = None
+    #: Names this attempt in its record and in a pending move's log line.
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Set when the record could not be written (it is completed by the next run).
+    record_problem: str | None = None
+    #: Declared state paths left out of the capture because they look like secrets.
+    state_excluded: list[str] = field(default_factory=list)
+    #: The containment the attempt's commands ran in: ``bwrap`` or ``none (why)``.
+    sandbox: str = ""
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -97,6 +106,8 @@ class Attempt:
             "external_move": self.external_move,
             "state": self.state,
             "resumed_from": self.resumed_from,
+            "sandbox": self.sandbox,
+            "record_problem": self.record_problem,
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
@@ -135,7 +146,7 @@ class Engine:
         self.exclude = tuple(exclude)
         self.max_files = max_files
         self.max_bytes = max_bytes
-        self.agent = agent
+        self.agent = attempts.check_name(agent, "agent name", "agent")
         self.recycle = recycle
         #: The target on a server (``--agentgate-remote``), promoted by push with a lease.
         self.remote = RemoteTarget(repo, remote, target) if remote else None
@@ -155,6 +166,8 @@ class Engine:
         )
         self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
         self._private: Path | None = None
+        #: What the start of the run completed for earlier runs (records of pending moves).
+        self.settled: list[str] = []
         self._pool: list[Workspace] = []
         self._known_tips: set[str] = set()
         self._started = False
@@ -256,14 +269,16 @@ class Engine:
             return
         self._started = True
         if self.promote_enabled and self.remote is not None:
+            with promote.target_lock(self.repo, self.ref):
+                self.remote.fetch()
+                self.settled = pending.settle(self.repo, self.ref)
             return
         if self.promote_enabled:
-            start_tip = self.repo.ref_value(self.ref)
-            if start_tip:
-                self._known_tips.add(start_tip)
-            # A run killed between moving the target and updating its checked-out files
-            # left a journal; finish that update before anything else moves.
+            # A run killed (or whose disk filled) between moving the target and writing its
+            # record, or updating its checked-out files, left a pending line or a journal:
+            # finish both before anything else moves.
             with promote.target_lock(self.repo, self.ref):
+                self.settled = pending.settle(self.repo, self.ref)
                 checkout.recover_worktree(self.repo, self.ref)
             return
         run_id = run_id or uuid.uuid4().hex
@@ -276,6 +291,7 @@ class Engine:
                 seen = ""
             if seen == run_id:
                 return
+            self.settled = pending.settle(self.repo, self.ref)
             tip = self._target_tip()
             current = self.repo.ref_value(self.ref)
             if current != tip:
@@ -367,7 +383,11 @@ class Engine:
 
     def snapshot(self, ws: Workspace) -> Snapshot:
         return workspace.snapshot(
-            ws, exclude=self.exclude, max_files=self.max_files, max_bytes=self.max_bytes
+            ws,
+            exclude=self.exclude,
+            max_files=self.max_files,
+            max_bytes=self.max_bytes,
+            allow_symlinks=self.allow_symlinks,
         )
 
     def judge(
@@ -396,6 +416,8 @@ class Engine:
                 message=f"agentgate state: {attempt.task}\n",
                 author=Author.for_agent(attempt.agent),
                 parent=attempt.resumed_from,
+                exclude=self.exclude,
+                skipped=attempt.state_excluded,
             )
         except (state_module.StateError, OSError, sqlite3.Error) as exc:
             return f"state could not be captured: {exc}"
@@ -413,22 +435,34 @@ class Engine:
         return None
 
     def note_external_move(self, tip: str, agent: str) -> str | None:
-        """Log (once) a target tip that neither this run nor any agentgate process produced.
+        """Log (once) a target tip that no agentgate record accounts for.
 
-        Such a move is not an error: promotion merges on top of it like any moved target,
-        never over it. It is recorded so that people can see it happened.
+        Judged by the plugin's own records, never by reflog text (anyone can write that): a
+        tip is the plugin's when an attempt record names it as landed, or the operations log
+        has it as the end of a promotion, rollback, revert or pending move. The tip found the
+        first time the plugin meets a target is where it starts, not a move. An external move
+        is not an error: promotion merges on top of it like any moved target, never over it.
         """
         if not self.promote_enabled or self.remote is not None or tip in self._known_tips:
             return None
         self._known_tips.add(tip)
-        entry = self.repo.last_reflog_entry(self.ref)
-        if entry is not None and entry[0] == tip and entry[1].startswith("agentgate"):
+        ours = ("promote", "rollback", "revert", "pending", "external-move")
+        used_before = False
+        for record in oplog.read(self.repo.common_dir):
+            if record.ref != self.ref:
+                continue
+            used_before = True
+            if record.new == tip and record.op in ours:
+                return None
+        if not used_before or tip in {a.landed for a in attempts.list_attempts(self.repo)}:
             return None
-        how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
-        oplog.append(
-            self.repo.common_dir,
-            oplog.OpRecord(op="external-move", ref=self.ref, old=None, new=tip, agent="", note=how),
-        )
+        entry = self.repo.last_reflog_entry(self.ref)
+        how = f"reflog: {entry[1]}" if entry is not None and entry[0] == tip else "no reflog entry"
+        with contextlib.suppress(OSError):
+            oplog.append(
+                self.repo.common_dir,
+                oplog.OpRecord(op="external-move", ref=self.ref, old=None, new=tip, note=how),
+            )
         return how
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
@@ -444,65 +478,72 @@ class Engine:
         elif spec.commands:
             attempt.retest_skipped = True
         verb = "promote" if self.promote_enabled else "dry-run promote"
+        status: Status = "promoted" if self.promote_enabled else "passed"
+
+        def on_moved(move: Move) -> None:
+            """The target moved: write the record now, before the checked-out files follow."""
+            attempt.move = move
+            attempt.verdict = Verdict(status)
+            try:
+                self.record(attempt)
+            except (AgentgateError, OSError) as exc:
+                attempt.record_problem = (
+                    f"the target moved, but its attempt record could not be written ({exc}); "
+                    "the next run or agentgate command completes it"
+                )
+
         return promote.promote(
             self.repo,
             self.ref,
             attempt.commit,
             attempt.base,
             author=Author.for_agent(attempt.agent),
-            message=f"agentgate: merge {attempt.task}\n\nAgentgate-Agent: {attempt.agent}\n"
-            f"Agentgate-Task: {' '.join(attempt.task.split())}\n",
-            reflog_message=f"agentgate {verb}: {attempt.task[:80]} by {attempt.agent}",
+            message=f"agentgate: merge {attempts.one_line(attempt.task)}\n\n"
+            + attempts.trailer_lines({"Agent": attempt.agent, "Task": attempt.task}),
+            reflog_message=f"agentgate {verb}: {attempts.one_line(attempt.task)[:80]} by {attempt.agent}",
             retest=retest,
             agent=attempt.agent,
             task=attempt.task,
             expected_tip=attempt.target_before,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
             remote=self.remote if self.promote_enabled else None,
+            pending={**self.record_fields(attempt), "status": status},
+            on_moved=on_moved,
         )
 
+    def record_fields(self, attempt: Attempt) -> dict[str, object]:
+        """What the attempt's record says besides its verdict: enough to write it later."""
+        snap = attempt.snapshot
+        return {
+            "uid": attempt.uid,
+            "task": attempt.task,
+            "agent": attempt.agent,
+            "test": attempt.test,
+            "base": attempt.base,
+            "tree": snap.tree if snap else self.repo.tree_of(attempt.base),
+            "excluded": [*(snap.excluded if snap else ()), *attempt.state_excluded],
+            "state": attempt.state,
+            "sandbox": attempt.sandbox,
+        }
+
     def record(self, attempt: Attempt) -> str:
-        """Write the attempt's record commit and its ref, now that the verdict is final."""
+        """Write the attempt's record commit and its ref, now that the verdict is final.
+
+        Written once: a promotion writes it right after the target moved (see :meth:`land`).
+        """
+        if attempt.ref is not None:
+            return attempt.ref
         v = attempt.verdict
-        tree = attempt.snapshot.tree if attempt.snapshot else self.repo.tree_of(attempt.base)
         output = "" if v.accepted else (v.output or attempt.workspace.output_tail())
-        message = attempts.format_message(
-            task=attempt.task,
+        ref, commit = attempts.write_record(
+            self.repo,
+            self.record_fields(attempt),
             status=v.status,
             reason=v.reason,
             check=v.check,
             output=output,
-            agent=attempt.agent,
-            test=attempt.test,
-            base=attempt.base,
             landed=attempt.move.new if attempt.move and self.promote_enabled else None,
-            excluded=attempt.snapshot.excluded if attempt.snapshot else (),
-            state=attempt.state,
-        )
-        begin = time.perf_counter()
-        author = Author.for_agent(attempt.agent)
-        commit = attempts.record_commit(self.repo, tree, attempt.base, message, author)
-        if attempt.snapshot is not None:  # the snapshot already knows what it added
-            objects, size = self.repo.measure([commit, *attempt.snapshot.new_objects])
-        else:
-            objects, size = self.repo.measure([commit])
-        ref = attempts.write_ref(self.repo, attempts.slugify(attempt.task), commit, message)
-        if attempt.state is not None:
-            state_module.write_ref(self.repo, ref, attempt.state)
-        oplog.append(
-            self.repo.common_dir,
-            oplog.OpRecord(
-                op="attempt",
-                ref=ref,
-                old=None,
-                new=commit,
-                agent=attempt.agent,
-                task=attempt.task,
-                objects=objects,
-                bytes=size,
-                duration_ms=round((time.perf_counter() - begin) * 1000, 3),
-                note=v.status,
-            ),
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
         )
         attempt.ref, attempt.record = ref, commit
         return ref
@@ -527,7 +568,10 @@ class Engine:
         ``state`` names paths outside the code (a database, an artifact) to carry with the
         attempt. Whatever happens, the attempt is recorded; errors become an ``error`` verdict.
         """
+        if agent is not None:
+            attempts.check_name(agent, "agent name", "run_attempt(agent=...)")
         attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
+        attempt.sandbox = ws.sandbox.label
         attempt.resumed_from = ws.resumed_from
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
@@ -536,11 +580,22 @@ class Engine:
             attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks, state)
         except AgentgateError as exc:
             attempt.verdict = Verdict("error", str(exc), "engine")
+        except OSError as exc:  # a full disk, an I/O error: before the move, nothing moved
+            moved = attempt.move is not None
+            attempt.verdict = Verdict(
+                "promoted" if moved and self.promote_enabled else "passed" if moved else "error",
+                f"a write failed: {exc}" + ("" if moved else "; nothing moved"),
+                "" if moved else "engine",
+            )
         finally:
             clock = time.perf_counter()
             if attempt.target_before is None:  # decided before preflight read it
                 attempt.target_before = self.repo.ref_value(self.ref)
-            self.record(attempt)
+            if attempt.record_problem is None:
+                try:
+                    self.record(attempt)
+                except (AgentgateError, OSError) as exc:
+                    attempt.record_problem = f"the attempt record could not be written: {exc}"
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
 
@@ -592,8 +647,8 @@ class Engine:
         attempt.commit = self.repo.commit_tree(
             attempt.snapshot.tree,
             [attempt.base],
-            f"{attempt.task}\n\nAgentgate-Agent: {attempt.agent}\n"
-            f"Agentgate-Task: {' '.join(attempt.task.split())}\n",
+            f"{attempts.one_line(attempt.task)}\n\n"
+            + attempts.trailer_lines({"Agent": attempt.agent, "Task": attempt.task}),
             author,
         )
         attempt.preview = self.preflight(attempt)

@@ -9,12 +9,13 @@ reader skips what does not parse, so no complete record is ever lost or misread.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import socket
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,6 +39,10 @@ class OpRecord:
     time: str = ""
     user: str = ""
     host: str = ""
+    #: For ``pending`` lines and the lines that settle them: which move in flight.
+    pending: str = ""
+    #: For ``pending`` lines: what the attempt record will say, to write it later if need be.
+    record: dict[str, object] = field(default_factory=dict)
 
 
 def _user() -> str:
@@ -52,8 +57,12 @@ def log_path(git_dir: Path) -> Path:
     return git_dir / "agentgate" / FILE_NAME
 
 
-def append(git_dir: Path, record: OpRecord) -> OpRecord:
-    """Append ``record`` (time, user and host filled in) and return what was written."""
+def append(git_dir: Path, record: OpRecord, fault: str = "oplog") -> OpRecord:
+    """Append ``record`` (time, user and host filled in) and return what was written.
+
+    Raises ``OSError`` when the line cannot be written whole (a full disk, an I/O error);
+    whatever part of it reached the file is closed off as a torn line that readers skip.
+    """
     stamped = OpRecord(
         **{
             **asdict(record),
@@ -73,9 +82,14 @@ def append(git_dir: Path, record: OpRecord) -> OpRecord:
             if _ends_open(fd)
             else (line + "\n").encode("ascii")
         )
+        from . import _faults
+
+        _faults.point(fault)
         written = os.write(fd, data)
         if written != len(data):  # disk full: never leave half a record without a newline
-            os.write(fd, b"\n")
+            with contextlib.suppress(OSError):
+                os.write(fd, b"\n")
+            raise OSError(28, f"the operations log took {written} of {len(data)} bytes")
     finally:
         os.close(fd)
     return stamped

@@ -139,6 +139,58 @@ OPTIONS = (
         "bool",
         False,
     ),
+    Option(
+        "sandbox",
+        "contain agent commands and gates: auto (bwrap when it works, else uncontained with a "
+        "warning), bwrap (required), none",
+        default="auto",
+        metavar="MODE",
+    ),
+    Option(
+        "sandbox_bind",
+        "a path to make visible in the sandbox, read-only, or writable as PATH:rw; repeatable",
+        "linelist",
+        metavar="PATH[:rw]",
+    ),
+    Option(
+        "agent_network", "network for agent commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "gate_network", "network for gate commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "agent_env",
+        "an environment variable agent commands may see (beyond PATH, locale, TERM, VIRTUAL_ENV, "
+        "PYTHONPATH, PYTHONHASHSEED, AGENTGATE_*); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "gate_env",
+        "an environment variable gate commands may see; repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option("sandbox_pids", "most processes one command may run at once", "int", 512, "N"),
+    Option(
+        "sandbox_file_bytes",
+        "largest file one command may write (its /tmp and its directory)",
+        "int",
+        1 << 30,
+        "BYTES",
+    ),
+    Option(
+        "allow_symlink",
+        "a glob of paths where an attempt may add a symlink that leaves the tree; repeatable",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "isolation",
+        "shared (the agent's .git borrows the base's objects) or sealed (only the base commit's)",
+        default="shared",
+        metavar="MODE",
+    ),
     Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
     Option(
         "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
@@ -230,6 +282,8 @@ def gated(
         raise TypeError(f"task must be a non-empty string, got {task!r}")
     if agent is not None and (not isinstance(agent, str) or not agent.strip()):
         raise TypeError(f"agent must be a non-empty string, got {agent!r}")
+    if agent is not None and any(ord(c) < 32 or ord(c) == 127 for c in agent):
+        raise TypeError(f"agent must be a plain name without control characters, got {agent!r}")
     if gate is not None:
         if isinstance(gate, str) or not all(isinstance(c, str) and c.strip() for c in gate):
             raise TypeError(f"gate must be a list of command strings, got {gate!r}")
@@ -331,6 +385,8 @@ class AgentgateRun:
         terminalreporter.write_sep("=", "agentgate")
         for line in report.terminal_lines(self.rows):
             terminalreporter.write_line(line)
+        for line in report.sandbox_warnings(self.rows):
+            terminalreporter.write_line(line, yellow=True)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.engine_ is not None:
@@ -451,14 +507,28 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     timeout, _ = setting(config, "gate_timeout")
     promote, _ = setting(config, "promote")
     no_retest, _ = setting(config, "no_retest")
-    agent, _ = setting(config, "agent")
+    agent, agent_source = setting(config, "agent")
+    if agent and any(ord(c) < 32 or ord(c) in (127, 0x85, 0x2028, 0x2029) for c in agent):
+        raise pytest.UsageError(
+            f"agentgate: invalid --agentgate-agent {agent!r} (from {agent_source}): it contains a "
+            "control character (a newline, a tab...); use a plain name"
+        )
     workdir, workdir_source = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
     protect, _ = setting(config, "protect")
     fresh, _ = setting(config, "fresh_workspaces")
     max_files, _ = setting(config, "max_files")
     max_bytes, _ = setting(config, "max_bytes")
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"sandbox_settings": sandbox_settings(config)}
+    isolation, isolation_source = setting(config, "isolation")
+    if isolation not in ("shared", "sealed"):
+        raise pytest.UsageError(
+            f"agentgate: invalid --agentgate-isolation {isolation!r} (from {isolation_source}): "
+            "expected shared or sealed"
+        )
+    kwargs["isolation"] = isolation
+    allow, _ = setting(config, "allow_symlink")
+    kwargs["allow_symlinks"] = tuple(a.strip() for a in allow or () if a.strip())
     if exclude is not None:
         kwargs["exclude"] = tuple(exclude)
     for name in ("report", "markdown"):
@@ -510,6 +580,59 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
                 f"agentgate: cannot use --agentgate-workdir {workdir!r} (from {workdir_source}): {exc}"
             ) from exc
     return engine
+
+
+def _env_names(config: pytest.Config, name: str) -> tuple[str, ...]:
+    values, source = setting(config, name)
+    names = tuple(v.strip() for v in values or () if v.strip())
+    for value in names:
+        if not value.replace("_", "a").isalnum() or value[0].isdigit():
+            raise pytest.UsageError(
+                f"agentgate: invalid --agentgate-{name.replace('_', '-')} {value!r} (from {source}): "
+                "expected the name of an environment variable"
+            )
+    return names
+
+
+def sandbox_settings(config: pytest.Config) -> Any:
+    """The sandbox as the settings ask for it; bad values are usage errors naming their source."""
+    from .errors import ConfigError
+    from .sandbox import MODES, NETWORKS, Bind, Settings
+
+    mode, mode_source = setting(config, "sandbox")
+    mode = str(mode).strip().lower()
+    if mode not in MODES:
+        raise pytest.UsageError(
+            f"agentgate: invalid --agentgate-sandbox {mode!r} (from {mode_source}): "
+            f"expected one of {', '.join(MODES)}"
+        )
+    networks = {}
+    for role in ("agent", "gate"):
+        value, source = setting(config, f"{role}_network")
+        value = str(value).strip().lower()
+        if value not in NETWORKS:
+            raise pytest.UsageError(
+                f"agentgate: invalid --agentgate-{role}-network {value!r} (from {source}): "
+                f"expected one of {', '.join(NETWORKS)}"
+            )
+        networks[role] = value
+    binds, bind_source = setting(config, "sandbox_bind")
+    try:
+        parsed = tuple(Bind.parse(b.strip(), bind_source) for b in binds or () if b.strip())
+    except ConfigError as exc:
+        raise pytest.UsageError(f"agentgate: {exc}") from None
+    pids, _ = setting(config, "sandbox_pids")
+    file_bytes, _ = setting(config, "sandbox_file_bytes")
+    return Settings(
+        mode=mode,
+        binds=parsed,
+        agent_network=networks["agent"],
+        gate_network=networks["gate"],
+        agent_env=_env_names(config, "agent_env"),
+        gate_env=_env_names(config, "gate_env"),
+        pids_max=int(pids),
+        tmp_bytes=int(file_bytes),
+    )
 
 
 def _writable_parent(path: Path) -> bool:

@@ -9,14 +9,17 @@ lease (see :mod:`pytest_agentgate.remote`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from . import _faults, oplog
+from .attempts import one_line, trailer_lines
 from .checkout import (
     check_worktree,
     checked_out,
@@ -105,28 +108,44 @@ def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
 
 
 def move_target(
-    repo: BaseRepo, ref: str, new: str, old: str, message: str, *, update_worktree: bool = True
+    repo: BaseRepo,
+    ref: str,
+    new: str,
+    old: str,
+    message: str,
+    *,
+    update_worktree: bool = True,
+    after_move: Callable[[], None] | None = None,
 ) -> tuple[bool, str | None]:
     """Compare-and-swap ``ref`` from ``old`` to ``new`` and bring a checked-out tree along.
 
     Returns (moved, problem): moved is False when the ref was not at ``old`` (nothing
     changed); problem says why the checked-out files could not follow a ref that did move
     (the journal stays, the next run finishes the update). Raises :class:`DirtyWorktree` or
-    :class:`WorktreeBlocked` before moving anything.
+    :class:`WorktreeBlocked` before moving anything. ``after_move`` runs right after the ref
+    moved, before the files follow (the attempt record is written there).
     """
     follow = check_move(repo, ref, old, new) if update_worktree else False
     journal = journal_path(repo, ref)
     with _faults.uninterrupted():
         if follow:
             tmp = journal.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
-            os.replace(tmp, journal)
+            try:
+                _faults.point("journal")
+                tmp.write_text(json.dumps({"ref": ref, "old": old, "new": new}), encoding="utf-8")
+                os.replace(tmp, journal)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         try:
             moved = repo.update_ref(ref, new, old, message, reflog=True)
         except BaseException:
             if follow:
                 journal.unlink(missing_ok=True)
             raise
+        if moved and after_move is not None:
+            _faults.point("moved")
+            after_move()
         if not follow:
             return moved, None
         if not moved:
@@ -135,7 +154,7 @@ def move_target(
         _faults.point("worktree-sync")
         try:
             sync_worktree(repo, old, new)
-        except AgentgateError as exc:
+        except (AgentgateError, OSError) as exc:
             return True, f"the checked-out files were not updated ({exc}); the next run finishes it"
         journal.unlink(missing_ok=True)
     return True, None
@@ -172,6 +191,8 @@ def promote(
     expected_tip: str | None = None,
     remote: RemoteTarget | None = None,
     known_objects: Sequence[str] | None = None,
+    pending: Mapping[str, object] | None = None,
+    on_moved: Callable[[Move], None] | None = None,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
 
@@ -184,6 +205,12 @@ def promote(
     a git process when the move is a fast-forward.
     With ``remote``, the branch lives on a server: its tip is fetched, and the move is a push
     with a lease (the server's compare-and-swap); ``ref`` is then the local tracking ref.
+
+    Records first: before each compare-and-swap a ``pending`` line (with ``pending``, what
+    the record will say) is appended to the operations log; if that fails, nothing moves.
+    Right after the move ``on_moved`` writes the attempt record, then the files follow and
+    the move's own log line is written. A process that dies (or whose disk fills) anywhere
+    in between leaves a pending line that the next run settles (see :mod:`.pending`).
     """
     begin = time.perf_counter()
     with target_lock(repo, ref) as waited:
@@ -214,19 +241,84 @@ def promote(
                 new = repo.commit_tree(preview.tree, [tip, commit], message, author)
                 kind, tree = "merge", preview.tree
                 _faults.point("merge-written")
+            where = f"{remote.remote}:refs/heads/{remote.branch}" if remote is not None else ref
+            landed = Move(where, tip, new, kind, tree, retested, waited)
+            uid = pending_line(repo, ref, tip, new, agent, task, pending)
+
+            def after_move(landed: Move = landed) -> None:
+                if on_moved is not None:
+                    on_moved(landed)
+
             if remote is not None:
                 moved, problem = remote.push(new, tip, f"{reflog_message} ({kind})"), None
-                where = f"{remote.remote}:refs/heads/{remote.branch}"
+                if moved:
+                    after_move()
             else:
-                moved, problem = move_target(repo, ref, new, tip, f"{reflog_message} ({kind})")
-                where = ref
+                moved, problem = move_target(
+                    repo, ref, new, tip, f"{reflog_message} ({kind})", after_move=after_move
+                )
             if moved:
                 move = Move(where, tip, new, kind, tree, retested, waited, problem)
                 known = [new, *known_objects] if known_objects is not None and tip == base else None
-                _log(repo, "promote", move, agent, task, begin, known)
+                logged = _log(repo, "promote", move, agent, task, begin, known)
+                settle_line(repo, ref, uid, "pending-done")
+                if logged is not None:
+                    move = Move(
+                        where, tip, new, kind, tree, retested, waited, _join(problem, logged)
+                    )
                 return PromoteOutcome(move)
+            settle_line(repo, ref, uid, "pending-abandoned")
             tip = remote.fetch() if remote is not None else repo.ref_value(ref)
     raise RefMoved(ref, base, repo.ref_value(ref))
+
+
+def pending_line(
+    repo: BaseRepo,
+    ref: str,
+    old: str | None,
+    new: str,
+    agent: str,
+    task: str,
+    record: Mapping[str, object] | None,
+) -> str:
+    """Append the ``pending`` line of a move about to happen; return its id ("" for none).
+
+    Raises ``OSError`` when it cannot be written: the move must then not happen.
+    """
+    if record is None:
+        return ""
+    uid = uuid.uuid4().hex
+    oplog.append(
+        repo.common_dir,
+        oplog.OpRecord(
+            op="pending",
+            ref=ref,
+            old=old,
+            new=new,
+            agent=agent,
+            task=task,
+            pending=uid,
+            record={**record, "pid": os.getpid()},
+        ),
+        fault="pending",
+    )
+    _faults.point("pending")
+    return uid
+
+
+def settle_line(repo: BaseRepo, ref: str, uid: str, op: str) -> None:
+    """Mark a pending move done or abandoned; best effort (the next run settles it anyway)."""
+    if not uid:
+        return
+    with contextlib.suppress(OSError):
+        oplog.append(
+            repo.common_dir, oplog.OpRecord(op=op, ref=ref, old=None, new=None, pending=uid)
+        )
+
+
+def _join(*problems: str | None) -> str | None:
+    found = [p for p in problems if p]
+    return "; ".join(found) if found else None
 
 
 def _log(
@@ -237,8 +329,11 @@ def _log(
     task: str,
     begin: float,
     known: Sequence[str] | None = None,
-) -> None:
-    """Log a move that happened. Counting is best effort: a move is never undone by its log."""
+) -> str | None:
+    """Log a move that happened; say why when the line could not be written.
+
+    Counting is best effort, and so is the line: a move is never undone by its log.
+    """
     try:
         if known is not None:
             objects, size = repo.measure(known)
@@ -246,21 +341,25 @@ def _log(
             objects, size = repo.count_new_objects(move.new, move.old)
     except AgentgateError:
         objects, size = -1, -1
-    oplog.append(
-        repo.common_dir,
-        oplog.OpRecord(
-            op=op,
-            ref=move.ref,
-            old=move.old,
-            new=move.new,
-            agent=agent,
-            task=task,
-            objects=objects,
-            bytes=size,
-            duration_ms=round((time.perf_counter() - begin) * 1000, 3),
-            note=move.kind + (f"; {move.problem}" if move.problem else ""),
-        ),
-    )
+    try:
+        oplog.append(
+            repo.common_dir,
+            oplog.OpRecord(
+                op=op,
+                ref=move.ref,
+                old=move.old,
+                new=move.new,
+                agent=agent,
+                task=task,
+                objects=objects,
+                bytes=size,
+                duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+                note=move.kind + (f"; {move.problem}" if move.problem else ""),
+            ),
+        )
+    except OSError as exc:
+        return f"the operations log line of this move could not be written ({exc})"
+    return None
 
 
 # -- undo -----------------------------------------------------------------------------
@@ -293,7 +392,7 @@ def rollback(
         message = (
             f"agentgate rollback to {to[:12]}\n\n"
             f"Restores the tree of {to} ({tree}).\n\n"
-            f"Agentgate-Agent: {agent}\nAgentgate-Rollback-To: {to}\n"
+            + trailer_lines({"Agent": agent, "Rollback-To": to})
         )
         if dry_run:
             actual = repo.ref_value(ref)
@@ -308,8 +407,8 @@ def rollback(
         if not moved:
             raise RefMoved(ref, tip, repo.ref_value(ref))
         move = Move(ref, tip, new, "rollback", tree, problem=problem)
-        _log(repo, "rollback", move, agent, f"rollback to {to}", begin)
-        return move
+        logged = _log(repo, "rollback", move, agent, f"rollback to {to}", begin)
+        return Move(ref, tip, new, "rollback", tree, problem=_join(problem, logged))
 
 
 def revert(
@@ -353,8 +452,8 @@ def revert(
             check_move(repo, ref, tip, preview.tree)
             return Move(ref, tip, "", "revert", preview.tree)
         message = (
-            f"agentgate revert: {task}\n\nReverts the change of attempt {attempt_commit}.\n\n"
-            f"Agentgate-Agent: {agent}\nAgentgate-Reverts: {attempt_commit}\n"
+            f"agentgate revert: {one_line(task)}\n\nReverts the change of attempt {attempt_commit}.\n\n"
+            + trailer_lines({"Agent": agent, "Reverts": attempt_commit})
         )
         new = repo.commit_tree(preview.tree, [tip], message, author)
         moved, problem = move_target(
@@ -363,5 +462,5 @@ def revert(
         if not moved:
             raise RefMoved(ref, tip, repo.ref_value(ref))
         move = Move(ref, tip, new, "revert", preview.tree, problem=problem)
-        _log(repo, "revert", move, agent, task, begin)
-        return move
+        logged = _log(repo, "revert", move, agent, task, begin)
+        return Move(ref, tip, new, "revert", preview.tree, problem=_join(problem, logged))

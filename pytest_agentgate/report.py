@@ -35,10 +35,14 @@ def summary_line(row: Mapping[str, Any]) -> str:
         line += f"  {target}: {short(old)} -> {short(new)} ({how})"
         if row.get("external_move"):
             line += f"  [target had moved outside agentgate: {row['external_move']}]"
+        if row.get("reason"):
+            line += f"  [{_clip(str(row['reason']).splitlines()[0], 160)}]"
     else:
         line += f"  {target} stays at {short(old)}"
         if row.get("reason"):
             line += f"  [{_clip(str(row['reason']).splitlines()[0], 160)}]"
+    if row.get("record_problem"):
+        line += f"  [{row['record_problem']}]"
     return line
 
 
@@ -68,4 +72,18 @@ def markdown(rows: Iterable[Mapping[str, Any]]) -> str:
         out.append(
             f"| {row.get('verdict')} | `{row.get('test')}` | `{row.get('attempt_ref')}` | {target} |"
         )
-    return "\n".join(out) + "\n"
+    notes = [f"\n> {line}" for line in sandbox_warnings(rows)]
+    return "\n".join(out) + "\n" + "".join(notes)
+
+
+def sandbox_warnings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """One line per distinct reason the attempts ran uncontained (none when all were)."""
+    from .sandbox import HOW_TO_GET, UNPROTECTED
+
+    reasons = sorted(
+        {str(r.get("sandbox", "")) for r in rows if str(r.get("sandbox", "")).startswith("none")}
+    )
+    return [
+        f"WARNING agentgate sandbox {reason}: {UNPROTECTED}. To contain them: {HOW_TO_GET}."
+        for reason in reasons
+    ]

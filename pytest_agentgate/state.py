@@ -84,8 +84,15 @@ def capture(
     message: str,
     author: Author,
     parent: str | None = None,
+    exclude: Sequence[str] = (),
+    skipped: list[str] | None = None,
 ) -> str | None:
-    """Commit the declared state under ``root``; None when none of it exists."""
+    """Commit the declared state under ``root``; None when none of it exists.
+
+    Paths matching ``exclude`` (the secrets patterns) are left out and appended to ``skipped``.
+    """
+    from .workspace import excluded_by
+
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
         scratch = Path(tmp) / "copies"
         scratch.mkdir()
@@ -96,6 +103,10 @@ def capture(
                 if tree_path in seen:
                     continue
                 seen.add(tree_path)
+                if excluded_by(tree_path, exclude):
+                    if skipped is not None:
+                        skipped.append(tree_path)
+                    continue
                 info = path.lstat()
                 if stat.S_ISLNK(info.st_mode):
                     entries.append(("120000", tree_path, path))

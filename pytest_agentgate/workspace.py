@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +26,24 @@ from .removal import remove_tree, remove_under
 from .repo import BaseRepo
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 
-#: Paths never snapshotted: secrets an agent might leave in its workspace.
-DEFAULT_EXCLUDE = (".env", ".env.*", "*.pem", "*.key", "id_rsa*")
+#: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
+#: pattern without a slash matches any component of a path, so ``.env`` also keeps out
+#: everything in a ``.env/`` directory; a pattern with one matches the path or a parent.
+DEFAULT_EXCLUDE = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    "id_ecdsa*",
+    "id_dsa*",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+)
 DEFAULT_MAX_FILES = 100_000
 DEFAULT_MAX_BYTES = 1 << 30
 
@@ -264,9 +280,20 @@ def _private_index_path(repo: BaseRepo) -> Path:
     return folder / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
-def _matches(path: str, patterns: Iterable[str]) -> bool:
-    name = path.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(path if "/" in pat else name, pat) for pat in patterns)
+def excluded_by(path: str, patterns: Iterable[str]) -> bool:
+    """Whether ``path`` matches an exclude pattern (see :data:`DEFAULT_EXCLUDE`)."""
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for raw in patterns:
+        pattern = raw.strip("/")
+        if not pattern:
+            continue
+        if "/" in pattern:
+            if any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes):
+                return True
+        elif any(fnmatch.fnmatchcase(part, pattern) for part in parts):
+            return True
+    return False
 
 
 def snapshot(
@@ -275,6 +302,7 @@ def snapshot(
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
     max_files: int = DEFAULT_MAX_FILES,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_symlinks: Sequence[str] = (),
 ) -> Snapshot:
     """Turn the files the agent left into a tree whose parent is the base.
 
@@ -293,7 +321,7 @@ def snapshot(
             f"nested git repository at {', '.join(nested)}: an agent may not add a repository "
             "inside the workspace (it would be stored as a gitlink)"
         )
-    excluded = tuple(p for p in (*tracked, *others) if _matches(p, exclude))
+    excluded = tuple(p for p in (*tracked, *others) if excluded_by(p, exclude))
     # Tracked paths that are no longer a file here: deleted, now a directory, or behind a
     # symlink. They leave the index first; a gitlink among them keeps the base's value.
     excluded_set = set(excluded)
@@ -339,6 +367,7 @@ def snapshot(
     tree = repo.git("write-tree", index=ws.index).out.strip()
     base_tree = repo.tree_of(ws.base)
     changes, new_objects = diff_trees(repo, base_tree, tree)
+    _refuse_escaping_links(repo, tree, changes, allow_symlinks)
     return Snapshot(
         base=ws.base,
         base_tree=base_tree,
@@ -349,6 +378,91 @@ def snapshot(
         hashed=len(additions),
         kept_gitlinks=tuple(sorted(gitlinks)),
     )
+
+
+#: How many symlinks one path may pass through before it counts as a loop (Linux: 40).
+_MAX_HOPS = 40
+
+
+def _refuse_escaping_links(
+    repo: BaseRepo, tree: str, changes: Sequence[Change], allowed: Sequence[str]
+) -> None:
+    """Reject a symlink the attempt added or changed that is absolute or leaves the tree.
+
+    Each link is resolved inside the snapshot's own tree, following the tree's symlinks, so a
+    link that climbs out (to an ignored file of the workspace, to the base checkout) or goes
+    through another link that does is caught; what lands is never a link out. Links the base
+    already had are not the attempt's. Paths matching ``allowed`` are let through.
+    """
+    links = [
+        c.path
+        for c in changes
+        if c.new_mode == "120000" and c.status != "D" and not _matches_glob(c.path, allowed)
+    ]
+    if not links:
+        return
+    cache: dict[str, tuple[str, str] | None] = {}
+
+    def lookup(path: str) -> tuple[str, str] | None:
+        """(mode, link target or "") of ``path`` in the tree, or None if it is not there."""
+        if path not in cache:
+            out = repo.git("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").out
+            entry = out.split("\0", 1)[0]
+            if not entry or entry.split("\t", 1)[-1] != path:
+                cache[path] = None
+            else:
+                mode, _, oid = entry.split("\t", 1)[0].split(" ")
+                target = ""
+                if mode == "120000":
+                    blob = repo.git("cat-file", "blob", oid).stdout
+                    target = blob.decode("utf-8", "surrogateescape")
+                cache[path] = (mode, target)
+        return cache[path]
+
+    bad = []
+    for path in links:
+        found = lookup(path)
+        target = found[1] if found else ""
+        if not _resolves_inside(path, target, lookup):
+            bad.append(f"{path} -> {target}")
+    if bad:
+        raise SnapshotRefused(
+            f"symlink leaves the tree: {', '.join(bad)} (a symlink must be relative and resolve "
+            "inside the repository; allow one with --agentgate-allow-symlink GLOB)"
+        )
+
+
+def _resolves_inside(
+    link: str, target: str, lookup: Callable[[str], tuple[str, str] | None]
+) -> bool:
+    """Whether the link at ``link`` with ``target`` resolves to a path inside the tree."""
+    if target.startswith("/") or not target:
+        return False
+    pending = [*link.split("/")[:-1], *target.split("/")]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return False
+            resolved.pop()
+            continue
+        resolved.append(part)
+        found = lookup("/".join(resolved))
+        if found is not None and found[0] == "120000":
+            hops += 1
+            if hops > _MAX_HOPS or found[1].startswith("/") or not found[1]:
+                return False
+            resolved.pop()
+            pending[:0] = found[1].split("/")
+    return True
+
+
+def _matches_glob(path: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
 
 
 def _settle_index(ws: Workspace) -> None:

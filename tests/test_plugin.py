@@ -459,7 +459,8 @@ def test_snapshot_keeps_symlinks_deletions_and_honours_gitignore(
     (p / "deploy.pem").write_text("secret")
 """
     pytester.makepyfile(test_agent=gated_test(body, 'task="Files", gate=[]'))
-    result = run(pytester, service)
+    # A link out of the tree rejects unless a person allows it where it is.
+    result = run(pytester, service, "--agentgate-allow-symlink=outside")
     result.assert_outcomes(passed=1)
     [row] = rows(pytester)
     tree = row["tree"]
@@ -566,7 +567,7 @@ def test_target_moved_outside_agentgate_is_noted_and_merged_onto(
     result = run(pytester, service, f"--agentgate-base={base}", "--agentgate-promote")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
-        ["PROMOTED*test_b*merge*[[]target had moved outside agentgate: commit: by hand[]]"]
+        ["PROMOTED*test_b*merge*[[]target had moved outside agentgate: reflog: commit: by hand[]]"]
     )
     external = [r for r in rows(pytester) if r["external_move"]]
     assert [r["test"] for r in external] == ["test_agents.py::test_b"]  # noted once, not for test_c

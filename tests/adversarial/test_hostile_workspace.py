@@ -187,6 +187,17 @@ def test_symlink_out_of_the_workspace_is_stored_not_followed(service: Path, tmp_
     os.symlink(secret, ws.path / "link")
     os.symlink(tmp_path, ws.path / "dirlink")
     attempt = e.run_attempt(ws, task="links")
+    assert attempt.verdict.status == "rejected"
+    assert f"link -> {secret}" in attempt.verdict.reason
+    # Allowed by a person, such a link is stored as a link: never followed, never read.
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(outcome_is_enough=True), allow_symlinks=("link", "dirlink"),
+    )  # fmt: skip
+    ws = e.fork(task="links")
+    os.symlink(secret, ws.path / "link")
+    os.symlink(tmp_path, ws.path / "dirlink")
+    attempt = e.run_attempt(ws, task="links")
     assert attempt.verdict.status == "promoted"
     assert git(service, "cat-file", "-p", "main:link") == str(secret)
     assert "do not read me" not in git(service, "log", "-p", "--all")

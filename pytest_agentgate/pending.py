@@ -1,0 +1,104 @@
+"""Moves in flight: settling the ``pending`` lines a killed or failing process left.
+
+Before it moves a target, a promotion appends a ``pending`` line to the operations log with
+what the attempt record will say; right after the move it writes that record; then a
+``pending-done`` line. A process killed (or whose disk filled) anywhere in between leaves a
+pending line without its end. The next run, or ``agentgate`` command, settles it here, under
+the target's lock, from the target's own state: when the pending commit is on the target the
+record is written as landed; when it is not, the record says that nothing moved. So there is
+never a move without its record, nor a record that claims a move that did not happen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterable
+
+from . import attempts, oplog
+from .errors import AgentgateError
+from .repo import BaseRepo
+
+INTERRUPTED = "the run ended while promoting this attempt"
+
+
+def open_lines(records: Iterable[oplog.OpRecord], ref: str | None = None) -> list[oplog.OpRecord]:
+    """Pending lines (for ``ref``, or any) that no later line settles."""
+    pending: dict[str, oplog.OpRecord] = {}
+    for record in records:
+        if record.op == "pending" and record.pending and (ref is None or record.ref == ref):
+            pending[record.pending] = record
+        elif record.op in ("pending-done", "pending-abandoned"):
+            pending.pop(record.pending, None)
+    return list(pending.values())
+
+
+def _writer_alive(line: oplog.OpRecord) -> bool:
+    """Whether the process that wrote ``line`` still runs here (it will settle it itself)."""
+    pid = line.record.get("pid")
+    if line.host != socket.gethostname() or not isinstance(pid, int):
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _on(repo: BaseRepo, commit: str, ref: str) -> bool:
+    tip = repo.ref_value(ref)
+    if tip is None:
+        return False
+    if tip == commit:
+        return True
+    result = repo.git("merge-base", "--is-ancestor", commit, tip, ok=(0, 1, 128))
+    return result.returncode == 0
+
+
+def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
+    """Complete the records of unsettled moves (for ``ref``, or every ref); say what was done.
+
+    Call with the target's lock held. A failure to settle one is reported, never raised: the
+    next run tries again.
+    """
+    lines = [
+        line for line in open_lines(oplog.read(repo.common_dir), ref) if not _writer_alive(line)
+    ]
+    if not lines:
+        return []
+    recorded = {a.trailers.get("Id") for a in attempts.list_attempts(repo)}
+    notes = []
+    for line in lines:
+        fields = line.record
+        try:
+            if fields.get("uid") not in recorded:
+                moved = line.new is not None and _on(repo, line.new, line.ref)
+                status = str(fields.get("status", "promoted")) if moved else "error"
+                attempts.write_record(
+                    repo,
+                    fields,
+                    status=status,
+                    reason="" if moved else f"{INTERRUPTED}; the target did not move",
+                    check="" if moved else "promote",
+                    landed=line.new if moved and status == "promoted" else None,
+                )
+                notes.append(
+                    f"completed the record of {fields.get('task')!r}: "
+                    + (f"landed as {str(line.new)[:12]}" if moved else "it did not land")
+                )
+        except (AgentgateError, OSError) as exc:
+            notes.append(f"could not complete the record of {fields.get('task')!r}: {exc}")
+            continue
+        with contextlib.suppress(OSError):
+            oplog.append(
+                repo.common_dir,
+                oplog.OpRecord(
+                    op="pending-done", ref=line.ref, old=None, new=None, pending=line.pending
+                ),
+            )
+    return notes
