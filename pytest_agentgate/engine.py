@@ -457,7 +457,7 @@ class Engine:
         if not used_before or tip in {a.landed for a in attempts.list_attempts(self.repo)}:
             return None
         entry = self.repo.last_reflog_entry(self.ref)
-        how = f"reflog: {entry[1]}" if entry is not None and entry[0] == tip else "no reflog entry"
+        how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
         with contextlib.suppress(OSError):
             oplog.append(
                 self.repo.common_dir,

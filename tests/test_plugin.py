@@ -567,7 +567,7 @@ def test_target_moved_outside_agentgate_is_noted_and_merged_onto(
     result = run(pytester, service, f"--agentgate-base={base}", "--agentgate-promote")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
-        ["PROMOTED*test_b*merge*[[]target had moved outside agentgate: reflog: commit: by hand[]]"]
+        ["PROMOTED*test_b*merge*[[]target had moved outside agentgate: commit: by hand[]]"]
     )
     external = [r for r in rows(pytester) if r["external_move"]]
     assert [r["test"] for r in external] == ["test_agents.py::test_b"]  # noted once, not for test_c
