@@ -202,6 +202,29 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
     return note
 
 
+def _rewrite_truncated(repo: BaseRepo, target: Path, oid: str, mode: str) -> bool:
+    """Rewrite a file that an interrupted update left shorter than ``oid`` (a full disk).
+
+    Only a file whose content is a strict prefix of the new blob counts: git wrote it and
+    was cut off. A person's edit is not a prefix of the new content, and is left alone.
+    The blob is written as stored (this repository's filters aside: a truncated write is
+    rare, and a filtered file then shows as modified rather than being lost).
+    """
+    size = target.stat().st_size
+    expected = int(repo.git("cat-file", "-s", oid).out.strip())
+    if size >= expected:
+        return False
+    blob = repo.git("cat-file", "blob", oid).stdout
+    with open(target, "rb") as fh:
+        if fh.read() != blob[:size]:
+            return False
+    tmp = target.with_name(f".{target.name}.agentgate-rewrite")
+    tmp.write_bytes(blob)
+    tmp.chmod(0o755 if mode == "100755" else 0o644)
+    os.replace(tmp, target)
+    return True
+
+
 def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
     """Stage the paths whose files already hold ``new``'s content and mode (or are gone).
 
@@ -228,6 +251,10 @@ def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
                 input=os.readlink(target).encode("utf-8", "surrogateescape"),
             )
         elif new_mode in ("100644", "100755") and target.is_file() and not target.is_symlink():
+            if _rewrite_truncated(repo, target, new_oid, new_mode):
+                info.append(f"{new_mode} {new_oid}\t{rel}")
+                done.add(rel)
+                continue
             executable = bool(target.stat().st_mode & 0o100)
             if executable != (new_mode == "100755"):
                 continue

