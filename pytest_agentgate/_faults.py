@@ -31,7 +31,14 @@ def point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     elif wanted == f"{name}:int":
         os.killpg(os.getpgrp(), signal.SIGINT)
-    elif wanted in (f"{name}:enospc", f"{name}:eio"):
+    else:
+        fail(name)
+
+
+def fail(name: str) -> None:
+    """Only the write-failure modes of ``point`` (``<name>:enospc``, ``<name>:eio``)."""
+    wanted = os.environ.get(ENV)
+    if wanted in (f"{name}:enospc", f"{name}:eio"):
         code = errno.ENOSPC if wanted.endswith("enospc") else errno.EIO
         raise OSError(code, f"{os.strerror(code)} (injected at {name})")
 

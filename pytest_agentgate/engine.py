@@ -480,7 +480,7 @@ class Engine:
         verb = "promote" if self.promote_enabled else "dry-run promote"
         status: Status = "promoted" if self.promote_enabled else "passed"
 
-        def on_moved(move: Move) -> None:
+        def on_moved(move: Move) -> bool:
             """The target moved: write the record now, before the checked-out files follow."""
             attempt.move = move
             attempt.verdict = Verdict(status)
@@ -491,6 +491,8 @@ class Engine:
                     f"the target moved, but its attempt record could not be written ({exc}); "
                     "the next run or agentgate command completes it"
                 )
+                return False
+            return True
 
         return promote.promote(
             self.repo,

@@ -84,7 +84,7 @@ def append(git_dir: Path, record: OpRecord, fault: str = "oplog") -> OpRecord:
         )
         from . import _faults
 
-        _faults.point(fault)
+        _faults.fail(fault)
         written = os.write(fd, data)
         if written != len(data):  # disk full: never leave half a record without a newline
             with contextlib.suppress(OSError):

@@ -826,7 +826,9 @@ def _rejection_message(item: pytest.Item, attempt: Attempt) -> str:
     lines = [
         f"agentgate {verdict.status}: {verdict.reason}",
         f"  check:   {verdict.check or '-'}",
-        f"  attempt: {attempt.ref}  (read it: git -C {shlex.quote(repo.label)} show {attempt.ref})",
+        f"  attempt: {attempt.ref}  (read it: git -C {shlex.quote(repo.label)} show {attempt.ref})"
+        if attempt.ref
+        else f"  attempt: not recorded ({attempt.record_problem or 'no record'})",
         f"  workspace kept at {attempt.path}",
     ]
     if verdict.output.strip():

@@ -151,8 +151,8 @@ def move_target(
         if not moved:
             journal.unlink(missing_ok=True)
             return False, None
-        _faults.point("worktree-sync")
         try:
+            _faults.point("worktree-sync")
             sync_worktree(repo, old, new)
         except (AgentgateError, OSError) as exc:
             return True, f"the checked-out files were not updated ({exc}); the next run finishes it"
@@ -192,7 +192,7 @@ def promote(
     remote: RemoteTarget | None = None,
     known_objects: Sequence[str] | None = None,
     pending: Mapping[str, object] | None = None,
-    on_moved: Callable[[Move], None] | None = None,
+    on_moved: Callable[[Move], bool] | None = None,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``ref``: fast-forward or merge.
 
@@ -245,9 +245,11 @@ def promote(
             landed = Move(where, tip, new, kind, tree, retested, waited)
             uid = pending_line(repo, ref, tip, new, agent, task, pending)
 
-            def after_move(landed: Move = landed) -> None:
+            recorded: list[bool] = []
+
+            def after_move(landed: Move = landed, recorded: list[bool] = recorded) -> None:
                 if on_moved is not None:
-                    on_moved(landed)
+                    recorded.append(on_moved(landed))
 
             if remote is not None:
                 moved, problem = remote.push(new, tip, f"{reflog_message} ({kind})"), None
@@ -261,7 +263,8 @@ def promote(
                 move = Move(where, tip, new, kind, tree, retested, waited, problem)
                 known = [new, *known_objects] if known_objects is not None and tip == base else None
                 logged = _log(repo, "promote", move, agent, task, begin, known)
-                settle_line(repo, ref, uid, "pending-done")
+                if all(recorded):  # else the next run completes the record from this line
+                    settle_line(repo, ref, uid, "pending-done")
                 if logged is not None:
                     move = Move(
                         where, tip, new, kind, tree, retested, waited, _join(problem, logged)

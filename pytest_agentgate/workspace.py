@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -362,6 +363,8 @@ def snapshot(
                     input=payload,
                 )
     except GitError as err:
+        if _DISK_TROUBLE.search(err.stderr):
+            raise  # a full or failing disk is the machine's trouble, not the agent's
         raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
     ws.index_written = time.time()
     tree = repo.git("write-tree", index=ws.index).out.strip()
@@ -379,6 +382,9 @@ def snapshot(
         kept_gitlinks=tuple(sorted(gitlinks)),
     )
 
+
+#: How git says that the disk, not the path, was the problem.
+_DISK_TROUBLE = re.compile(r"No space left on device|Input/output error|Disk quota exceeded")
 
 #: How many symlinks one path may pass through before it counts as a loop (Linux: 40).
 _MAX_HOPS = 40
