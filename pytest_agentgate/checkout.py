@@ -74,9 +74,12 @@ def _refresh(repo: BaseRepo) -> None:
         raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
 
 
+JOURNAL_PREFIX = "worktree-sync-"
+
+
 def journal_path(repo: BaseRepo, ref: str) -> Path:
     """The journal of one ref's pending working-tree update (one per ref, as the locks are)."""
-    return repo.private_dir / f"worktree-sync-{ref.replace('/', '%2F')}.json"
+    return repo.private_dir / f"{JOURNAL_PREFIX}{ref.replace('/', '%2F')}.json"
 
 
 def _in_the_way(

@@ -2,7 +2,8 @@
 
 ``main(argv)`` parses with one argparse parser and dispatches to one function per
 subcommand. Errors print one line naming the bad value and return non-zero (2 for usage).
-Read-only subcommands (attempts, show, log) take no lock.
+Read-only subcommands (attempts, show, log) take no lock, unless an earlier run left a move
+whose record it could not write: every subcommand that opens a repository settles those first.
 """
 
 from __future__ import annotations
@@ -157,9 +158,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The repository, with whatever moves a killed or failing run left unrecorded settled."""
+    from .pending import settle_all
     from .repo import BaseRepo
 
-    return BaseRepo.open(args.repo, "--repo")
+    repo = BaseRepo.open(args.repo, "--repo")
+    for note in settle_all(repo):
+        print(f"agentgate: {note}", file=sys.stderr)
+    return repo
 
 
 def _target(repo, args: argparse.Namespace) -> str:  # type: ignore[no-untyped-def]
@@ -325,8 +331,15 @@ def cmd_revert(args: argparse.Namespace) -> int:
         spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
 
         def retest(tree: str) -> tuple[bool, str, str]:
+            from .gate import GateContext
+            from .sandbox import Settings, resolve
+
+            contained = resolve(Settings()).with_hidden(
+                *(p for p in (repo.worktree, repo.git_dir, repo.common_dir) if p is not None)
+            )
             with tempfile.TemporaryDirectory(prefix="agentgate-revert-") as tmp:
-                result = run_commands(repo, tree, spec, Path(tmp), label="revert")
+                context = GateContext(Path(tmp), contained)
+                result = run_commands(repo, tree, spec, context, label="revert")
             return result.ok, result.message, result.output
 
     move = promote.revert(

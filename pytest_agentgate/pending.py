@@ -102,3 +102,30 @@ def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
                 ),
             )
     return notes
+
+
+def settle_all(repo: BaseRepo) -> list[str]:
+    """:func:`settle` every ref that has unsettled moves, and finish every interrupted update
+    of checked-out files, each ref under its own lock.
+
+    For commands that open a repository: the lock is taken only where there is something
+    to do, so reading stays lock-free in the common case.
+    """
+    from .checkout import JOURNAL_PREFIX, recover_worktree
+    from .promote import target_lock
+
+    refs = {line.ref for line in open_lines(oplog.read(repo.common_dir))}
+    for journal in repo.private_dir.glob(f"{JOURNAL_PREFIX}*.json"):
+        refs.add(journal.name[len(JOURNAL_PREFIX) : -len(".json")].replace("%2F", "/"))
+    notes: list[str] = []
+    for ref in sorted(refs):
+        with target_lock(repo, ref):
+            notes += settle(repo, ref)
+            try:
+                done = recover_worktree(repo, ref)
+            except AgentgateError as exc:
+                notes.append(str(exc))
+                continue
+            if done:
+                notes.append(done)
+    return notes

@@ -171,3 +171,35 @@ def test_a_really_full_disk(tmp_path: Path) -> None:
         assert any(r["op"] == "promote" for r in report)
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_an_agentgate_command_completes_a_record_the_run_could_not_write(
+    suite: Path, service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_agentgate.cli import main
+
+    base = git(service, "rev-parse", "main")
+    result = run(suite, service, base, "moved")
+    assert result.returncode == -signal.SIGKILL
+    landed = git(service, "rev-parse", "main")
+    assert main(["attempts", "--repo", str(service), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "completed the record of 'first change': landed as" in captured.err
+    rows = json.loads(captured.out)
+    assert [(r["task"], r["verdict"], r["landed"]) for r in rows] == [
+        ("first change", "promoted", landed)
+    ]
+    assert_consistent(service, base)
+
+
+def test_a_file_the_full_disk_cut_short_is_rewritten_by_the_next_run(
+    suite: Path, service: Path
+) -> None:
+    base = git(service, "rev-parse", "main")
+    result = run(suite, service, base, "worktree-sync")
+    assert result.returncode == -signal.SIGKILL
+    (service / "first.txt").write_text("fir")  # what git had written when the disk filled
+    again = run(suite, service, base, None)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (service / "first.txt").read_text() == "first\n"
+    assert_consistent(service, base)
