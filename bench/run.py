@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_agentgate import _git, promote, workspace
+from pytest_agentgate import _git, gate, promote, workspace
 from pytest_agentgate.engine import Engine
 from pytest_agentgate.gate import GateSpec
 from pytest_agentgate.repo import Author, BaseRepo
@@ -263,6 +263,68 @@ class Bench:
             self.add(f"fork (recycled, {label})", statistics.median(p_ms), statistics.median(f_ms),
                      "floor: a fresh checkout there; target <= 5% on disk")  # fmt: skip
 
+    def sealed(self) -> None:
+        """A sealed fork (a pack of the base commit's own objects) beside a shared one."""
+        root = self.disk
+        made: list[workspace.Workspace] = []
+
+        def sealed(_s: dict) -> None:
+            made.append(workspace.fork(self.repo, self.base, "main", root, sealed=True))
+
+        def shared(_s: dict) -> None:
+            made.append(workspace.fork(self.repo, self.base, "main", root))
+
+        def cleanup(_s: dict) -> None:
+            while made:
+                workspace.remove(made.pop())
+
+        p, f = pair(self.runs, lambda i: {}, sealed, shared, cleanup)
+        self.add("fork, sealed (disk)", p, f, "floor: the shared fork (alternates)")
+
+    # containment ------------------------------------------------------------------------
+
+    def containment(self) -> None:
+        """What the supervisor and the sandbox cost per command (the size does not matter)."""
+        from pytest_agentgate import sandbox
+
+        contained = sandbox.resolve(sandbox.Settings())
+        uncontained = sandbox.resolve(sandbox.Settings(mode="none"))
+        ws = workspace.fork(self.repo, self.base, "main", self.disk)
+        ws.private = self.scratch("private")
+        gate_root = self.scratch("gates")
+        tree = self.repo.tree_of(self.base)
+
+        def floor(_s: dict) -> None:
+            subprocess.run(["true"], cwd=ws.path, check=True)
+
+        for label, box in (("supervisor", uncontained), ("supervisor + bwrap", contained)):
+            if label.endswith("bwrap") and not box.active:
+                print(f"  (no working bwrap: {box.reason}; the contained rows are skipped)")
+                continue
+            hidden = box.with_hidden(self.disk, self.repo.git_dir)
+
+            def agent_run(_s: dict, hidden: sandbox.Sandbox = hidden) -> None:
+                ws.sandbox = hidden
+                assert ws.run(["true"]).ok
+
+            p, f = pair(self.runs, lambda i: {}, agent_run, floor)
+            self.add(f"agent run(), {label}", p, f, "floor: subprocess.run(['true'])")
+            context = gate.GateContext(gate_root, hidden)
+
+            def gate_run(_s: dict, context: gate.GateContext = context) -> None:
+                assert gate.run_commands(self.repo, tree, GateSpec(commands=("true",)), context).ok
+
+            def gate_floor(_s: dict) -> None:
+                path, idx = Path(tempfile.mkdtemp(dir=self.disk)), self.disk / "gate-floor-index"
+                raw_git(self.repo, "read-tree", "--reset", "-u", tree, work_tree=path, index=idx)
+                subprocess.run(["true"], cwd=path, check=True)
+                shutil.rmtree(path)
+                idx.unlink()
+
+            p, f = pair(self.runs, lambda i: {}, gate_run, gate_floor)
+            self.add(f"gate command, {label}", p, f, "floor: checkout + subprocess.run + rm")
+        workspace.remove(ws)
+
     # snapshot ---------------------------------------------------------------------------
 
     def snapshot(self) -> None:
@@ -454,7 +516,8 @@ class Bench:
                     item.unlink(missing_ok=True)
 
         p, f = pair(self.runs, setup, plugin, floor, teardown)
-        self.add("whole gated test (gate: true)", p, f, "floor: the same git commands in sequence")
+        self.add("whole gated test (gate: true)", p, f,
+                 "floor: the same git commands in sequence, uncontained; plugin: sandbox auto")  # fmt: skip
 
 
 # -- whole-process measurements ---------------------------------------------------------
@@ -603,8 +666,11 @@ def main(argv: list[str] | None = None) -> int:
             repo_path = disk / f"repo-{size}.git"
             build_repo(repo_path, size, commits)
             bench = Bench(BaseRepo(repo_path, None), size, runs, disk, memory)
+            steps = [bench.fork, bench.sealed]
+            if size == sizes[0]:
+                steps.append(bench.containment)
             for step in (
-                bench.fork,
+                *steps,
                 bench.snapshot,
                 bench.preflight,
                 bench.promote,

@@ -9,9 +9,10 @@ not memory, and only its tail is kept.
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def run_command(
     final = wrap(argv) if wrap is not None else argv
     begin = time.perf_counter()
     status_r, status_w = os.pipe()
-    with tempfile.TemporaryFile() as sink, os.fdopen(status_r, "rb") as status:
+    with tempfile.TemporaryFile() as sink:
         config = {
             "argv": final,
             "cwd": str(cwd),
@@ -158,24 +159,31 @@ def run_command(
                 env={"LC_ALL": "C.UTF-8"},
                 cwd=cwd,
             )
+        except BaseException:
+            os.close(status_r)
+            raise
         finally:
             os.close(status_w)
         if started is not None:
             started.append(proc.pid)
         assert proc.stdin is not None
-        proc.stdin.write(json.dumps(config).encode("utf-8"))
+        proc.stdin.write(marshal.dumps(config))
         proc.stdin.close()
         _faults.point("gate")
-        with _terminate_as_exit():
-            try:
-                proc.wait(timeout=None if timeout is None else timeout + _BACKSTOP_S)
-            except subprocess.TimeoutExpired:
-                kill_group(proc.pid)
+        try:
+            with _terminate_as_exit():
+                try:
+                    data = _read_report(status_r, timeout)
+                except BaseException:
+                    _end_supervisor(proc)
+                    raise
+                if data is None:  # the supervisor outlived its own timeout: end it
+                    kill_group(proc.pid)
+                    data = b""
                 proc.wait()
-            except BaseException:
-                _end_supervisor(proc)
-                raise
-        report = _last_json(status.read())
+        finally:
+            os.close(status_r)
+        report = _report(data)
         size = sink.seek(0, os.SEEK_END)
         sink.seek(max(0, size - _KEEP_BYTES))
         output = sink.read().decode("utf-8", "replace")
@@ -204,13 +212,32 @@ def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _last_json(data: bytes) -> dict[str, object]:
-    for line in reversed(data.decode("utf-8", "replace").splitlines()):
-        with contextlib.suppress(ValueError):
-            found = json.loads(line)
-            if isinstance(found, dict):
-                return found
-    return {}
+def _read_report(fd: int, timeout: float | None) -> bytes | None:
+    """Everything the supervisor reports, read until it closes its end (when it exits).
+
+    Waits in ``select``, not by polling: a command's end is seen at once. None when the
+    supervisor is still running ``_BACKSTOP_S`` after the command's own timeout.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
+    chunks: list[bytes] = []
+    while True:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _report(data: bytes) -> dict[str, object]:
+    """The supervisor's report (``marshal``), or nothing when it ended without one."""
+    try:
+        found = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:
@@ -220,17 +247,14 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
     if report.get("exec_error"):
         return -1, f"could not start the command: {report['exec_error']}"
     code = report.get("returncode")
-    if contained and not report.get("timed_out") and not report.get("interrupted"):
-        statuses = report.get("sandbox_status")
-        reported = (
-            [s for s in statuses if isinstance(s, dict)] if isinstance(statuses, list) else []
+    # bwrap writes one JSON object per line; "exit-code" only once the command ran.
+    ended_early = report.get("timed_out") or report.get("interrupted")
+    if contained and not ended_early and '"exit-code"' not in str(report.get("sandbox_status")):
+        why = next(
+            (ln for ln in reversed(output.splitlines()) if ln.startswith("bwrap:")),
+            f"bwrap exited {code}",
         )
-        if not any("exit-code" in s for s in reported):
-            why = next(
-                (ln for ln in reversed(output.splitlines()) if ln.startswith("bwrap:")),
-                f"bwrap exited {code}",
-            )
-            return -1, f"the sandbox could not start the command: {why}"
+        return -1, f"the sandbox could not start the command: {why}"
     if not isinstance(code, int):
         return -1, "the command's exit status was lost"
     return code, ""

@@ -1,11 +1,13 @@
 """The supervisor: a small process between the plugin and every command it runs for an agent.
 
 Run as ``python -I -S _supervisor.py`` with its configuration (the command's argument list,
-environment, timeout, descriptors) as JSON on standard input, where no other process can
-read it. It imports nothing of the package (it must start fast and trust nothing on
-``sys.path``), and it is never pytest itself: a child subreaper collects every orphan of its
-subtree with ``waitpid(-1)``, which inside pytest would steal the exit statuses that
-``subprocess`` waits for.
+environment, timeout, descriptors) in ``marshal`` format on standard input, where no other
+process can read it; its report goes back the same way. It imports only modules built into
+the interpreter (no ``subprocess``, no ``json``): its start-up is the cost of every command.
+It imports nothing of the package (it must start fast and trust nothing on ``sys.path``),
+and it is never pytest itself: a child subreaper collects every orphan of its subtree with
+``waitpid(-1)``, which inside pytest would steal the exit statuses that ``subprocess``
+waits for.
 
 What it guarantees, sandbox or not:
 
@@ -22,12 +24,10 @@ What it guarantees, sandbox or not:
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import json
+import marshal
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -136,11 +136,11 @@ class Cgroup:
     def close(self) -> None:
         if not self.path:
             return
-        with (
-            contextlib.suppress(OSError),
-            open(f"{self.parent}/cgroup.procs", "w", encoding="ascii") as f,
-        ):
-            f.write(str(os.getpid()))
+        try:
+            with open(f"{self.parent}/cgroup.procs", "w", encoding="ascii") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
         for _ in range(100):
             try:
                 os.rmdir(self.path)
@@ -161,8 +161,10 @@ def _reap() -> None:
 
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def sweep(cgroup: Cgroup) -> int:
@@ -191,14 +193,51 @@ def _stop(signum: int, frame: object) -> None:
 
 def _read_all(fd: int) -> bytes:
     chunks = []
-    with contextlib.suppress(OSError):
+    try:
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
+    except OSError:
+        pass
     return b"".join(chunks)
 
 
+def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, keep: int) -> int:
+    """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, and no other
+    descriptor open but ``keep`` (the sandbox's status pipe, or -1). Raises ``OSError`` when
+    the program could not be executed (the errno comes back on a close-on-exec pipe)."""
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may raise past os._exit
+        try:
+            os.chdir(cwd)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            top = 3
+            for fd in sorted(f for f in (keep, err_w) if f >= 3):
+                os.closerange(top, fd)
+                top = fd + 1
+            os.closerange(top, 1 << 16)
+            if keep >= 0:
+                os.set_inheritable(keep, True)
+            os.execvpe(argv[0], argv, env)
+        except OSError as exc:
+            os.write(err_w, str(exc.errno or 0).encode())
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    failed = _read_all(err_r)
+    os.close(err_r)
+    if failed:
+        os.waitpid(pid, 0)
+        code = int(failed)
+        raise OSError(code, os.strerror(code))
+    return pid
+
+
 def main() -> int:  # noqa: PLR0915 - one straight story, start to report
-    config = json.loads(sys.stdin.buffer.read())
+    config = marshal.loads(sys.stdin.buffer.read())
     os.close(0)
     status_fd = int(config["status_fd"])
     argv: list[str] = config["argv"]
@@ -216,38 +255,26 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
     def finish(**fields: object) -> int:
         cgroup.close()
         report.update(fields)
-        os.write(status_fd, (json.dumps(report) + "\n").encode())
+        os.write(status_fd, marshal.dumps(report))
         return 0
 
-    # The sandbox's own status (did it start the command, with which exit code) comes on a
-    # pipe of the supervisor's, never on one the command could write.
     if config.get("fsize_max"):  # inherited by the command: no file it writes grows past it
         import resource
 
         limit = int(config["fsize_max"])
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    json_r = -1
-    pass_fds: tuple[int, ...] = ()
+    # The sandbox's own status (did it start the command, with which exit code) comes on a
+    # pipe of the supervisor's, never on one the command could write.
+    status_r = status_w = -1
     if STATUS_PLACEHOLDER in argv:
-        json_r, json_w = os.pipe()
-        os.set_inheritable(json_w, True)
-        pass_fds = (json_w,)
-        argv = [str(json_w) if arg == STATUS_PLACEHOLDER else arg for arg in argv]
+        status_r, status_w = os.pipe()
+        argv = [str(status_w) if arg == STATUS_PLACEHOLDER else arg for arg in argv]
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=config["cwd"],
-            env=config["env"],
-            stdin=subprocess.DEVNULL,
-            stdout=int(config["out_fd"]),
-            stderr=subprocess.STDOUT,
-            close_fds=True,
-            pass_fds=pass_fds,
-        )
+        child = _spawn(argv, config["cwd"], config["env"], int(config["out_fd"]), status_w)
     except OSError as exc:
         return finish(returncode=None, exec_error=f"{exc.strerror or exc}: {argv[0]}")
-    if pass_fds:
-        os.close(pass_fds[0])
+    if status_w >= 0:
+        os.close(status_w)
     code: int | None = None
     timed_out = interrupted = False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
@@ -257,7 +284,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
     try:
         while code is None:
             pid, status = os.waitpid(-1, 0)
-            if pid == proc.pid:
+            if pid == child:
                 code = os.waitstatus_to_exitcode(status)
     except _Stop as stop:
         timed_out = stop.args[0] == signal.SIGALRM
@@ -271,19 +298,20 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
         _signal_all(sorted(set(_children()) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
-            pid, status = os.waitpid(proc.pid, os.WNOHANG)
-            if pid == proc.pid:
+            pid, status = os.waitpid(child, os.WNOHANG)
+            if pid == child:
                 code = os.waitstatus_to_exitcode(status)
                 break
             time.sleep(0.005)
     survivors = sweep(cgroup)
     if code is None:
-        with contextlib.suppress(ChildProcessError):
-            _, status = os.waitpid(proc.pid, 0)
+        try:
+            _, status = os.waitpid(child, 0)
             code = os.waitstatus_to_exitcode(status)
-    if json_r >= 0:
-        lines = _read_all(json_r).decode("utf-8", "replace").splitlines()
-        report["sandbox_status"] = [json.loads(x) for x in lines if x.strip().startswith("{")]
+        except ChildProcessError:
+            pass
+    if status_r >= 0:
+        report["sandbox_status"] = _read_all(status_r).decode("utf-8", "replace")
     return finish(
         returncode=code, timed_out=timed_out, interrupted=interrupted, survivors=survivors
     )

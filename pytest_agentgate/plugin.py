@@ -145,6 +145,7 @@ OPTIONS = (
         "warning), bwrap (required), none",
         default="auto",
         metavar="MODE",
+        env="AGENTGATE_SANDBOX",
     ),
     Option(
         "sandbox_bind",
