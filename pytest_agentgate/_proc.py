@@ -135,6 +135,9 @@ def run_command(
     contained = wrap is not None
     final = wrap(argv) if wrap is not None else argv
     begin = time.perf_counter()
+    from ._supervisor import Cgroup
+
+    cgroup = Cgroup.create(pids_max)
     status_r, status_w = os.pipe()
     with tempfile.TemporaryFile() as sink:
         config = {
@@ -145,7 +148,7 @@ def run_command(
             "parent": os.getpid(),
             "status_fd": status_w,
             "out_fd": sink.fileno(),
-            "pids_max": pids_max,
+            "cgroup": cgroup.path,
             "fsize_max": fsize_max,
         }
         try:
@@ -183,6 +186,9 @@ def run_command(
                 proc.wait()
         finally:
             os.close(status_r)
+            # Whatever is still in the command's cgroup (its supervisor was killed before it
+            # could sweep) goes now.
+            stragglers = cgroup.remove()
         report = _report(data)
         size = sink.seek(0, os.SEEK_END)
         sink.seek(max(0, size - _KEEP_BYTES))
@@ -196,7 +202,7 @@ def run_command(
         duration,
         bool(report.get("timed_out")),
         problem,
-        int(str(report.get("survivors") or 0)),
+        int(str(report.get("survivors") or 0)) + stragglers,
         contained,
     )
 

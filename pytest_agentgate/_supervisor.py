@@ -78,22 +78,28 @@ def _children() -> list[int]:
 
 
 class Cgroup:
-    """A pids cgroup of the command's own, when this process may make one (root, delegated)."""
+    """A pids cgroup of one command's own: its process cap, and the list of its processes.
 
-    def __init__(self, pids_max: int | None) -> None:
-        self.path = ""
-        self.parent = ""
-        self.problem = "no process cap asked for"
+    The plugin makes it (where it may: as root, or in a delegated cgroup) and removes it,
+    killing whatever is still in it; the supervisor joins it before it starts the command, so
+    every process the command starts is in it, also one that killed its supervisor.
+    """
+
+    def __init__(self, path: str = "", problem: str = "") -> None:
+        self.path = path
+        self.problem = problem
+
+    @classmethod
+    def create(cls, pids_max: int | None) -> Cgroup:
         if pids_max is None:
-            return
+            return cls(problem="no process cap asked for")
         try:
-            self.parent, self.path = self._make(pids_max)
-            self.problem = ""
+            return cls(cls._make(pids_max))
         except (OSError, ValueError) as exc:
-            self.problem = f"no pids cgroup could be made: {exc}"
+            return cls(problem=f"no pids cgroup could be made: {exc}")
 
     @staticmethod
-    def _make(pids_max: int) -> tuple[str, str]:
+    def _make(pids_max: int) -> str:
         with open("/proc/self/cgroup", encoding="utf-8") as f:
             lines = f.read().splitlines()
         root = where = ""
@@ -111,18 +117,34 @@ class Cgroup:
             with open(f"{root}{where.rstrip('/')}/cgroup.controllers", encoding="utf-8") as f:
                 if "pids" not in f.read().split():
                     raise ValueError("the pids controller is not enabled for this cgroup")
-        parent = f"{root}{where.rstrip('/')}"
-        path = f"{parent}/agentgate-{os.getpid()}-{time.monotonic_ns()}"
+        path = f"{root}{where.rstrip('/')}/agentgate-{os.getpid()}-{time.monotonic_ns()}"
         os.mkdir(path, 0o755)
         try:
             with open(f"{path}/pids.max", "w", encoding="ascii") as f:
                 f.write(str(pids_max))
-            with open(f"{path}/cgroup.procs", "w", encoding="ascii") as f:
-                f.write(str(os.getpid()))
         except OSError:
             os.rmdir(path)
             raise
-        return parent, path
+        return path
+
+    def join(self) -> None:
+        """Move this process in (its children are born in it)."""
+        if self.path:
+            try:
+                with open(f"{self.path}/cgroup.procs", "w", encoding="ascii") as f:
+                    f.write(str(os.getpid()))
+            except OSError as exc:
+                self.problem = f"could not join the pids cgroup: {exc}"
+                self.path = ""
+
+    def leave(self) -> None:
+        """Move this process back out to the parent cgroup (before removing this one)."""
+        if self.path:
+            try:
+                with open(f"{os.path.dirname(self.path)}/cgroup.procs", "w", encoding="ascii") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
 
     def members(self) -> list[int]:
         if not self.path:
@@ -133,20 +155,25 @@ class Cgroup:
         except OSError:
             return []
 
-    def close(self) -> None:
+    def remove(self) -> int:
+        """Kill everything still in the cgroup, then remove it; return how many were killed."""
         if not self.path:
-            return
-        try:
-            with open(f"{self.parent}/cgroup.procs", "w", encoding="ascii") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            pass
-        for _ in range(100):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.01)
+            return 0
+        killed: set[int] = set()
+        for _ in range(500):
+            left = self.members()
+            if not left:
+                try:
+                    os.rmdir(self.path)
+                    return len(killed)
+                except FileNotFoundError:
+                    return len(killed)
+                except OSError:
+                    pass
+            killed |= set(left)
+            _signal_all(left, signal.SIGKILL)
+            time.sleep(0.002)
+        return len(killed)
 
 
 def _reap() -> None:
@@ -244,16 +271,16 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(config["parent"]):  # the plugin died before the death signal was set
+        Cgroup(config.get("cgroup") or "").remove()
         return 1
-    cgroup = Cgroup(config.get("pids_max"))
-    report: dict[str, object] = {
-        "subreaper": subreaper,
-        "pids_cgroup": bool(cgroup.path),
-        "pids_problem": cgroup.problem,
-    }
+    cgroup = Cgroup(config.get("cgroup") or "")
+    cgroup.join()
+    report: dict[str, object] = {"subreaper": subreaper, "cgroup_problem": cgroup.problem}
 
     def finish(**fields: object) -> int:
-        cgroup.close()
+        if os.getppid() != int(config["parent"]):  # the plugin is gone: clean up for it
+            cgroup.leave()
+            cgroup.remove()
         report.update(fields)
         os.write(status_fd, marshal.dumps(report))
         return 0

@@ -57,8 +57,8 @@ HOW_TO_GET = (
 )
 UNPROTECTED = (
     "agent commands and gates run uncontained: they can read and write anything this user "
-    "can (the base repository's .git, other workspaces, $HOME), reach the network, and see "
-    "every environment variable named with --agentgate-agent-env/--agentgate-gate-env"
+    "can (the base repository's .git, other workspaces, $HOME), reach the network, and read "
+    "the environment of the pytest process through /proc"
 )
 
 
@@ -150,6 +150,7 @@ class Sandbox:
             "--dev", "/dev",
             "--proc", "/proc",
         ]  # fmt: skip
+        args += _PROC_GUARDS
         if not network:
             args.append("--unshare-net")
         # Masks under /tmp need none of their own: the private /tmp replaces all of it.
@@ -173,6 +174,31 @@ class Sandbox:
             args += ["--remount-ro", str(mask)]
         args += ["--chdir", str(writable), "--", *argv]
         return args
+
+
+#: What of a fresh /proc root could still change the host: uid 0 writes sysctls and the sysrq
+#: trigger by file mode alone, capabilities or not (kernel.core_pattern runs a program as the
+#: host's root). Made read-only, and the kernel's own memory and keys hidden, as container
+#: runtimes do.
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+_PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug")
+
+
+def _proc_guards() -> list[str]:
+    args: list[str] = []
+    for path in _PROC_READ_ONLY:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for path in _PROC_HIDDEN:
+        if os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in ("/proc/acpi", "/proc/scsi"):
+        if os.path.isdir(path):
+            args += ["--perms", "0555", "--tmpfs", path]
+    return args
+
+
+_PROC_GUARDS = _proc_guards() if sys.platform.startswith("linux") else []
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:
@@ -292,7 +318,7 @@ def probe(program: str) -> str:
     args = [
         program, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
         "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev",
-        "--proc", "/proc", "--perms", "0755", "--size", "65536", "--tmpfs", "/run",
+        "--proc", "/proc", *_PROC_GUARDS, "--perms", "0755", "--size", "65536", "--tmpfs", "/run",
         "--", "/bin/sh", "-c", "exit 0",
     ]  # fmt: skip
     try:

@@ -345,6 +345,26 @@ def _nobody() -> pwd.struct_passwd | None:
         return None
 
 
+def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Path) -> None:
+    from helpers import SLEEPER, sleepers
+
+    from pytest_agentgate._supervisor import Cgroup
+
+    probe = Cgroup.create(8)
+    if not probe.path:
+        reason = f"this machine gives no pids cgroup to the plugin: {probe.problem}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    probe.remove()
+    e = engine(service, "none")
+    ws = e.fork(task="kill the supervisor")
+    escape = f'setsid sh -c "cd / && exec {SLEEPER}" < /dev/null > /dev/null 2>&1 &'
+    result = ws.run(f"{escape} sleep 0.2; kill -9 $PPID; sleep 5")
+    assert "exit status was lost" in result.launch_error and not result.ok
+    assert not sleepers()
+
+
 def test_removal_walks_without_following_links(tmp_path: Path) -> None:
     from pytest_agentgate.removal import UnsafePath, remove_tree, remove_under
 
@@ -516,6 +536,13 @@ def test_inside_the_sandbox_root_keeps_no_power(service: Path, bwrap: str) -> No
         "write a host file": f"echo pwned > {host_file}",
         "write /etc": "echo x > /etc/agentgate-probe",
         "write the python env": f"touch {sys.prefix}/agentgate-probe.pth",
+        # uid 0 writes sysctls by file mode alone: kernel.core_pattern would run a program of
+        # the agent's as the host's root. (hostname is per UTS namespace: harmless to try.)
+        "write a sysctl": "echo agentgate > /proc/sys/kernel/hostname",
+        "write the core pattern, or the sysrq trigger": (
+            "python3 -c \"import os, sys; sys.exit(not any(os.access(p, os.W_OK) for p in "
+            "('/proc/sys/kernel/core_pattern', '/proc/sysrq-trigger')))\""
+        ),
     }
     for name, command in tries.items():
         result = ws.run(command)
