@@ -344,12 +344,14 @@ class Engine:
 
     def _sandbox_now(self) -> sandbox.Sandbox:
         """The sandbox with what it must hide today (the workdir can be set after opening)."""
+        from dataclasses import replace
+
         hidden = [self.workdir, self.repo.git_dir, self.repo.common_dir]
         if self.repo.worktree is not None:
             hidden.append(self.repo.worktree)
         if self._private is not None:
             hidden.append(self._private)
-        return self.sandbox.with_hidden(*hidden)
+        return replace(self.sandbox.with_hidden(*hidden), base_tree=self.repo.worktree)
 
     def private_root(self) -> Path:
         """The run's private directory: gate checkouts and each command's /tmp and $HOME.

@@ -172,10 +172,29 @@ def run_commands(
             return CheckResult(
                 f"{label}: {command}",
                 False,
-                f"gate command exited {result.returncode}: {command}",
+                f"gate command exited {result.returncode}: {command}"
+                + _hidden_editable_note(context.sandbox),
                 result.tail(),
             )
     return CheckResult("gate", True)
+
+
+def _hidden_editable_note(contained: Sandbox) -> str:
+    """Why a contained gate may fail to import the project: an editable install of it from
+    the base repository's working tree, which the sandbox hides on purpose."""
+    if not contained.active or contained.base_tree is None:
+        return ""
+    from .sandbox import hidden_editable_sources
+
+    hidden = hidden_editable_sources(contained.base_tree)
+    if not hidden:
+        return ""
+    return (
+        f" (note: {', '.join(map(str, hidden))} is installed in editable mode from the base "
+        "repository, which the sandbox hides so that the gate tests its checkout, not the working "
+        "tree; run the gate so that it imports the checkout (python -m pytest from its root), or "
+        "install the project without -e)"
+    )
 
 
 def judge(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping
 from pathlib import Path
@@ -397,10 +396,11 @@ class AgentgateRun:
         workdir, _ = setting(self.config, "workdir")
         if workdir:
             from .prune import old_runs
+            from .removal import remove_tree
 
             keep, _ = setting(self.config, "keep_runs")
             for path in old_runs(Path(workdir).expanduser().resolve(), int(keep)):
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path)
         path, _ = setting(self.config, "report")
         if path:
             from . import report

@@ -8,7 +8,6 @@ objects stay until git's own gc decides, so a mistaken prune is undone from the 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from pathlib import Path
 from . import oplog
 from ._constants import RUN_MARKER
 from .attempts import list_attempts
+from .removal import remove_tree
 from .repo import BaseRepo
 from .state import ref_for as state_ref_for
 
@@ -85,7 +85,7 @@ def prune(
         report.workspaces = old_runs(workspaces, keep_runs)
         if not dry_run:
             for path in report.workspaces:
-                shutil.rmtree(path, ignore_errors=True)
+                remove_tree(path)
     return report
 
 

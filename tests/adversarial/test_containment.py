@@ -540,7 +540,7 @@ def test_inside_the_sandbox_root_keeps_no_power(service: Path, bwrap: str) -> No
         # the agent's as the host's root. (hostname is per UTS namespace: harmless to try.)
         "write a sysctl": "echo agentgate > /proc/sys/kernel/hostname",
         "write the core pattern, or the sysrq trigger": (
-            "python3 -c \"import os, sys; sys.exit(not any(os.access(p, os.W_OK) for p in "
+            'python3 -c "import os, sys; sys.exit(not any(os.access(p, os.W_OK) for p in '
             "('/proc/sys/kernel/core_pattern', '/proc/sysrq-trigger')))\""
         ),
     }
@@ -671,3 +671,24 @@ def test_a_misspelled_gate_program_is_the_harness_s_error(service: Path, sandbox
     )  # fmt: skip
     assert missing.launch_error and not missing.ok
     shutil.rmtree(e.private_root() / "p", ignore_errors=True)
+
+
+def test_an_editable_install_from_the_base_repository_stays_hidden() -> None:
+    """The gate must test its checkout: sources installed editable from the base's working
+    tree are not bound into the sandbox, and a failing gate says why it may have failed."""
+    import pytest_agentgate
+    from pytest_agentgate import sandbox
+    from pytest_agentgate.gate import _hidden_editable_note
+
+    source = Path(pytest_agentgate.__file__).resolve().parent
+    if source not in sandbox.editable_sources():
+        pytest.skip("pytest-agentgate is not installed in editable mode here")
+    project = source.parent  # as if this checkout were the base repository agents edit
+    assert source in sandbox.python_paths(None)
+    assert source not in sandbox.python_paths(project)
+    assert sandbox.hidden_editable_sources(project) == [source]
+    contained = sandbox.Sandbox(sandbox.Settings(), "/usr/bin/bwrap", base_tree=project)
+    assert f"{source} is installed in editable mode from the base" in _hidden_editable_note(
+        contained
+    )
+    assert _hidden_editable_note(sandbox.Sandbox(sandbox.Settings(), "/usr/bin/bwrap")) == ""
