@@ -77,6 +77,7 @@ def format_message(
     state: str | None = None,
     sandbox: str = "",
     uid: str = "",
+    results: Mapping[str, Any] | None = None,
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -85,6 +86,15 @@ def format_message(
         body += [f"Reason: {one_line(reason)}", ""]
     if excluded:
         body += [f"Left out of the snapshot (secrets): {', '.join(excluded)}", ""]
+    if results:
+        counts = ", ".join(
+            f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
+        )
+        body += [f"Tests: {counts}"]
+        for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
+            if results.get(key):
+                body += [f"{label}: " + ", ".join(one_line(str(t)) for t in results[key][:50])]
+        body += [""]
     if output.strip():
         body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
     trailers: dict[str, str | None] = {
@@ -266,6 +276,7 @@ def write_record(
         state=fields.get("state") or None,
         sandbox=str(fields.get("sandbox", "")),
         uid=str(fields.get("uid", "")),
+        results=fields.get("results") or None,
     )
     begin = time.perf_counter()
     from . import _faults

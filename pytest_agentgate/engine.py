@@ -23,7 +23,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _git, attempts, checkout, oplog, pending, promote, sandbox, workspace
+from . import (
+    _git,
+    attempts,
+    baseline,
+    checkout,
+    oplog,
+    pending,
+    promote,
+    results,
+    sandbox,
+    workspace,
+)
 from . import state as state_module
 from .errors import AgentgateError, ConfigError, GitError, RevisionNotFound
 from .gate import Check, CheckResult, GateContext, GateSpec, Status, Verdict, judge, run_commands
@@ -34,6 +45,24 @@ from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
 
 ISOLATIONS = ("shared", "sealed")
+
+
+def _reports(command: str, spec: GateSpec) -> bool:
+    """Whether a gate command reports per-test results (a pytest run, or a results file)."""
+    argv = results.command_argv(command)
+    return spec.results_file is not None or (argv is not None and results.is_pytest(argv))
+
+
+class HarnessBroken(AgentgateError):
+    """The gate cannot judge anything: it does not run on the base, or runs no test there."""
+
+    def __init__(self, base: str, reason: str, output: str = "") -> None:
+        self.base = base
+        self.reason = reason
+        self.output = output
+        super().__init__(f"the gate cannot run on the base {base[:12]}: {reason}")
+
+
 NO_GATE = (
     "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "
     "(checks=[...] on the marker), or gate=[] on the marker to say the test's own outcome is enough"
@@ -72,6 +101,8 @@ class Attempt:
     state_excluded: list[str] = field(default_factory=list)
     #: The containment the attempt's commands ran in: ``bwrap`` or ``none (why)``.
     sandbox: str = ""
+    #: Per-test counts against the base (passed, failed, skipped, new, lost, with the ids).
+    results: dict[str, object] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -107,6 +138,7 @@ class Attempt:
             "state": self.state,
             "resumed_from": self.resumed_from,
             "sandbox": self.sandbox,
+            "results": self.results,
             "record_problem": self.record_problem,
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
@@ -166,6 +198,7 @@ class Engine:
         )
         self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
         self._private: Path | None = None
+        self._baselines: dict[str, dict[str, str]] = {}
         #: What the start of the run completed for earlier runs (records of pending moves).
         self.settled: list[str] = []
         self._pool: list[Workspace] = []
@@ -396,7 +429,49 @@ class Engine:
         self, attempt: Attempt, spec: GateSpec, extra_checks: Sequence[Check] = ()
     ) -> list[CheckResult]:
         assert attempt.snapshot is not None
-        return judge(self.repo, attempt.snapshot, spec, attempt, self.gate_context(), extra_checks)
+        base = self.baseline(attempt.base, spec)
+        return judge(
+            self.repo, attempt.snapshot, spec, attempt, self.gate_context(), extra_checks, base
+        )
+
+    def _baseline_key(self, tree: str, spec: GateSpec) -> str:
+        from .gate import environment_plugins
+
+        role = self.gate_role
+        return baseline.key(
+            tree,
+            spec.commands,
+            spec.results_file,
+            [self.sandbox.label, str(role.network), *role.env_names, *environment_plugins()],
+        )
+
+    def baseline(self, base: str, spec: GateSpec) -> dict[str, str] | None:
+        """The gate's per-test results on ``base``'s tree: from git, or computed once now.
+
+        None when the gate reports no per-test results (no pytest command, no results file).
+        Raises :class:`HarnessBroken` when the gate cannot run on the base at all, or runs no
+        test there: no attempt can be judged against that.
+        """
+        if not spec.commands or not any(_reports(c, spec) for c in spec.commands):
+            return None
+        tree = self.repo.tree_of(base)
+        name = self._baseline_key(tree, spec)
+        found = self._baselines.get(name)
+        if found is not None:
+            return found
+
+        def compute() -> dict[str, str] | None:
+            run = run_commands(self.repo, tree, spec, self.gate_context(), "baseline", collect=True)
+            if not run.ok:
+                raise HarnessBroken(base, run.message, run.output)
+            if not run.tests:
+                raise HarnessBroken(base, "the gate ran no test on the base", run.output)
+            return dict(run.tests)
+
+        found = baseline.get_or_compute(self.repo, name, tree, compute)
+        if found is not None:
+            self._baselines[name] = found
+        return found
 
     def preflight(self, attempt: Attempt) -> MergePreview:
         """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
@@ -472,9 +547,14 @@ class Engine:
         assert attempt.commit is not None
         retest = None
         if spec.commands and self.retest:
+            base_results = self.baseline(attempt.base, spec)
 
             def retest(tree: str) -> tuple[bool, str, str]:
-                result = run_commands(self.repo, tree, spec, self.gate_context(), label="retest")
+                result = run_commands(
+                    self.repo, tree, spec, self.gate_context(), "retest", baseline=base_results
+                )
+                if result.ok and result.tests:  # the merged tree is a baseline for free
+                    baseline.store(self.repo, self._baseline_key(tree, spec), tree, result.tests)
                 return result.ok, result.message, result.output
 
         elif spec.commands:
@@ -528,6 +608,7 @@ class Engine:
             "excluded": [*(snap.excluded if snap else ()), *attempt.state_excluded],
             "state": attempt.state,
             "sandbox": attempt.sandbox,
+            "results": attempt.results,
         }
 
     def record(self, attempt: Attempt) -> str:
@@ -640,8 +721,14 @@ class Engine:
             return Verdict("rejected", "no changes", "snapshot")
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
-        attempt.checks = self.judge(attempt, spec, extra_checks)
+        try:
+            attempt.checks = self.judge(attempt, spec, extra_checks)
+        except HarnessBroken as exc:
+            return Verdict("error", str(exc), "baseline", exc.output)
         lap("gate")
+        for check in attempt.checks:
+            if check.comparison is not None:
+                attempt.results = check.comparison.as_dict()
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
             if failed.harness_error:

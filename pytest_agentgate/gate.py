@@ -1,19 +1,23 @@
 """The checks that decide an attempt, and the verdict they make.
 
-Order matters and is fixed: the test's own outcome, the diff limits, checks written in Python,
-then gate commands, each in a clean checkout of the exact tree being judged. The first check
-that fails decides; later ones are not run.
+Order matters and is fixed: the test's own outcome, the protected harness and the diff limits,
+checks written in Python, then gate commands, each in a clean checkout of the exact tree being
+judged, judged by their per-test results against the base's where they report any. The first
+check that fails decides; later ones are not run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import secrets
-from collections.abc import Callable, Sequence
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import harness, results
 from .removal import remove_tree
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 from .workspace import changed_lines, checkout_tree
@@ -28,14 +32,31 @@ DEFAULT_GATE_TIMEOUT = 600.0
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check's answer. ``name`` says which check, ``message`` why it failed."""
+    """One check's answer: ``ok`` first, as people write it (``CheckResult(False, "why")``).
 
-    name: str
+    ``message`` says why it failed, ``name`` which check (filled in from the check's function
+    name when empty), ``output`` the evidence. ``ok`` must be a ``bool``: a non-empty string
+    is true, so ``CheckResult("name", False)`` in the old order would silently pass.
+    """
+
     ok: bool
     message: str = ""
+    _: dataclasses.KW_ONLY
+    name: str = ""
     output: str = ""
     #: The harness failed (a gate that could not start, a lost exit status), not the agent.
     harness_error: bool = False
+    #: Per-test outcomes the gate reported (test id -> passed, failed, error, skipped, xfail).
+    tests: Mapping[str, str] | None = None
+    #: The comparison with the base's results, when the gate reported any.
+    comparison: results.Comparison | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ok, bool):
+            raise TypeError(
+                f"CheckResult(ok, message='', *, name=..., output=...): ok must be True or False, "
+                f"got {self.ok!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -62,7 +83,14 @@ class GateSpec:
 
     commands: tuple[str, ...] = ()
     checks: tuple[Check, ...] = ()
+    #: Globs of paths no attempt may change, beyond the harness.
     protect: tuple[str, ...] = ()
+    #: The harness rules in force (see :mod:`pytest_agentgate.harness`); () protects nothing.
+    harness: tuple[str, ...] = harness.DEFAULT_HARNESS
+    #: Tests (ids or globs) this task may remove on purpose.
+    allow_removed: tuple[str, ...] = ()
+    #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.
+    results_file: str | None = None
     max_changed_lines: int | None = None
     timeout: float = DEFAULT_GATE_TIMEOUT
     #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
@@ -88,60 +116,137 @@ class GateContext:
 
 
 def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
-    """Protected paths and the changed-line budget."""
-    if spec.protect:
-        touched = [
-            path
-            for path in snap.changed_paths
-            if any(fnmatch.fnmatchcase(path, pattern) for pattern in spec.protect)
-        ]
-        if touched:
-            return CheckResult("protect", False, f"changes protected paths: {', '.join(touched)}")
+    """The protected harness, protected paths and the changed-line budget."""
+    changed = snap.changed_paths
+    broken = harness.violations(
+        spec.harness, changed, snap.base_tree, snap.tree, _reader(repo), _lister(repo)
+    )
+    touched = [p for p in changed if any(fnmatch.fnmatchcase(p, g) for g in spec.protect)]
+    if broken or touched:
+        what = [*broken, *(p for p in touched if not any(b.startswith(p) for b in broken))]
+        note = (
+            "; the test harness is the base's (lift a rule with --agentgate-unprotect NAME)"
+            if broken
+            else ""
+        )
+        return CheckResult(
+            False, f"changes protected paths: {', '.join(what)}{note}", name="protect"
+        )
     if spec.max_changed_lines is not None:
         lines = changed_lines(repo, snap.base_tree, snap.tree)
         if lines > spec.max_changed_lines:
             return CheckResult(
-                "max_changed_lines",
                 False,
                 f"changes {lines} lines, over max_changed_lines={spec.max_changed_lines}",
+                name="max_changed_lines",
             )
-    return CheckResult("limits", True)
+    return CheckResult(True, name="limits")
+
+
+def _reader(repo: BaseRepo) -> harness.Reader:
+    def read(tree: str, path: str) -> bytes | None:
+        found = repo.git("cat-file", "blob", f"{tree}:{path}", ok=(0, 128))
+        return found.stdout if found.returncode == 0 else None
+
+    return read
+
+
+def _lister(repo: BaseRepo) -> Callable[[str], Sequence[str]]:
+    from . import _git
+
+    def paths(tree: str) -> Sequence[str]:
+        out = repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
+        return _git.split_z(out)
+
+    return paths
 
 
 def run_check(check: Check, attempt: Any) -> CheckResult:
-    """Run one Python check; an exception it raises is a failed check, not a crash."""
+    """Run one Python check; an exception it raises is a failed check, not a crash.
+
+    A check that answers anything but a bool or a :class:`CheckResult` (or builds a
+    CheckResult wrongly) is the harness's error, named, never a pass.
+    """
     name = getattr(check, "__name__", repr(check))
     try:
         answer = check(attempt)
+    except TypeError as exc:
+        if "CheckResult(ok" in str(exc):
+            return CheckResult(False, f"check {name}: {exc}", name=name, harness_error=True)
+        return CheckResult(False, f"check {name} raised TypeError: {exc}", name=name)
     except Exception as exc:
-        return CheckResult(name, False, f"check {name} raised {type(exc).__name__}: {exc}")
+        return CheckResult(False, f"check {name} raised {type(exc).__name__}: {exc}", name=name)
     if isinstance(answer, CheckResult):
-        return answer
+        return answer if answer.name else dataclasses.replace(answer, name=name)
     if isinstance(answer, bool):
-        return CheckResult(name, answer, "" if answer else f"check {name} returned False")
+        return CheckResult(answer, "" if answer else f"check {name} returned False", name=name)
     return CheckResult(
-        name, False, f"check {name} returned {answer!r}; return a bool or a CheckResult"
+        False,
+        f"check {name} returned {answer!r}; return a bool or a CheckResult",
+        name=name,
+        harness_error=True,
     )
 
 
+#: Plugins found in the environment when the run started: the only ones a pytest gate loads.
+_PLUGINS: tuple[str, ...] | None = None
+
+
+def environment_plugins() -> tuple[str, ...]:
+    """The pytest11 entry points of this environment, read once per process.
+
+    A pytest gate runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and ``-p`` for each of these,
+    so an entry point planted in the checkout (a ``*.dist-info`` beside the code) loads nothing.
+    """
+    global _PLUGINS
+    if _PLUGINS is None:
+        from importlib.metadata import entry_points
+
+        _PLUGINS = tuple(sorted({ep.name for ep in entry_points(group="pytest11")}))
+    return _PLUGINS
+
+
 def run_commands(
-    repo: BaseRepo, tree: str, spec: GateSpec, context: GateContext | Path, label: str = "gate"
+    repo: BaseRepo,
+    tree: str,
+    spec: GateSpec,
+    context: GateContext | Path,
+    label: str = "gate",
+    baseline: Mapping[str, str] | None = None,
+    collect: bool = False,
 ) -> CheckResult:
     """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
 
     Each command runs in the sandbox when there is one, with the gate's environment, and
-    nothing it started outlives it. A command the plugin could not start (or whose exit
-    status was lost) is a harness error, never the agent's failure.
+    nothing it started outlives it. A simple command is exec'd by the plugin, so a program
+    that cannot start (or an exit status that was lost) is a harness error, never the agent's
+    failure. A pytest gate (or one with ``spec.results_file``) reports per-test results,
+    which decide with ``baseline``: exit 1 with only the base's own failures still passes;
+    exit 0 with no results, or with a test lost, does not. ``collect`` runs every command to
+    the end and returns what they reported (for a baseline).
     """
     if isinstance(context, Path):
         context = GateContext(context)
+    tests: dict[str, str] = {}
+    reported = False
     for command in spec.commands:
         name = secrets.token_hex(16)
         checkout = checkout_tree(repo, tree, context.private_root, name=name)
         private = context.private_root / f"{name}.private"
+        argv = results.command_argv(command)
+        junit: Path | None = None
+        env = dict(spec.env)
+        if argv is not None and results.is_pytest(argv):
+            junit = private / "tmp" / "agentgate-results.xml"
+            inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
+            argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit2"]
+            for plugin in environment_plugins():
+                argv += ["-p", plugin]
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        elif spec.results_file:
+            junit = checkout / spec.results_file
         # What the gate runs is the agent's code: give its git no inherited repository to
         # reach, and no way up out of the checkout (which has no .git of its own).
-        env = dict(spec.env)
         env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
@@ -149,34 +254,79 @@ def run_commands(
             result = run_contained(
                 context.sandbox,
                 context.role,
-                command,
+                argv if argv is not None else command,
                 cwd=checkout,
                 private=private,
                 timeout=spec.timeout,
                 env=env,
             )
+            found = _read_results(junit)
         finally:
             remove_tree(checkout)
             remove_tree(private)
+        where = f"{label}: {command}"
         if result.launch_error:
             return CheckResult(
-                f"{label}: {command}", False, f"{result.launch_error} ({command})", result.tail(),
+                False, f"{result.launch_error} ({command})", name=where, output=result.tail(),
                 harness_error=True,
             )  # fmt: skip
         if result.timed_out:
             return CheckResult(
-                f"{label}: {command}", False, f"gate timed out after {spec.timeout:g} s: {command}",
-                result.tail(),
+                False, f"gate timed out after {spec.timeout:g} s: {command}", name=where,
+                output=result.tail(),
             )  # fmt: skip
+        if junit is not None:
+            if found is None:
+                why = (
+                    "wrote no results" if result.returncode == 0 else f"exited {result.returncode}"
+                )
+                return CheckResult(
+                    False, f"gate command {why} (no per-test results): {command}", name=where,
+                    output=result.tail(), harness_error=collect,
+                )  # fmt: skip
+            reported = True
+            tests.update(found)
+            # pytest's exit 1 means "some tests failed": the results say whether that is the
+            # attempt's doing. Other codes (interrupted, internal or usage error, no tests)
+            # fail below whatever the results say.
+            if result.returncode in (0, 1) and collect:
+                continue
+            if result.returncode == 0 or (result.returncode == 1 and baseline):
+                verdict = results.compare(found, baseline, spec.allow_removed)
+                if verdict.ok and (result.returncode == 0 or _only_old_failures(found, baseline)):
+                    continue
+                return CheckResult(
+                    False, verdict.reason() or f"gate command exited {result.returncode}: {command}",
+                    name=where, output=result.tail(), tests=tests, comparison=verdict,
+                )  # fmt: skip
         if result.returncode != 0:
             return CheckResult(
-                f"{label}: {command}",
                 False,
                 f"gate command exited {result.returncode}: {command}"
                 + _hidden_editable_note(context.sandbox),
-                result.tail(),
+                name=where,
+                output=result.tail(),
+                harness_error=collect,
+                tests=tests if reported else None,
             )
-    return CheckResult("gate", True)
+    comparison = results.compare(tests, baseline, spec.allow_removed) if reported else None
+    return CheckResult(True, name="gate", tests=tests if reported else None, comparison=comparison)
+
+
+def _read_results(path: Path | None) -> dict[str, str] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        return results.parse_junit(path)
+    except (OSError, ET.ParseError):
+        return None
+
+
+def _only_old_failures(found: Mapping[str, str], baseline: Mapping[str, str] | None) -> bool:
+    """Whether every failing test also fails on the base (so exit 1 is not the attempt's)."""
+    if not baseline:
+        return False
+    return all(baseline.get(t) in (results.FAILED, results.ERROR) for t in results.failing(found))
 
 
 def _hidden_editable_note(contained: Sandbox) -> str:
@@ -204,18 +354,19 @@ def judge(
     attempt: Any,
     context: GateContext | Path,
     extra_checks: Sequence[Check] = (),
+    baseline: Mapping[str, str] | None = None,
 ) -> list[CheckResult]:
     """Run the checks in order and return them up to and including the first failure."""
-    results: list[CheckResult] = []
+    found: list[CheckResult] = []
     limits = check_limits(repo, snap, spec)
-    results.append(limits)
+    found.append(limits)
     if not limits.ok:
-        return results
+        return found
     for check in (*spec.checks, *extra_checks):
         outcome = run_check(check, attempt)
-        results.append(outcome)
+        found.append(outcome)
         if not outcome.ok:
-            return results
+            return found
     if spec.commands:
-        results.append(run_commands(repo, snap.tree, spec, context))
-    return results
+        found.append(run_commands(repo, snap.tree, spec, context, baseline=baseline))
+    return found

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 MARKER = "gated"
 MARKER_HELP = (
-    "gated(task, *, agent=None, gate=None, checks=(), protect=(), max_changed_lines=None, "
+    "gated(task, *, agent=None, gate=None, checks=(), protect=(), allow_removed=(), "
+    "max_changed_lines=None, "
     "state=(), resume=False): "
     "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
     "test outcome, checks and gate commands, preflight-merged and promoted to the target"
@@ -120,10 +121,22 @@ OPTIONS = (
     ),
     Option(
         "protect",
-        "globs of paths an attempt may not change, for every gated test (default: conftest.py "
-        "files; 'none' protects nothing); the marker's protect= adds to these",
+        "a glob of paths an attempt may not change, added to the protected test harness "
+        "(conftest.py, pytest configuration...); 'none' protects nothing; repeatable",
         "linelist",
         metavar="GLOB",
+    ),
+    Option(
+        "unprotect",
+        "lift one rule of the protected harness by its name (conftest.py, "
+        "pyproject.toml:[tool.pytest.ini_options], __init__.py, pytest_plugins...); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "gate_results",
+        "the JUnit XML file a gate command that is not pytest writes, relative to its checkout",
+        metavar="PATH",
     ),
     Option(
         "keep_runs",
@@ -265,6 +278,7 @@ class MarkerSpec(NamedTuple):
     max_changed_lines: int | None = None
     state: tuple[str, ...] = ()
     resume: bool = False
+    allow_removed: tuple[str, ...] = ()
 
 
 def gated(
@@ -277,6 +291,7 @@ def gated(
     max_changed_lines: int | None = None,
     state: Any = (),
     resume: bool = False,
+    allow_removed: Any = (),
 ) -> MarkerSpec:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -307,6 +322,10 @@ def gated(
         raise TypeError(f"resume must be True or False, got {resume!r}")
     if resume and not state:
         raise TypeError("resume=True needs state=[...] naming what to resume from")
+    if isinstance(allow_removed, str) or not all(
+        isinstance(t, str) and t.strip() for t in allow_removed
+    ):
+        raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
     return MarkerSpec(
         task.strip(),
         agent,
@@ -316,6 +335,7 @@ def gated(
         max_changed_lines,
         tuple(state),
         resume,
+        tuple(allow_removed),
     )
 
 
@@ -445,14 +465,30 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(run, "agentgate-run")
 
 
-#: Changes to these reject an attempt unless the user says otherwise: a conftest.py can make
-#: any test suite pass, so an agent must not be able to add or edit one unseen.
-DEFAULT_PROTECT = ("conftest.py", "*/conftest.py")
+def _globs(values: list[str] | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in values or () if v.strip())
 
 
-def _globs(values: list[str]) -> tuple[str, ...]:
-    globs = tuple(v.strip() for v in values if v.strip())
-    return () if globs == ("none",) else globs
+def harness_rules(config: pytest.Config) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the harness rules in force, the extra protected globs), from protect and unprotect.
+
+    ``--agentgate-protect GLOB`` adds to the defaults; ``--agentgate-protect none`` protects
+    nothing at all; ``--agentgate-unprotect NAME`` lifts one default rule by its name.
+    """
+    from .harness import DEFAULT_HARNESS, unknown_rules
+
+    protect, _ = setting(config, "protect")
+    unprotect, source = setting(config, "unprotect")
+    globs, lifted = _globs(protect), _globs(unprotect)
+    if globs == ("none",):
+        return (), ()
+    unknown = unknown_rules(lifted)
+    if unknown:
+        raise pytest.UsageError(
+            f"agentgate: invalid --agentgate-unprotect {unknown[0]!r} (from {source}): the rules "
+            f"are {', '.join(DEFAULT_HARNESS)}"
+        )
+    return tuple(r for r in DEFAULT_HARNESS if r not in lifted), globs
 
 
 def _run_dir(root: Path, run_id: str, held: list[int]) -> Path:
@@ -516,7 +552,8 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
         )
     workdir, workdir_source = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
-    protect, _ = setting(config, "protect")
+    rules, extra_globs = harness_rules(config)
+    results_file, _ = setting(config, "gate_results")
     fresh, _ = setting(config, "fresh_workspaces")
     max_files, _ = setting(config, "max_files")
     max_bytes, _ = setting(config, "max_bytes")
@@ -562,7 +599,9 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
             gate=GateSpec(
                 commands=tuple(c for c in (commands or ()) if c.strip()),
                 timeout=float(timeout),
-                protect=DEFAULT_PROTECT if protect is None else _globs(protect),
+                harness=rules,
+                protect=extra_globs,
+                results_file=results_file or None,
             ),
             agent=agent or "agent",
             max_files=int(max_files),
@@ -761,6 +800,7 @@ def _gate_for(engine: Engine, spec: MarkerSpec, checks: list[Any]) -> GateSpec:
         checks=tuple(checks),
         protect=(*gate.protect, *spec.protect),
         max_changed_lines=spec.max_changed_lines,
+        allow_removed=spec.allow_removed,
     )
 
 

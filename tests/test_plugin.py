@@ -154,8 +154,9 @@ def test_python_checks_and_hooks(pytester: pytest.Pytester, service: Path) -> No
 
         def pytest_agentgate_checks(item, attempt):
             if "hooked" in item.name:
-                return [lambda a: CheckResult("no-total", "total" not in
-                        (a.path / "ledger" / "store.py").read_text(), "total() is banned here")]
+                return [lambda a: CheckResult("total" not in
+                        (a.path / "ledger" / "store.py").read_text(), "total() is banned here",
+                        name="no-total")]
 
         def pytest_agentgate_verdict(item, attempt):
             SEEN.append((item.name, attempt.verdict.status))

@@ -1,0 +1,146 @@
+"""The harness is the base's: what decides how tests run may not be changed by an attempt.
+
+A gate that runs the attempt's own test configuration judges nothing: ``addopts =
+--collect-only``, a ``conftest.py`` that marks every report passed, a ``tests/__init__.py``
+that replaces ``unittest.TestCase.run``, an entry point planted beside the code. So by default
+no attempt may add or change, at any depth:
+
+- ``conftest.py``, ``noxfile.py``, and every pytest configuration file (``pytest.ini``,
+  ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``);
+- the pytest sections of shared configuration files (``tox.ini``'s ``[pytest]``,
+  ``setup.cfg``'s ``[tool:pytest]``, ``pyproject.toml``'s ``[tool.pytest.ini_options]`` and
+  ``[tool.pytest]``), compared section by section, so the rest of those files stays editable
+  (an agent may add a dependency to ``pyproject.toml``);
+- the ``__init__.py`` of a test directory (one that holds test modules, or is named
+  ``test``, ``tests`` or ``testing``), and ``pytest_plugins`` in a test module;
+- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``.
+
+Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person can lift it
+(``--agentgate-unprotect``).
+"""
+
+from __future__ import annotations
+
+import configparser
+import fnmatch
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+
+#: The rules that protect the harness, each by its name.
+DEFAULT_HARNESS = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
+    "noxfile.py",
+    "tox.ini:[pytest]",
+    "setup.cfg:[tool:pytest]",
+    "pyproject.toml:[tool.pytest.ini_options]",
+    "pyproject.toml:[tool.pytest]",
+    "__init__.py",
+    "pytest_plugins",
+    "*.pth",
+    "*.dist-info",
+    "*.egg-info",
+)
+_SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
+_TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
+_TEST_DIR_NAMES = frozenset({"test", "tests", "testing"})
+_PLUGINS = re.compile(rb"^pytest_plugins\s*[:=]", re.MULTILINE)
+
+#: Reads a file of a tree: (tree, path) -> its bytes, or None when it is not there.
+Reader = Callable[[str, str], "bytes | None"]
+
+
+def unknown_rules(names: Iterable[str]) -> list[str]:
+    """The names that are no rule of :data:`DEFAULT_HARNESS` (a typo in --agentgate-unprotect)."""
+    return [name for name in names if name not in DEFAULT_HARNESS]
+
+
+def violations(
+    rules: Sequence[str],
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    read: Reader,
+    all_paths: Callable[[str], Sequence[str]],
+) -> list[str]:
+    """What the change from ``base_tree`` to ``tree`` does to the protected harness.
+
+    ``changed`` lists the paths that differ; ``read`` gives a file's content in a tree;
+    ``all_paths`` lists a tree's files (only needed for the test-directory rule).
+    """
+    found: list[str] = []
+    components = [
+        r for r in rules if not _SECTION.match(r) and r not in ("__init__.py", "pytest_plugins")
+    ]
+    sections = [_SECTION.match(r) for r in rules if _SECTION.match(r)]
+    for path in changed:
+        parts = path.split("/")
+        hit = next((r for r in components if any(fnmatch.fnmatchcase(p, r) for p in parts)), None)
+        if hit is not None:
+            found.append(f"{path} ({hit})")
+            continue
+        name = parts[-1]
+        for match in sections:
+            if match is not None and name == match["file"]:
+                before, after = read(base_tree, path), read(tree, path)
+                if _section(name, before, match["section"]) != _section(
+                    name, after, match["section"]
+                ):
+                    found.append(f"{path}:[{match['section']}]")
+        if (
+            "pytest_plugins" in rules
+            and _TEST_MODULE.search(path)
+            and _plugins_line(read(base_tree, path)) != _plugins_line(read(tree, path))
+        ):
+            found.append(f"{path} (pytest_plugins)")
+    if "__init__.py" in rules:
+        inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
+        if inits:
+            test_dirs = _test_dirs(all_paths(base_tree)) | _test_dirs(all_paths(tree))
+            for path in inits:
+                folder = path.rpartition("/")[0]
+                if folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES:
+                    found.append(f"{path} (__init__.py of a test directory)")
+    return found
+
+
+def _test_dirs(paths: Iterable[str]) -> set[str]:
+    return {p.rpartition("/")[0] for p in paths if _TEST_MODULE.search(p)}
+
+
+def _plugins_line(content: bytes | None) -> list[bytes]:
+    """The ``pytest_plugins`` assignments of a module, as written (empty when none)."""
+    if content is None:
+        return []
+    return [line.strip() for line in content.splitlines() if _PLUGINS.match(line)]
+
+
+_UNREADABLE = object()
+
+
+def _section(name: str, content: bytes | None, section: str) -> object:
+    """The named section of an ini or TOML file as data (None when absent).
+
+    A file that cannot be parsed yields a value that equals nothing, so an unparseable change
+    counts as a change: pytest might still read the section.
+    """
+    if content is None:
+        return None
+    text = content.decode("utf-8", "replace")
+    try:
+        if name.endswith(".toml"):
+            data: object = tomllib.loads(text)
+            for key in section.split("."):
+                if not isinstance(data, dict) or key not in data:
+                    return None
+                data = data[key]
+            return data
+        parser = configparser.RawConfigParser(strict=False)
+        parser.read_string(text)
+        return dict(parser.items(section)) if parser.has_section(section) else None
+    except (tomllib.TOMLDecodeError, configparser.Error):
+        return _UNREADABLE if section in text else None

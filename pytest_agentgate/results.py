@@ -1,0 +1,152 @@
+"""Per-test results of a gate, and how an attempt's compare with its base's.
+
+A gate command that exits 0 proves little: a configuration can collect nothing, a module can
+``os._exit(0)``, a decorator can skip the failing test. So a pytest gate writes a JUnit XML
+report outside the checkout (the plugin adds the option), any other command can declare the
+JUnit file it writes, and the verdict is made from what the tests did:
+
+- every test that passed on the base must pass on the attempt: not fail, error, skip or xfail,
+  not go missing (``allow_removed`` lets a task remove tests on purpose);
+- every test the attempt adds must pass;
+- tests that fail on the base are not required of the attempt.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
+#: Shell syntax: a command holding any of these runs through ``sh -c``, not exec'd directly.
+_SHELL = set("|&;<>()$`\\\"'*?[]{}~#\n")
+
+
+def command_argv(command: str) -> list[str] | None:
+    """The argument list of a simple command (no shell syntax), else None (run via sh -c).
+
+    A simple command is exec'd by the plugin itself, so a program that is not there is the
+    plugin's own failed launch (a harness error), never an exit code the agent's code chose.
+    """
+    if _SHELL & set(command):
+        return None
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    return argv or None
+
+
+def is_pytest(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` runs pytest (``pytest ...``, ``python -m pytest ...``)."""
+    if not argv:
+        return False
+    program = Path(argv[0]).name
+    if program in ("pytest", "py.test") or program.startswith("pytest-"):
+        return True
+    return program.startswith("python") and list(argv[1:3]) == ["-m", "pytest"]
+
+
+def parse_junit(path: Path) -> dict[str, str]:
+    """Test id -> outcome, from a JUnit XML file (pytest's ``--junitxml`` and its kin)."""
+    root = ET.parse(path).getroot()
+    found: dict[str, str] = {}
+    for case in root.iter("testcase"):
+        classname = case.get("classname", "")
+        name = case.get("name", "")
+        test = f"{classname}::{name}" if classname else name
+        outcome = PASSED
+        for child in case:
+            if child.tag == "failure":
+                outcome = FAILED
+            elif child.tag == "error":
+                outcome = ERROR
+            elif child.tag == "skipped":
+                kind = child.get("type", "")
+                outcome = XFAIL if "xfail" in kind else SKIPPED
+        # A test that errors in setup and fails in its call is listed twice: the worse wins.
+        if found.get(test) in (FAILED, ERROR):
+            continue
+        found[test] = outcome
+    return found
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """An attempt's results against its base's."""
+
+    lost: tuple[str, ...] = ()  # passed on the base, not passing now
+    failed: tuple[str, ...] = ()  # tests the attempt added that do not pass
+    new: tuple[str, ...] = ()  # tests the base does not have
+    counts: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost and not self.failed
+
+    def reason(self, limit: int = 5) -> str:
+        parts = []
+        if self.lost:
+            parts.append(
+                f"{len(self.lost)} test(s) that passed on the base no longer pass: "
+                + _names(self.lost, limit)
+            )
+        if self.failed:
+            parts.append(
+                f"{len(self.failed)} new test(s) do not pass: " + _names(self.failed, limit)
+            )
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, object]:
+        return {**self.counts, "lost_ids": list(self.lost), "failed_ids": list(self.failed)}
+
+
+def _names(ids: Sequence[str], limit: int) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+def compare(
+    attempt: Mapping[str, str],
+    base: Mapping[str, str] | None,
+    allow_removed: Iterable[str] = (),
+) -> Comparison:
+    """Judge ``attempt``'s per-test outcomes against ``base``'s.
+
+    With no baseline known (None) nothing can be lost, and a test is held only to not failing.
+    """
+    allowed = tuple(allow_removed)
+    known = base is not None
+    base = base or {}
+    lost = tuple(
+        sorted(
+            test
+            for test, outcome in base.items()
+            if outcome == PASSED
+            and attempt.get(test) != PASSED
+            and not (test not in attempt and _allowed(test, allowed))
+        )
+    )
+    new = tuple(sorted(t for t in attempt if t not in base))
+    failed = tuple(
+        t for t in new if (attempt[t] != PASSED if known else attempt[t] in (FAILED, ERROR))
+    )
+    counts = {
+        "passed": sum(1 for o in attempt.values() if o == PASSED),
+        "failed": sum(1 for o in attempt.values() if o in (FAILED, ERROR)),
+        "skipped": sum(1 for o in attempt.values() if o in (SKIPPED, XFAIL)),
+        "new": len(new),
+        "lost": len(lost),
+    }
+    return Comparison(lost, failed, new, counts)
+
+
+def _allowed(test: str, patterns: Sequence[str]) -> bool:
+    return any(test == p or fnmatch.fnmatchcase(test, p) for p in patterns)
+
+
+def failing(results: Mapping[str, str]) -> list[str]:
+    return sorted(t for t, o in results.items() if o in (FAILED, ERROR))
