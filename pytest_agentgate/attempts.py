@@ -85,7 +85,8 @@ def format_message(
     if reason:
         body += [f"Reason: {one_line(reason)}", ""]
     if excluded:
-        body += [f"Left out of the snapshot (secrets): {', '.join(excluded)}", ""]
+        names = ", ".join(one_line(name) for name in excluded)
+        body += [f"Left out of the snapshot (secrets): {names}", ""]
     if results:
         counts = ", ".join(
             f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")

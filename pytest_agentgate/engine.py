@@ -47,6 +47,17 @@ from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Sn
 ISOLATIONS = ("shared", "sealed")
 
 
+def _program_exists(program: str) -> bool:
+    """Whether a gate's program can be found as the gate will look for it (on PATH, or a
+    path; a relative path is the checkout's business and is left to the launch)."""
+    import os
+    import shutil
+
+    if "/" in program:
+        return not os.path.isabs(program) or os.access(program, os.X_OK)
+    return shutil.which(program) is not None
+
+
 def _reports(command: str, spec: GateSpec) -> bool:
     """Whether a gate command reports per-test results (a pytest run, or a results file)."""
     argv = results.command_argv(command)
@@ -433,6 +444,49 @@ class Engine:
         return judge(
             self.repo, attempt.snapshot, spec, attempt, self.gate_context(), extra_checks, base
         )
+
+    def check_harness(self, specs: Sequence[GateSpec]) -> list[str]:
+        """Before any agent works: can the gate judge anything at all? Returns warnings.
+
+        Every gate program must exist; a promoting run's checked-out target must be clean
+        enough to follow a move; and each gate's baseline on today's base is computed now, so
+        a gate that cannot run there, or runs no test, stops the run before any agent time
+        is spent (:class:`HarnessBroken`). Tests that fail on the base are only a warning:
+        they are not required of the attempts.
+        """
+        for spec in specs:
+            for command in spec.commands:
+                argv = results.command_argv(command)
+                if argv is not None and not _program_exists(argv[0]):
+                    raise ConfigError(
+                        f"gate program {argv[0]!r} not found (gate command {command!r}); "
+                        "fix the command or install the program",
+                        value=command,
+                        source="gate",
+                    )
+        tip = self.repo.ref_value(self.ref) if self.remote is None else None
+        if self.promote_enabled and tip and checkout.checked_out(self.repo, self.ref):
+            dirty = checkout.dirty_paths(self.repo)
+            if dirty:
+                from .errors import DirtyWorktree
+
+                raise DirtyWorktree(self.repo.worktree, dirty)
+        base = self.pinned_base or tip or self._target_tip()
+        warnings = []
+        seen: set[tuple[str, ...]] = set()
+        for spec in specs:
+            if spec.commands in seen:
+                continue
+            seen.add(spec.commands)
+            found = self.baseline(base, spec)
+            failing = results.failing(found or {})
+            if failing:
+                warnings.append(
+                    f"the base {base[:12]} fails {len(failing)} test(s) of its own gate, not "
+                    f"required of the attempts: {', '.join(failing[:10])}"
+                    + (" ..." if len(failing) > 10 else "")
+                )
+        return warnings
 
     def _baseline_key(self, tree: str, spec: GateSpec) -> str:
         from .gate import environment_plugins

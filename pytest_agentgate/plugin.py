@@ -32,6 +32,11 @@ MARKER_HELP = (
     "test outcome, checks and gate commands, preflight-merged and promoted to the target"
 )
 ACTIVE_ENV = "AGENTGATE_ACTIVE"
+#: The run's exit code when an attempt could not be judged (an ``error`` verdict: the gate
+#: could not start, the sandbox failed, a write failed), beside pytest's own codes: 1 is then
+#: left to rejected attempts (and failing tests), 4 to settings and a broken harness found
+#: before any agent ran.
+EXIT_HARNESS_ERROR = 6
 AGENT_ENV = "AGENTGATE_AGENT"
 
 
@@ -359,6 +364,20 @@ class AgentgateRun:
         self.engine_: Engine | None = None
         self.rows: list[Mapping[str, Any]] = []
         self.held: list[int] = []  # locks that mark this run's directory as live
+        self.warnings: list[str] = []
+
+    def preflight(self, engine: Engine, items: list[pytest.Item]) -> None:
+        """Check the harness before any agent works: a broken one stops the run (exit 4)."""
+        from .errors import AgentgateError
+
+        gates = (_gate_for(engine, item.stash[SPEC_KEY], []) for item in items)
+        specs = list({spec.commands: spec for spec in gates}.values())
+        try:
+            self.warnings += engine.check_harness(specs)
+        except AgentgateError as exc:
+            output = getattr(exc, "output", "")
+            tail = "\n" + "\n".join("    " + line for line in output.splitlines()) if output else ""
+            raise pytest.UsageError(f"agentgate: {exc}{tail}") from exc
 
     def engine(self) -> Engine:
         """The engine for this run, opened (and every setting checked) on first use."""
@@ -398,11 +417,13 @@ class AgentgateRun:
             os.close(self.held.pop())
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.rows:
+        if not self.rows and not self.warnings:
             return
         from . import report
 
         terminalreporter.write_sep("=", "agentgate")
+        for line in dict.fromkeys(self.warnings):
+            terminalreporter.write_line(f"WARNING agentgate: {line}", yellow=True)
         for line in report.terminal_lines(self.rows):
             terminalreporter.write_line(line)
         for line in report.sandbox_warnings(self.rows):
@@ -413,6 +434,10 @@ class AgentgateRun:
             self.engine_.close()
         if hasattr(self.config, "workerinput"):
             return
+        if session.exitstatus == pytest.ExitCode.TESTS_FAILED and any(
+            row.get("verdict") == "error" for row in self.rows
+        ):
+            session.exitstatus = EXIT_HARNESS_ERROR
         workdir, _ = setting(self.config, "workdir")
         if workdir:
             from .prune import old_runs
@@ -739,8 +764,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or os.environ.get(ACTIVE_ENV) == "1":
         return
-    if any(SPEC_KEY in item.stash for item in session.items):
-        config.stash[RUN_KEY].engine()
+    gated_items = [item for item in session.items if SPEC_KEY in item.stash]
+    if gated_items:
+        run = config.stash[RUN_KEY]
+        engine = run.engine()
+        run.preflight(engine, gated_items)
 
 
 # -- fixtures -----------------------------------------------------------------------------

@@ -65,8 +65,13 @@ def _consistent_copy(path: Path, scratch: Path) -> Path:
     if not _is_sqlite(path):
         return path
     copy = scratch / f"db-{len(list(scratch.iterdir()))}.sqlite"
-    source = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # As a URI whose path is percent-encoded: SQLite decodes %HH in URI paths, so a file
+    # named "x%2F..%2F..%2Fsecret.db" would otherwise open another database on the host.
+    source = sqlite3.connect(Path(path).absolute().as_uri() + "?mode=ro", uri=True)
     try:
+        opened = _main_file(source)
+        if opened is None or not os.path.samefile(opened, path):
+            raise StateError(path, "SQLite opened another file than the one declared")
         target = sqlite3.connect(copy)
         with target:
             source.backup(target)
@@ -74,6 +79,14 @@ def _consistent_copy(path: Path, scratch: Path) -> Path:
     finally:
         source.close()
     return copy
+
+
+def _main_file(connection: sqlite3.Connection) -> str | None:
+    """The file SQLite really opened for the main database."""
+    for _seq, name, filename in connection.execute("PRAGMA database_list"):
+        if name == "main":
+            return str(filename) or None
+    return None
 
 
 def capture(

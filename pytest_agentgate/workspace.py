@@ -14,6 +14,7 @@ import fnmatch
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -370,7 +371,7 @@ def snapshot(
     tree = repo.git("write-tree", index=ws.index).out.strip()
     base_tree = repo.tree_of(ws.base)
     changes, new_objects = diff_trees(repo, base_tree, tree)
-    _refuse_escaping_links(repo, tree, changes, allow_symlinks)
+    _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
     return Snapshot(
         base=ws.base,
         base_tree=base_tree,
@@ -391,26 +392,50 @@ _MAX_HOPS = 40
 
 
 def _refuse_escaping_links(
-    repo: BaseRepo, tree: str, changes: Sequence[Change], allowed: Sequence[str]
+    repo: BaseRepo, base_tree: str, tree: str, changes: Sequence[Change], allowed: Sequence[str]
 ) -> None:
     """Reject a symlink the attempt added or changed that is absolute or leaves the tree.
 
     Each link is resolved inside the snapshot's own tree, following the tree's symlinks, so a
     link that climbs out (to an ignored file of the workspace, to the base checkout) or goes
     through another link that does is caught; what lands is never a link out. Links the base
-    already had are not the attempt's. Paths matching ``allowed`` are let through.
+    already had are not the attempt's, unless the change makes one leave the tree that did not
+    before (``up -> a/..`` once ``a`` becomes a link). Paths matching ``allowed`` pass.
     """
-    links = [
-        c.path
-        for c in changes
-        if c.new_mode == "120000" and c.status != "D" and not _matches_glob(c.path, allowed)
-    ]
-    if not links:
+    changed_links = [c.path for c in changes if c.new_mode == "120000" and c.status != "D"]
+    if not changed_links:
         return
+    in_new, in_base = _tree_lookup(repo, tree), _tree_lookup(repo, base_tree)
+    bad = []
+    for path in changed_links:
+        if _matches_glob(path, allowed):
+            continue
+        found = in_new(path)
+        target = found[1] if found else ""
+        if not _resolves_inside(path, target, in_new):
+            bad.append(f"{path} -> {target}")
+    # A new link can change where an old one leads: judge the base's links again.
+    changed = {c.path for c in changes}
+    listing = repo.git("ls-tree", "-r", "-z", "--end-of-options", tree).stdout
+    for entry in _git.split_z(listing):
+        meta, _, path = entry.partition("\t")
+        if not meta.startswith("120000") or path in changed or _matches_glob(path, allowed):
+            continue
+        target = (in_new(path) or ("", ""))[1]
+        if not _resolves_inside(path, target, in_new) and _resolves_inside(path, target, in_base):
+            bad.append(f"{path} -> {target} (a link of the base that this change makes leave)")
+    if bad:
+        raise SnapshotRefused(
+            f"symlink leaves the tree: {', '.join(bad)} (a symlink must be relative and resolve "
+            "inside the repository; allow one with --agentgate-allow-symlink GLOB)"
+        )
+
+
+def _tree_lookup(repo: BaseRepo, tree: str) -> Callable[[str], tuple[str, str] | None]:
+    """(mode, link target or "") of a path in ``tree``, or None when it is not there; cached."""
     cache: dict[str, tuple[str, str] | None] = {}
 
     def lookup(path: str) -> tuple[str, str] | None:
-        """(mode, link target or "") of ``path`` in the tree, or None if it is not there."""
         if path not in cache:
             out = repo.git("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").out
             entry = out.split("\0", 1)[0]
@@ -425,17 +450,7 @@ def _refuse_escaping_links(
                 cache[path] = (mode, target)
         return cache[path]
 
-    bad = []
-    for path in links:
-        found = lookup(path)
-        target = found[1] if found else ""
-        if not _resolves_inside(path, target, lookup):
-            bad.append(f"{path} -> {target}")
-    if bad:
-        raise SnapshotRefused(
-            f"symlink leaves the tree: {', '.join(bad)} (a symlink must be relative and resolve "
-            "inside the repository; allow one with --agentgate-allow-symlink GLOB)"
-        )
+    return lookup
 
 
 def _resolves_inside(
@@ -655,6 +670,7 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
             )
         for rel in untracked:
             remove_under(ws.path, rel.rstrip("/"))
+        _scrub(ws.path)
         if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
             raise RecycleFailed(ws.path, "its index does not hold the base's tree")
         make_agent_git(repo, ws.path, ws.branch, base, ws.index, sealed=ws.objects is None)
@@ -672,6 +688,40 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
     ws.fork_ms = (time.perf_counter() - begin) * 1000
     ws.recycled += 1
     return ws
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _scrub(root: Path) -> None:
+    """Remove what git's own listing never shows, so a recycled workspace is a fresh one.
+
+    git skips every entry named ``.git`` at any depth and ignores FIFOs, sockets and devices,
+    and a checkout leaves directory modes as it found them: an agent could leave a message
+    for the next task there. One descriptor-based walk (no link followed) removes such
+    entries and gives directories the mode a fresh checkout gives them.
+    """
+    mode = 0o777 & ~_umask()
+    for folder, dirnames, filenames, fd in os.fwalk(root, follow_symlinks=False):
+        rel = os.path.relpath(folder, root)
+        prefix = "" if rel == "." else rel + "/"
+        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+            os.fchmod(fd, mode)
+        for name in [d for d in dirnames if d == ".git"]:
+            dirnames.remove(name)
+            remove_under(root, prefix + name)
+        for name in filenames:
+            info = os.lstat(name, dir_fd=fd)
+            if name == ".git" or not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+                remove_under(root, prefix + name)
 
 
 def _differences(ws: Workspace, *flags: str) -> tuple[list[str], list[str]]:

@@ -399,10 +399,10 @@ def test_base_worktree_dirty_blocks_promotion(pytester: pytest.Pytester, service
     before = git(service, "rev-parse", "main")
     pytester.makepyfile(test_agent=gated_test())
     result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        ["*agentgate error: the target is checked out*uncommitted changes*ledger/api.py*"]
-    )
+    # Found before any agent works: the run stops with a usage error, nothing ran.
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the target is checked out*uncommitted changes*ledger/api.py*"])
+    assert git(service, "for-each-ref", "refs/agentgate/attempts/") == ""
     assert git(service, "rev-parse", "main") == before
     assert (service / "ledger" / "api.py").read_text() == "# local edit\n"
     assert (service / "notes.txt").exists()

@@ -692,3 +692,74 @@ def test_an_editable_install_from_the_base_repository_stays_hidden() -> None:
         contained
     )
     assert _hidden_editable_note(sandbox.Sandbox(sandbox.Settings(), "/usr/bin/bwrap")) == ""
+
+
+# -- found by a second adversarial trial ------------------------------------------------------
+
+
+def test_a_state_file_named_like_a_uri_path_cannot_capture_another_database(
+    service: Path, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    secret_db = tmp_path / "hidden" / "dev.sqlite"
+    secret_db.parent.mkdir()
+    with sqlite3.connect(secret_db) as db:
+        db.execute("create table t (v)")
+        db.execute("insert into t values ('HOST-ONLY-SECRET-4711')")
+    e = engine(service, "none")
+    ws = e.fork(task="uri")
+    (ws.path / "build" / "x").mkdir(parents=True)
+    depth = len(ws.path.parts) + 2
+    name = "x" + "%2F.." * depth + "%2F".join(["", *secret_db.parts[1:]])
+    (ws.path / "build" / name).write_bytes(b"SQLite format 3\0" + b"\0" * 100)
+    (ws.path / "x.txt").write_text("x")
+    attempt = e.run_attempt(ws, task="uri", state=["build"])
+    assert "HOST-ONLY-SECRET-4711" not in git(service, "log", "-p", "--all", "--format=%B")
+    if attempt.state is not None:
+        for oid in git(service, "rev-list", "--objects", attempt.state).split():
+            kind = git(service, "cat-file", "-t", oid.split()[0])
+            if kind == "blob":
+                assert b"HOST-ONLY" not in subprocess.run(
+                    ["git", "cat-file", "blob", oid.split()[0]], cwd=service, capture_output=True,
+                    check=True,
+                ).stdout  # fmt: skip
+
+
+def test_a_base_link_that_the_change_makes_leave_the_tree_rejects(service: Path) -> None:
+    (service / "a").mkdir()
+    (service / "a" / "keep.txt").write_text("k")
+    os.symlink("a/..", service / "up")
+    git(service, "add", "a", "up")
+    git(service, "commit", "-qm", "a link to the root through a")
+    e = engine(service, "none")
+    ws = e.fork(task="turn a into a link")
+    shutil.rmtree(ws.path / "a")
+    os.symlink(".", ws.path / "a")
+    attempt = e.run_attempt(ws, task="turn a into a link")
+    assert attempt.verdict.status == "rejected"
+    assert "up -> a/.. (a link of the base that this change makes leave)" in attempt.verdict.reason
+
+
+def test_a_recycled_workspace_keeps_nothing_git_does_not_list(service: Path) -> None:
+    import stat as stat_module
+
+    e = engine(service, "none", isolation="sealed")
+    ws = e.fork(task="leave a message")
+    (ws.path / "ledger" / ".git").mkdir()
+    (ws.path / "ledger" / ".git" / "notes.txt").write_text("answer for the next task: 42")
+    (ws.path / "tests" / ".git").write_text("gitdir: /elsewhere\n")
+    os.mkfifo(ws.path / "tests" / "fifo")
+    (ws.path / "ledger").chmod(0o777)
+    (ws.path / "x.txt").write_text("x")
+    assert e.run_attempt(ws, task="leave a message").verdict.status == "promoted"
+    e.release(ws)
+    fresh = e.fork(task="the next task")
+    assert fresh.recycled == 1  # the same workspace, recycled, not a fresh fork
+    assert not (fresh.path / "ledger" / ".git").exists()
+    assert not (fresh.path / "tests" / ".git").exists()
+    assert not (fresh.path / "tests" / "fifo").exists()
+    assert stat_module.S_IMODE((fresh.path / "ledger").stat().st_mode) == stat_module.S_IMODE(
+        (fresh.path / "tests").stat().st_mode
+    )
+    assert fresh.run("git status --porcelain").output == ""

@@ -71,7 +71,7 @@ def test_a_failing_write_after_the_gate(
     result = run(suite, service, base, fault)
     out = result.stdout + result.stderr
     assert "INTERNALERROR" not in out and "Traceback" not in out, out
-    assert result.returncode in (0, 1), out
+    assert result.returncode in (0, 6), out  # 6: an attempt could not be judged (a write)
     tip = git(service, "rev-parse", "main")
     assert (tip != base) == moves, out
     if not moves:
