@@ -288,17 +288,22 @@ def run_commands(
             tests.update(found)
             # pytest's exit 1 means "some tests failed": the results say whether that is the
             # attempt's doing. Other codes (interrupted, internal or usage error, no tests)
-            # fail below whatever the results say.
+            # fail whatever the results say; the results then say what went.
             if result.returncode in (0, 1) and collect:
                 continue
-            if result.returncode == 0 or (result.returncode == 1 and baseline):
-                verdict = results.compare(found, baseline, spec.allow_removed)
-                if verdict.ok and (result.returncode == 0 or _only_old_failures(found, baseline)):
-                    continue
+            verdict = results.compare(found, baseline, spec.allow_removed)
+            accepted = result.returncode == 0 or (
+                result.returncode == 1 and _only_old_failures(found, baseline)
+            )
+            if verdict.ok and accepted:
+                continue
+            if not collect:
+                why = verdict.reason() or f"gate command exited {result.returncode}: {command}"
+                if result.returncode not in (0, 1) and verdict.reason():
+                    why += f" (the gate exited {result.returncode})"
                 return CheckResult(
-                    False, verdict.reason() or f"gate command exited {result.returncode}: {command}",
-                    name=where, output=result.tail(), tests=tests, comparison=verdict,
-                )  # fmt: skip
+                    False, why, name=where, output=result.tail(), tests=tests, comparison=verdict
+                )
         if result.returncode != 0:
             return CheckResult(
                 False,

@@ -370,6 +370,11 @@ class AgentgateRun:
         """Check the harness before any agent works: a broken one stops the run (exit 4)."""
         from .errors import AgentgateError
 
+        if not engine.gate.harness:
+            self.warnings.append(
+                "--agentgate-protect none: nothing is protected; an attempt may change the test "
+                "harness (conftest.py, the pytest configuration) that judges it"
+            )
         gates = (_gate_for(engine, item.stash[SPEC_KEY], []) for item in items)
         specs = list({spec.commands: spec for spec in gates}.values())
         try:

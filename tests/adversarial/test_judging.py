@@ -1,0 +1,322 @@
+"""The gate judges what the tests did, not their exit code: each cheat a test, with defaults.
+
+Every cheat leaves the code broken (the store drops what it is given, so both of the service's
+tests fail) and tries to make the gate pass anyway. Honest changes beside them still land.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import SERVICE, git, write
+
+from pytest_agentgate import CheckResult, Engine, GateSpec
+from pytest_agentgate.sandbox import Settings
+
+GOOD_STORE = textwrap.dedent(SERVICE["ledger/store.py"]).lstrip("\n")
+BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
+GATE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+
+
+def engine(repo: Path, *, harness: tuple[str, ...] | None = None, **spec: object) -> Engine:
+    gate = GateSpec(commands=(GATE,), timeout=120, **spec)  # type: ignore[arg-type]
+    if harness is not None:
+        from dataclasses import replace
+
+        gate = replace(gate, harness=harness)
+    return Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
+        sandbox_settings=Settings(mode="auto"),
+    )  # fmt: skip
+
+
+def attempt(e: Engine, files: dict[str, str | None], task: str = "cheat") -> object:
+    ws = e.fork(task=task)
+    for rel, text in files.items():
+        if text is None:
+            (ws.path / rel).unlink()
+        else:
+            write(ws.path, {rel: text})
+    return e.run_attempt(ws, task=task)
+
+
+CHEATS: dict[str, dict[str, str | None]] = {
+    "addopts --collect-only in pyproject.toml": {
+        "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "--collect-only"\n',
+    },
+    "addopts -k in setup.cfg": {"setup.cfg": '[tool:pytest]\naddopts = -k "not test_"\n'},
+    "addopts -p with a plugin that passes every report": {
+        "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "-p helpers"\n',
+        "helpers.py": """
+            import pytest
+
+            @pytest.hookimpl(wrapper=True)
+            def pytest_runtest_makereport(item, call):
+                report = yield
+                report.outcome = "passed"
+                return report
+            """,
+    },
+    "tests/tox.ini overriding the configuration": {
+        "tests/tox.ini": "[pytest]\naddopts = --collect-only\n",
+    },
+    "pytest.toml": {"pytest.toml": '[pytest]\naddopts = ["--collect-only"]\n'},
+    ".pytest.ini": {".pytest.ini": "[pytest]\naddopts = --collect-only\n"},
+    "a conftest.py": {
+        "tests/conftest.py": "def pytest_collection_modifyitems(items):\n    items.clear()\n",
+    },
+    "tests/__init__.py replacing TestCase.run": {
+        "tests/__init__.py": "import unittest\nunittest.TestCase.run = lambda self, result=None: None\n",
+    },
+    "pytest_plugins in a new test module": {
+        "tests/test_more.py": "pytest_plugins = ['helpers']\n\ndef test_more():\n    pass\n",
+        "helpers.py": "def pytest_collection_modifyitems(items):\n    items[:] = items[-1:]\n",
+    },
+    "an entry point planted beside the code": {
+        "evil.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1\n",
+        "evil.dist-info/entry_points.txt": "[pytest11]\nevil = evil_plugin\n",
+        "evil_plugin.py": "def pytest_collection_modifyitems(items):\n    items.clear()\n",
+    },
+    "a .pth file": {"zz_evil.pth": "import os; os._exit(0)\n"},
+    "noxfile.py": {"noxfile.py": "import nox\n"},
+    "the failing tests deleted": {"tests/test_ledger.py": None},
+    "the failing tests skipped": {
+        "tests/test_ledger.py": "import pytest\npytestmark = pytest.mark.skip('later')\n"
+        + textwrap.dedent(SERVICE["tests/test_ledger.py"]),
+    },
+    "the failing tests skipped with unittest": {
+        "tests/test_ledger.py": textwrap.dedent(
+            """
+            import unittest
+            from ledger.api import handle
+
+
+            @unittest.skip("later")
+            class TestLedger(unittest.TestCase):
+                def test_handle(self):
+                    assert handle([1, 2]) == [1, 2, 0]
+            """
+        ),
+    },
+    "os._exit(0) when pytest is imported": {
+        "ledger/__init__.py": "import os, sys\nif 'pytest' in sys.modules:\n    os._exit(0)\n",
+    },
+}
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS))
+def test_a_cheat_is_rejected_with_default_settings(service: Path, cheat: str) -> None:
+    e = engine(service)
+    before = git(service, "rev-parse", "main")
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, **CHEATS[cheat]}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert git(service, "rev-parse", "main") == before
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "addopts --collect-only in pyproject.toml",
+        "addopts -k in setup.cfg",
+        "tests/tox.ini overriding the configuration",
+        "an entry point planted beside the code",
+        "the failing tests deleted",
+    ],
+)
+def test_results_alone_catch_a_cheat_the_harness_rules_would_have(
+    service: Path, cheat: str
+) -> None:
+    """With every harness rule lifted, the per-test results still see that tests went."""
+    e = engine(service, harness=())
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, **CHEATS[cheat]}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert any(
+        why in verdict.reason for why in ("no longer pass", "no per-test results", "exited 4")
+    ), verdict.reason
+
+
+def test_the_reason_names_what_the_attempt_changed(service: Path) -> None:
+    e = engine(service)
+    verdict = attempt(e, CHEATS["addopts --collect-only in pyproject.toml"]).verdict  # type: ignore[attr-defined]
+    assert "pyproject.toml:[tool.pytest.ini_options]" in verdict.reason
+    assert "--agentgate-unprotect" in verdict.reason
+    verdict = attempt(e, CHEATS["os._exit(0) when pytest is imported"]).verdict  # type: ignore[attr-defined]
+    assert "wrote no results" in verdict.reason
+
+
+def test_honest_changes_land(service: Path) -> None:
+    write(
+        service,
+        {
+            "pyproject.toml": '[project]\nname = "ledger"\nversion = "1"\ndependencies = []\n\n'
+            '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
+        },
+    )
+    git(service, "add", "pyproject.toml")
+    git(service, "commit", "-qm", "a pyproject with a pytest section")
+    e = engine(service)
+    total = GOOD_STORE + "\n    def total(self):\n        return sum(self._rows)\n"
+    new = attempt(
+        e,
+        {
+            "ledger/store.py": total,
+            "tests/test_total.py": "from ledger.store import Store\n\n\ndef test_total():\n"
+            "    s = Store()\n    s.add_entry(2)\n    assert s.total() == 2\n",
+        },
+        "a new function and its test",
+    )
+    assert new.verdict.status == "promoted", new.verdict  # type: ignore[attr-defined]
+    assert new.results["new"] == 1 and new.results["lost"] == 0  # type: ignore[attr-defined]
+    dependency = attempt(
+        e,
+        {
+            "pyproject.toml": '[project]\nname = "ledger"\nversion = "1"\n'
+            'dependencies = ["attrs"]\n\n[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+        },
+        "a dependency",
+    )
+    assert dependency.verdict.status == "promoted", dependency.verdict  # type: ignore[attr-defined]
+    renamed = {
+        "tests/test_ledger.py": None,
+        "tests/test_ledger_api.py": textwrap.dedent(SERVICE["tests/test_ledger.py"]),
+    }
+    lost = attempt(e, dict(renamed), "a test renamed")
+    assert lost.verdict.status == "rejected"  # type: ignore[attr-defined]
+    assert "tests.test_ledger::test_handle" in lost.verdict.reason  # type: ignore[attr-defined]
+    allowed = engine(service, allow_removed=("tests.test_ledger::*",))
+    moved = attempt(allowed, dict(renamed), "a test renamed on purpose")
+    assert moved.verdict.status == "promoted", moved.verdict  # type: ignore[attr-defined]
+
+
+def test_a_base_with_a_failing_test_still_lets_an_honest_attempt_land(service: Path) -> None:
+    write(service, {"tests/test_flaw.py": "def test_known_bug():\n    assert 1 == 2\n"})
+    git(service, "add", "tests/test_flaw.py")
+    git(service, "commit", "-qm", "a known failing test")
+    e = engine(service)
+    warnings = e.check_harness([e.gate])
+    assert warnings and "tests.test_flaw::test_known_bug" in warnings[0]
+    honest = attempt(e, {"ledger/notes.py": "NOTE = 1\n"}, "an honest change")
+    assert honest.verdict.status == "promoted", honest.verdict  # type: ignore[attr-defined]
+    broken = attempt(e, {"ledger/store.py": BROKEN_STORE}, "a broken change")
+    assert broken.verdict.status == "rejected"  # type: ignore[attr-defined]
+
+
+def test_the_baseline_is_computed_once_and_kept_in_git(service: Path) -> None:
+    e = engine(service)
+    base = git(service, "rev-parse", "main")
+    first = e.baseline(base, e.gate)
+    assert first == {
+        "tests.test_ledger::test_handle": "passed",
+        "tests.test_ledger::test_build": "passed",
+    }
+    [ref] = git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/results/").split()
+    again = engine(service).baseline(base, e.gate)  # another engine, another process alike
+    assert again == first
+    assert git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/results/") == ref
+
+
+def test_python_checks_take_ok_first() -> None:
+    from pytest_agentgate.gate import run_check
+
+    def no_print(attempt: object) -> CheckResult:
+        return CheckResult(False, "found print()")
+
+    def old_order(attempt: object) -> CheckResult:
+        return CheckResult("old-order", False)  # type: ignore[arg-type]
+
+    def maybe(attempt: object) -> object:
+        return "yes"
+
+    assert run_check(no_print, None) == CheckResult(False, "found print()", name="no_print")
+    wrong = run_check(old_order, None)
+    assert not wrong.ok and wrong.harness_error and "old_order" in wrong.message
+    assert "ok must be True or False" in wrong.message
+    odd = run_check(maybe, None)  # type: ignore[arg-type]
+    assert not odd.ok and odd.harness_error and "maybe" in odd.message
+
+
+# -- through pytest: settings, the check before any agent works, exit codes --------------------
+
+
+def _suite(pytester: pytest.Pytester, marker: str = "") -> Path:
+    flag = pytester.path / "body-ran"
+    pytester.makepyfile(
+        test_agents=f"""
+        import pytest
+
+        @pytest.mark.gated(task="a feature"{marker})
+        def test_agent(agent_workspace):
+            open({str(flag)!r}, "w").close()
+            (agent_workspace.path / "ledger" / "notes.py").write_text("NOTE = 1\\n")
+        """
+    )
+    return flag
+
+
+def _run(pytester: pytest.Pytester, repo: Path, *args: str) -> pytest.RunResult:
+    report = pytester.path / "report.json"
+    return pytester.runpytest(
+        f"--agentgate-repo={repo}", f"--agentgate-report={report}", "-p", "no:cacheprovider", *args
+    )
+
+
+def test_a_misspelled_gate_program_stops_the_run_before_any_agent(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    flag = _suite(pytester)
+    result = _run(pytester, service, "--agentgate-gate=pytset -q", "--agentgate-promote")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*gate program 'pytset' not found*"])
+    assert not flag.exists()
+
+
+def test_a_base_whose_gate_runs_no_test_stops_the_run_before_any_agent(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    flag = _suite(pytester)
+    result = _run(pytester, service, f"--agentgate-gate={GATE} -k nothing-matches")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the gate cannot run on the base*"])
+    assert not flag.exists()
+
+
+def test_protect_adds_unprotect_lifts_and_none_is_said(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    pytester.makepyfile(
+        test_agents="""
+        import pytest
+
+        @pytest.mark.gated(task="touch the docs and a conftest", gate=[])
+        def test_agent(agent_workspace):
+            (agent_workspace.path / "docs.md").write_text("docs")
+            (agent_workspace.path / "conftest.py").write_text("# changed")
+        """
+    )
+    result = _run(pytester, service, "--agentgate-protect=docs.md")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*changes protected paths: conftest.py (conftest.py), docs.md*"])
+    result = _run(pytester, service, "--agentgate-unprotect=conftest.py")
+    result.assert_outcomes(passed=1)
+    result = _run(pytester, service, "--agentgate-unprotect=conftest")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid --agentgate-unprotect 'conftest'*the rules are*"])
+    result = _run(pytester, service, "--agentgate-protect=none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["*WARNING agentgate: --agentgate-protect none: nothing is protected*"]
+    )
+
+
+def test_an_attempt_that_could_not_be_judged_exits_6(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    _suite(pytester, ', gate=["./no-such-script"]')
+    result = _run(pytester, service)
+    assert result.ret == 6
+    [row] = json.loads((pytester.path / "report.json").read_text())["attempts"]
+    assert row["verdict"] == "error"
