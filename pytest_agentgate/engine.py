@@ -130,6 +130,7 @@ class Attempt:
 
     def as_dict(self) -> dict[str, object]:
         return {
+            "uid": self.uid,
             "task": self.task,
             "agent": self.agent,
             "test": self.test,

@@ -365,6 +365,7 @@ class AgentgateRun:
         self.rows: list[Mapping[str, Any]] = []
         self.held: list[int] = []  # locks that mark this run's directory as live
         self.warnings: list[str] = []
+        self.seen: set[object] = set()
 
     def preflight(self, engine: Engine, items: list[pytest.Item]) -> None:
         """Check the harness before any agent works: a broken one stops the run (exit 4)."""
@@ -409,9 +410,14 @@ class AgentgateRun:
         item.user_properties.append(("agentgate", json.dumps(row)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # A test run again (pytest-rerunfailures) reports its item's properties again, with
+        # the earlier attempts' rows in them: each attempt is counted once, by its id.
         for name, value in report.user_properties:
             if name == "agentgate" and report.when == "call":
-                self.rows.append(json.loads(str(value)))
+                row = json.loads(str(value))
+                if row.get("uid") not in self.seen:
+                    self.seen.add(row.get("uid"))
+                    self.rows.append(row)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:

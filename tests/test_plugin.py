@@ -872,3 +872,30 @@ def test_a_home_relative_workdir_is_pruned_where_it_was_made(
     for _ in range(3):
         run(pytester, service, "--agentgate-workdir=~/work", "--agentgate-keep-runs=1")
     assert len(list((tmp_path / "home" / "work").iterdir())) == 1
+
+
+def test_a_test_run_again_by_rerunfailures_counts_each_attempt_once(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    counter = pytester.path / "count"
+    pytester.makepyfile(
+        test_agent=f"""
+        from pathlib import Path
+        import pytest
+
+        @pytest.mark.gated(task="flaky body", gate=[])
+        def test_task(agent_workspace):
+            (agent_workspace.path / "x.txt").write_text("x")
+            counter = Path({str(counter)!r})
+            n = int(counter.read_text()) if counter.exists() else 0
+            counter.write_text(str(n + 1))
+            assert n >= 2
+        """
+    )
+    result = run(pytester, service, "-p", "rerunfailures", "--reruns=3")
+    assert result.parseoutcomes() == {"passed": 1, "rerun": 2}
+    verdicts = [r["verdict"] for r in rows(pytester)]
+    assert verdicts == ["rejected", "rejected", "passed"]
+    assert len({r["attempt_commit"] for r in rows(pytester)}) == 3
+    summary = [line for line in result.outlines if line.startswith(("REJECTED", "WOULD PROMOTE"))]
+    assert len(summary) == 3
