@@ -78,6 +78,7 @@ def format_message(
     sandbox: str = "",
     uid: str = "",
     results: Mapping[str, Any] | None = None,
+    retest: str = "",
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -114,6 +115,8 @@ def format_message(
         trailers["Sandbox"] = sandbox
     if uid:
         trailers["Id"] = uid
+    if retest:
+        trailers["Retest"] = retest
     # Commit dates have whole seconds; this orders attempts recorded within one second.
     trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
     return "\n".join(body) + "\n" + trailer_lines(trailers)
@@ -278,6 +281,7 @@ def write_record(
         sandbox=str(fields.get("sandbox", "")),
         uid=str(fields.get("uid", "")),
         results=fields.get("results") or None,
+        retest=str(fields.get("retest") or ""),
     )
     begin = time.perf_counter()
     from . import _faults

@@ -46,7 +46,7 @@ def _positive(text: str) -> int:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaration per option
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--repo",
@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, type=Path, metavar="DIR", help="where to write the files")
     p.add_argument("--force", action="store_true", help="overwrite files that exist there")
     p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser(
+        "audit", parents=[common], help="commits on a branch whose tree no passing gate judged"
+    )
+    p.add_argument("--target", help="the branch (default: the one checked out)")
+    p.add_argument("--since", metavar="REV", help="only commits after REV (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
@@ -411,6 +419,57 @@ def cmd_restore(args: argparse.Namespace) -> int:
     for name in names:
         print(f"restored {args.to / name}")
     return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List each commit on the target whose tree no passing gate judged; exit 1 if any.
+
+    A tree counts as judged when an attempt record says it landed there (a fast-forward to
+    the gated snapshot, or a merge whose tree was re-tested), or it is such a tree again (a
+    rollback restores one byte for byte). A person's push, a merge landed without its
+    re-test (--agentgate-no-retest), a move outside the plugin: each is listed.
+    """
+    from .attempts import list_attempts
+    from .errors import AgentgateError
+
+    repo = _open(args)
+    branch = _target(repo, args)
+    judged: set[str] = set()
+    for attempt in list_attempts(repo):
+        if (
+            attempt.verdict == "promoted"
+            and attempt.landed
+            and attempt.trailers.get("Retest") != "skipped"
+        ):
+            try:
+                judged.add(repo.tree_of(attempt.landed))
+            except AgentgateError:  # a landed commit pruned or gone: nothing to count
+                continue
+    span = (
+        f"{repo.commit(args.since, '--since')}..refs/heads/{branch}"
+        if args.since
+        else f"refs/heads/{branch}"
+    )
+    out = repo.git(
+        "log", "--first-parent", "--format=%H%x00%T%x00%an%x00%s", "--end-of-options", span
+    ).out
+    untested = []
+    for line in out.splitlines():
+        commit, tree, author, subject = line.split("\0", 3)
+        if tree not in judged:
+            untested.append({"commit": commit, "tree": tree, "author": author, "subject": subject})
+    if args.json:
+        print(json.dumps(untested, indent=2))
+    else:
+        for row in untested:
+            print(
+                f"{row['commit'][:12]}  {row['author']:<20}  {row['subject']}  (no passing gate record)"
+            )
+        total = len(out.splitlines())
+        print(
+            f"{total - len(untested)} of {total} commits on {branch} have a tree a passing gate judged"
+        )
+    return 1 if untested else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -664,6 +664,7 @@ class Engine:
             "state": attempt.state,
             "sandbox": attempt.sandbox,
             "results": attempt.results,
+            "retest": "skipped" if attempt.retest_skipped else "",
         }
 
     def record(self, attempt: Attempt) -> str:

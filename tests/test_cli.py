@@ -364,3 +364,26 @@ def test_restore_refuses_a_file_as_destination(
 def test_keep_runs_needs_workspaces(capsys: pytest.CaptureFixture[str], service: Path) -> None:
     code, _, err = agentgate(capsys, "prune", "--repo", str(service), "--keep-runs", "1")
     assert code == 2 and "--keep-runs needs --workspaces" in err
+
+
+def test_audit_lists_what_no_passing_gate_judged(
+    service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_agentgate.cli import main
+
+    start = git(service, "rev-parse", "main")
+    assert land(service, {"a.txt": "a\n"}, "first").verdict.status == "promoted"
+    (service / "person.txt").write_text("p\n")
+    git(service, "add", "person.txt")
+    git(service, "commit", "-qm", "pushed by hand")
+    person = git(service, "rev-parse", "main")
+    assert land(service, {"b.txt": "b\n"}, "second").verdict.status == "promoted"
+    assert main(["audit", "--repo", str(service), "--since", start, "--json"]) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["commit"] for r in rows] == [person]
+    assert main(["audit", "--repo", str(service), "--since", person]) == 0
+    assert "1 of 1 commits on main have a tree a passing gate judged" in capsys.readouterr().out
+    # A rollback to a judged tree is that tree again: judged.
+    assert main(["rollback", "--repo", str(service), "--to", f"{person}~1"]) == 0
+    capsys.readouterr()
+    assert main(["audit", "--repo", str(service), "--since", person]) == 0
