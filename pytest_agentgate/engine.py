@@ -785,6 +785,8 @@ class Engine:
         for check in attempt.checks:
             if check.comparison is not None:
                 attempt.results = check.comparison.as_dict()
+            if check.flaky:
+                attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
             if failed.harness_error:

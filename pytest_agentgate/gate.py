@@ -50,6 +50,8 @@ class CheckResult:
     tests: Mapping[str, str] | None = None
     #: The comparison with the base's results, when the gate reported any.
     comparison: results.Comparison | None = None
+    #: Tests (or commands) that failed and then passed when run again.
+    flaky: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.ok, bool):
@@ -91,6 +93,10 @@ class GateSpec:
     allow_removed: tuple[str, ...] = ()
     #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.
     results_file: str | None = None
+    #: How many times a failing gate command runs again on the same tree.
+    rerun: int = 0
+    #: What a test that fails and then passes does: "reject" (the default) or "accept".
+    flaky: str = "reject"
     max_changed_lines: int | None = None
     timeout: float = DEFAULT_GATE_TIMEOUT
     #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
@@ -224,98 +230,156 @@ def run_commands(
     which decide with ``baseline``: exit 1 with only the base's own failures still passes;
     exit 0 with no results, or with a test lost, does not. ``collect`` runs every command to
     the end and returns what they reported (for a baseline).
+
+    A failing command runs again on the same tree up to ``spec.rerun`` times. A test that
+    failed and then passed is flaky: under ``spec.flaky == "reject"`` that rejects, under
+    ``"accept"`` the passing run counts; either way it is named. On a baseline, a flaky test
+    is kept as ``flaky``: not required of attempts, not blamed on them.
     """
     if isinstance(context, Path):
         context = GateContext(context)
     tests: dict[str, str] = {}
+    flaky: list[str] = []
     reported = False
     for command in spec.commands:
-        name = secrets.token_hex(16)
-        checkout = checkout_tree(repo, tree, context.private_root, name=name)
-        private = context.private_root / f"{name}.private"
-        argv = results.command_argv(command)
-        junit: Path | None = None
-        env = dict(spec.env)
-        if argv is not None and results.is_pytest(argv):
-            junit = private / "tmp" / "agentgate-results.xml"
-            inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
-            argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit2"]
-            for plugin in environment_plugins():
-                argv += ["-p", plugin]
-            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        elif spec.results_file:
-            junit = checkout / spec.results_file
-        # What the gate runs is the agent's code: give its git no inherited repository to
-        # reach, and no way up out of the checkout (which has no .git of its own).
-        env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
-        env["AGENTGATE_CHECKOUT"] = str(checkout)
-        env["AGENTGATE_ACTIVE"] = "1"
-        try:
-            result = run_contained(
-                context.sandbox,
-                context.role,
-                argv if argv is not None else command,
-                cwd=checkout,
-                private=private,
-                timeout=spec.timeout,
-                env=env,
-            )
-            found = _read_results(junit)
-        finally:
-            remove_tree(checkout)
-            remove_tree(private)
-        where = f"{label}: {command}"
-        if result.launch_error:
-            return CheckResult(
-                False, f"{result.launch_error} ({command})", name=where, output=result.tail(),
-                harness_error=True,
-            )  # fmt: skip
-        if result.timed_out:
-            return CheckResult(
-                False, f"gate timed out after {spec.timeout:g} s: {command}", name=where,
-                output=result.tail(),
-            )  # fmt: skip
-        if junit is not None:
-            if found is None:
-                why = (
-                    "wrote no results" if result.returncode == 0 else f"exited {result.returncode}"
-                )
-                return CheckResult(
-                    False, f"gate command {why} (no per-test results): {command}", name=where,
-                    output=result.tail(), harness_error=collect,
-                )  # fmt: skip
+        history: dict[str, list[str]] = {}
+        runs = 0
+        while runs <= spec.rerun:
+            runs += 1
+            failure, found = _run_one(repo, tree, spec, context, label, command, baseline, collect)
+            for test, outcome in (found or {}).items():
+                history.setdefault(test, []).append(outcome)
+            if collect:  # a baseline runs again while tests fail, to tell flaky from broken
+                if failure is not None or not found or not results.failing(found):
+                    break
+            elif failure is None or failure.harness_error:
+                break
+        now_flaky = sorted(
+            t for t, seen in history.items()
+            if seen[-1] == results.PASSED and any(o in (results.FAILED, results.ERROR) for o in seen)
+        )  # fmt: skip
+        if found is not None:
             reported = True
             tests.update(found)
-            # pytest's exit 1 means "some tests failed": the results say whether that is the
-            # attempt's doing. Other codes (interrupted, internal or usage error, no tests)
-            # fail whatever the results say; the results then say what went.
-            if result.returncode in (0, 1) and collect:
-                continue
-            verdict = results.compare(found, baseline, spec.allow_removed)
-            accepted = result.returncode == 0 or (
-                result.returncode == 1 and _only_old_failures(found, baseline)
+            if collect:
+                tests.update({t: results.FLAKY for t in now_flaky})
+        if failure is None and runs > 1 and not now_flaky and not collect:
+            now_flaky = [f"{label}: {command}"]  # the command itself failed, then passed
+        flaky += now_flaky
+        if failure is not None:
+            return dataclasses.replace(
+                failure, tests=tests if reported else None, flaky=tuple(flaky)
             )
-            if verdict.ok and accepted:
-                continue
-            if not collect:
-                why = verdict.reason() or f"gate command exited {result.returncode}: {command}"
-                if result.returncode not in (0, 1) and verdict.reason():
-                    why += f" (the gate exited {result.returncode})"
-                return CheckResult(
-                    False, why, name=where, output=result.tail(), tests=tests, comparison=verdict
-                )
-        if result.returncode != 0:
+        if now_flaky and spec.flaky == "reject" and not collect:
             return CheckResult(
                 False,
-                f"gate command exited {result.returncode}: {command}"
-                + _hidden_editable_note(context.sandbox),
-                name=where,
-                output=result.tail(),
-                harness_error=collect,
-                tests=tests if reported else None,
+                f"flaky: {', '.join(now_flaky[:5])} failed, then passed when run again "
+                "(--agentgate-flaky=reject)",
+                name=f"{label}: {command}",
+                tests=tests,
+                flaky=tuple(flaky),
             )
     comparison = results.compare(tests, baseline, spec.allow_removed) if reported else None
-    return CheckResult(True, name="gate", tests=tests if reported else None, comparison=comparison)
+    return CheckResult(
+        True,
+        name="gate",
+        tests=tests if reported else None,
+        comparison=comparison,
+        flaky=tuple(flaky),
+    )
+
+
+def _run_one(
+    repo: BaseRepo,
+    tree: str,
+    spec: GateSpec,
+    context: GateContext,
+    label: str,
+    command: str,
+    baseline: Mapping[str, str] | None,
+    collect: bool,
+) -> tuple[CheckResult | None, dict[str, str] | None]:
+    """One run of one gate command in a fresh checkout: (the failure or None, its results)."""
+    name = secrets.token_hex(16)
+    checkout = checkout_tree(repo, tree, context.private_root, name=name)
+    private = context.private_root / f"{name}.private"
+    argv = results.command_argv(command)
+    junit: Path | None = None
+    env = dict(spec.env)
+    if argv is not None and results.is_pytest(argv):
+        junit = private / "tmp" / "agentgate-results.xml"
+        inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
+        argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit2"]
+        for plugin in environment_plugins():
+            argv += ["-p", plugin]
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    elif spec.results_file:
+        junit = checkout / spec.results_file
+    # What the gate runs is the agent's code: give its git no inherited repository to
+    # reach, and no way up out of the checkout (which has no .git of its own).
+    env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
+    env["AGENTGATE_CHECKOUT"] = str(checkout)
+    env["AGENTGATE_ACTIVE"] = "1"
+    try:
+        result = run_contained(
+            context.sandbox,
+            context.role,
+            argv if argv is not None else command,
+            cwd=checkout,
+            private=private,
+            timeout=spec.timeout,
+            env=env,
+        )
+        found = _read_results(junit)
+    finally:
+        remove_tree(checkout)
+        remove_tree(private)
+    where = f"{label}: {command}"
+    if result.launch_error:
+        return CheckResult(
+            False, f"{result.launch_error} ({command})", name=where, output=result.tail(),
+            harness_error=True,
+        ), None  # fmt: skip
+    if result.timed_out:
+        return CheckResult(
+            False, f"gate timed out after {spec.timeout:g} s: {command}", name=where,
+            output=result.tail(),
+        ), found  # fmt: skip
+    if junit is not None:
+        if found is None:
+            why = "wrote no results" if result.returncode == 0 else f"exited {result.returncode}"
+            return CheckResult(
+                False, f"gate command {why} (no per-test results): {command}", name=where,
+                output=result.tail(), harness_error=collect,
+            ), None  # fmt: skip
+        # pytest's exit 1 means "some tests failed": the results say whether that is the
+        # attempt's doing. Other codes (interrupted, internal or usage error, no tests) fail
+        # whatever the results say; the results then say what went.
+        if result.returncode in (0, 1) and collect:
+            return None, found
+        verdict = results.compare(found, baseline, spec.allow_removed)
+        accepted = result.returncode == 0 or (
+            result.returncode == 1 and _only_old_failures(found, baseline)
+        )
+        if verdict.ok and accepted:
+            return None, found
+        if not collect:
+            why = verdict.reason() or f"gate command exited {result.returncode}: {command}"
+            if result.returncode not in (0, 1) and verdict.reason():
+                why += f" (the gate exited {result.returncode})"
+            return CheckResult(
+                False, why, name=where, output=result.tail(), comparison=verdict
+            ), found  # fmt: skip
+    if result.returncode != 0:
+        return CheckResult(
+            False,
+            f"gate command exited {result.returncode}: {command}"
+            + _hidden_editable_note(context.sandbox),
+            name=where,
+            output=result.tail(),
+            harness_error=collect,
+        ), found
+    return None, found
 
 
 def _read_results(path: Path | None) -> dict[str, str] | None:
@@ -331,7 +395,10 @@ def _only_old_failures(found: Mapping[str, str], baseline: Mapping[str, str] | N
     """Whether every failing test also fails on the base (so exit 1 is not the attempt's)."""
     if not baseline:
         return False
-    return all(baseline.get(t) in (results.FAILED, results.ERROR) for t in results.failing(found))
+    return all(
+        baseline.get(t) in (results.FAILED, results.ERROR, results.FLAKY)
+        for t in results.failing(found)
+    )
 
 
 def _hidden_editable_note(contained: Sandbox) -> str:

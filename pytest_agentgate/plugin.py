@@ -139,6 +139,20 @@ OPTIONS = (
         metavar="NAME",
     ),
     Option(
+        "rerun_gate",
+        "run a failing gate command again on the same tree up to N times (a test that then "
+        "passes is flaky)",
+        "int",
+        0,
+        "N",
+    ),
+    Option(
+        "flaky",
+        "what a flaky test does to its attempt: reject (default) or accept",
+        default="reject",
+        metavar="POLICY",
+    ),
+    Option(
         "gate_results",
         "the JUnit XML file a gate command that is not pytest writes, relative to its checkout",
         metavar="PATH",
@@ -566,18 +580,41 @@ def _check_config_not_hijacked(config: pytest.Config) -> None:
             )
 
 
+def gate_spec(config: pytest.Config) -> GateSpec:
+    """The run's gate, as the settings give it (the marker refines it per test)."""
+    from .gate import GateSpec
+
+    commands, _ = setting(config, "gate")
+    timeout, _ = setting(config, "gate_timeout")
+    rules, extra_globs = harness_rules(config)
+    results_file, _ = setting(config, "gate_results")
+    rerun, _ = setting(config, "rerun_gate")
+    flaky, flaky_source = setting(config, "flaky")
+    if flaky not in ("reject", "accept"):
+        raise pytest.UsageError(
+            f"agentgate: invalid --agentgate-flaky {flaky!r} (from {flaky_source}): "
+            "expected reject or accept"
+        )
+    return GateSpec(
+        commands=tuple(c for c in (commands or ()) if c.strip()),
+        timeout=float(timeout),
+        harness=rules,
+        protect=extra_globs,
+        results_file=results_file or None,
+        rerun=int(rerun),
+        flaky=flaky,
+    )
+
+
 def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
     """Build the engine from the settings; every bad value is a usage error (exit code 4)."""
     from .engine import Engine
     from .errors import AgentgateError
-    from .gate import GateSpec
 
     repo, repo_source = setting(config, "repo")
     target, target_source = setting(config, "target")
     base, base_source = setting(config, "base")
     remote, remote_source = setting(config, "remote")
-    commands, _ = setting(config, "gate")
-    timeout, _ = setting(config, "gate_timeout")
     promote, _ = setting(config, "promote")
     no_retest, _ = setting(config, "no_retest")
     agent, agent_source = setting(config, "agent")
@@ -588,8 +625,6 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
         )
     workdir, workdir_source = setting(config, "workdir")
     exclude, _ = setting(config, "exclude")
-    rules, extra_globs = harness_rules(config)
-    results_file, _ = setting(config, "gate_results")
     fresh, _ = setting(config, "fresh_workspaces")
     max_files, _ = setting(config, "max_files")
     max_bytes, _ = setting(config, "max_bytes")
@@ -632,13 +667,7 @@ def open_engine(config: pytest.Config, run_id: str, held: list[int]) -> Engine:
             promote=bool(promote),
             retest=not no_retest,
             workdir=None,
-            gate=GateSpec(
-                commands=tuple(c for c in (commands or ()) if c.strip()),
-                timeout=float(timeout),
-                harness=rules,
-                protect=extra_globs,
-                results_file=results_file or None,
-            ),
+            gate=gate_spec(config),
             agent=agent or "agent",
             max_files=int(max_files),
             max_bytes=int(max_bytes),

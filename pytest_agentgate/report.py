@@ -43,6 +43,9 @@ def summary_line(row: Mapping[str, Any]) -> str:
             line += f"  [{_clip(str(row['reason']).splitlines()[0], 160)}]"
     if row.get("record_problem"):
         line += f"  [{row['record_problem']}]"
+    flaky = (row.get("results") or {}).get("flaky_ids")
+    if flaky:
+        line += f"  [flaky: {_clip(', '.join(flaky), 120)}]"
     return line
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
+#: A baseline's word for a test that failed and then passed on the base: not required.
+FLAKY = "flaky"
 #: Shell syntax: a command holding any of these runs through ``sh -c``, not exec'd directly.
 _SHELL = set("|&;<>()$`\\\"'*?[]{}~#\n")
 

@@ -320,3 +320,54 @@ def test_an_attempt_that_could_not_be_judged_exits_6(
     assert result.ret == 6
     [row] = json.loads((pytester.path / "report.json").read_text())["attempts"]
     assert row["verdict"] == "error"
+
+
+FLAKY_TEST = """
+import os
+from pathlib import Path
+
+
+def test_sometimes():
+    counter = Path(os.environ["AGENTGATE_TEST_COUNTER"])
+    runs = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(runs + 1))
+    assert runs % 2 == 1, "fails every other run"
+"""
+
+
+def _flaky_engine(repo: Path, policy: str) -> Engine:
+    gate = GateSpec(
+        commands=(GATE,), timeout=120, rerun=1, flaky=policy,
+        env={"AGENTGATE_TEST_COUNTER": str(repo.parent / "counter")},
+    )  # fmt: skip
+    return Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
+        sandbox_settings=Settings(mode="none"),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["reject", "accept"])
+def test_a_flaky_test_under_each_policy(service: Path, policy: str) -> None:
+    e = _flaky_engine(service, policy)
+    e.baseline(git(service, "rev-parse", "main"), e.gate)  # the base has no flaky test
+    (service.parent / "counter").unlink(missing_ok=True)
+    done = attempt(e, {"tests/test_sometimes.py": FLAKY_TEST}, "a flaky test")
+    verdict = done.verdict  # type: ignore[attr-defined]
+    flaky = done.results["flaky_ids"]  # type: ignore[attr-defined]
+    assert flaky == ["tests.test_sometimes::test_sometimes"]
+    if policy == "reject":
+        assert verdict.status == "rejected" and "flaky" in verdict.reason
+    else:
+        assert verdict.status == "promoted", verdict
+
+
+def test_a_test_flaky_on_the_base_is_not_blamed_on_the_agent(service: Path) -> None:
+    write(service, {"tests/test_sometimes.py": FLAKY_TEST})
+    git(service, "add", "tests/test_sometimes.py")
+    git(service, "commit", "-qm", "a flaky test")
+    e = _flaky_engine(service, "reject")
+    found = e.baseline(git(service, "rev-parse", "main"), e.gate)
+    assert found is not None and found["tests.test_sometimes::test_sometimes"] == "flaky"
+    # The counter is odd now: the attempt's first run fails the flaky test, its rerun passes.
+    done = attempt(e, {"ledger/notes.py": "NOTE = 1\n"}, "an honest change")
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
