@@ -88,7 +88,13 @@ def format_message(
     if excluded:
         names = ", ".join(one_line(name) for name in excluded)
         body += [f"Left out of the snapshot (secrets): {names}", ""]
-    if results:
+    if results and results.get("grade"):
+        body += [f"Grade: {results['grade']}"]
+        for kind in ("fail_to_pass", "pass_to_pass"):
+            for graded, outcome in dict(results.get(kind) or {}).items():
+                body += [f"  {kind}: {one_line(str(graded))} {outcome}"]
+        body += [""]
+    if results and "passed" in results:
         counts = ", ".join(
             f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
         )

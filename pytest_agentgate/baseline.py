@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/results/"
+#: Part of every key: a change to how results are named or judged starts new baselines.
+FORMAT = "results-2 (pytest node ids)"
 _AUTHOR = Author("agentgate", "agentgate@localhost")
 
 
@@ -27,8 +29,8 @@ def key(
 ) -> str:
     """What the results depend on, hashed: the tree, the gate, the interpreter, the sandbox."""
     material = json.dumps(
-        [tree, list(commands), results_file, os.path.realpath(sys.executable), sys.version,
-         list(context)]
+        [FORMAT, tree, list(commands), results_file, os.path.realpath(sys.executable),
+         sys.version, list(context)]
     )  # fmt: skip
     return hashlib.sha256(material.encode()).hexdigest()[:40]
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import (
@@ -28,6 +28,7 @@ from . import (
     attempts,
     baseline,
     checkout,
+    grading,
     oplog,
     pending,
     promote,
@@ -114,6 +115,10 @@ class Attempt:
     sandbox: str = ""
     #: Per-test counts against the base (passed, failed, skipped, new, lost, with the ids).
     results: dict[str, object] | None = None
+    #: For a graded task: the tree that was graded (and lands, on FULL), and the results of
+    #: the graded tests on the base with the graded files (what a re-test is held to).
+    graded_tree: str | None = None
+    graded_baseline: dict[str, str] | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -476,6 +481,9 @@ class Engine:
         warnings = []
         seen: set[tuple[str, ...]] = set()
         for spec in specs:
+            if spec.grading is not None:  # a task that grades nothing is found now
+                self.grading_plan(base, spec)
+                continue
             if spec.commands in seen:
                 continue
             seen.add(spec.commands)
@@ -509,7 +517,9 @@ class Engine:
         """
         if not spec.commands or not any(_reports(c, spec) for c in spec.commands):
             return None
-        tree = self.repo.tree_of(base)
+        return self._baseline_of(self.repo.tree_of(base), base, spec)
+
+    def _baseline_of(self, tree: str, base: str, spec: GateSpec) -> dict[str, str] | None:
         name = self._baseline_key(tree, spec)
         found = self._baselines.get(name)
         if found is not None:
@@ -527,6 +537,68 @@ class Engine:
         if found is not None:
             self._baselines[name] = found
         return found
+
+    # -- grading ------------------------------------------------------------------------
+
+    def grading_plan(
+        self, base: str, spec: GateSpec
+    ) -> tuple[GateSpec, dict[str, str], tuple[str, ...]]:
+        """For a graded task: (the spec that runs the graded tests, the results on the base
+        with the graded files applied, the pass-to-pass tests).
+
+        Raises ``ConfigError`` when a fail-to-pass test already passes there: such a task
+        grades nothing, and that is found before the agent works.
+        """
+        assert spec.grading is not None
+        g = spec.grading
+        tests_from = g.tests_from or base
+        tree = grading.graded_tree(self.repo, self.repo.tree_of(base), tests_from, g.files())
+        import sys
+
+        ids = [*g.fail_to_pass, *(g.pass_to_pass or ())]
+        graded = replace(
+            spec, commands=(grading.command(spec.commands, sys.executable, ids),), grading=None
+        )
+        found = self._baseline_of(tree, base, graded) or {}
+        already = [t for t in g.fail_to_pass if found.get(t) == results.PASSED]
+        if already:
+            raise ConfigError(
+                f"fail_to_pass test(s) already pass on the base (with the files of "
+                f"{tests_from[:12]}): {', '.join(already)}; they grade nothing",
+                value=already,
+                source="fail_to_pass",
+            )
+        keep = g.pass_to_pass
+        if keep is None:
+            keep = tuple(
+                sorted(
+                    t for t, o in found.items() if o == results.PASSED and t not in g.fail_to_pass
+                )
+            )
+        return graded, found, keep
+
+    def _grade(self, attempt: Attempt, spec: GateSpec) -> tuple[Verdict | None, GateSpec]:
+        """Grade the attempt; on FULL, its commit becomes the graded tree (see grading)."""
+        assert spec.grading is not None and attempt.snapshot is not None
+        g = spec.grading
+        try:
+            graded, attempt.graded_baseline, keep = self.grading_plan(attempt.base, spec)
+        except ConfigError as exc:
+            return Verdict("error", str(exc), "grade"), spec
+        tree = grading.graded_tree(
+            self.repo, attempt.snapshot.tree, g.tests_from or attempt.base, g.files()
+        )
+        run = run_commands(self.repo, tree, graded, self.gate_context(), "grade", collect=True)
+        if run.tests is None:
+            return Verdict(
+                "error", run.message or "the graded tests reported nothing", "grade"
+            ), spec
+        outcome = grading.grade(run.tests, g.fail_to_pass, keep)
+        attempt.results = {**(attempt.results or {}), **outcome.as_dict()}
+        attempt.graded_tree = tree
+        if outcome.grade != grading.FULL:
+            return Verdict("rejected", outcome.reason(), "grade", run.output), spec
+        return None, graded
 
     def preflight(self, attempt: Attempt) -> MergePreview:
         """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
@@ -602,7 +674,11 @@ class Engine:
         assert attempt.commit is not None
         retest = None
         if spec.commands and self.retest:
-            base_results = self.baseline(attempt.base, spec)
+            base_results = (
+                attempt.graded_baseline
+                if attempt.graded_tree is not None
+                else self.baseline(attempt.base, spec)
+            )
 
             def retest(tree: str) -> tuple[bool, str, str]:
                 result = run_commands(
@@ -740,7 +816,7 @@ class Engine:
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
 
-    def _decide(
+    def _decide(  # noqa: PLR0915 - the lifecycle, one step after another
         self,
         attempt: Attempt,
         spec: GateSpec,
@@ -777,8 +853,9 @@ class Engine:
             return Verdict("rejected", "no changes", "snapshot")
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
+        gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
         try:
-            attempt.checks = self.judge(attempt, spec, extra_checks)
+            attempt.checks = self.judge(attempt, gate_spec, extra_checks)
         except HarnessBroken as exc:
             return Verdict("error", str(exc), "baseline", exc.output)
         lap("gate")
@@ -792,9 +869,17 @@ class Engine:
             if failed.harness_error:
                 return Verdict("error", failed.message, failed.name, failed.output)
             return Verdict("rejected", failed.message, failed.name, failed.output)
+        if spec.grading is not None:
+            try:
+                graded, spec = self._grade(attempt, spec)
+            except HarnessBroken as exc:
+                return Verdict("error", str(exc), "grade", exc.output)
+            lap("grade")
+            if graded is not None:
+                return graded
         author = Author.for_agent(attempt.agent)
         attempt.commit = self.repo.commit_tree(
-            attempt.snapshot.tree,
+            attempt.graded_tree or attempt.snapshot.tree,
             [attempt.base],
             f"{attempts.one_line(attempt.task)}\n\n"
             + attempts.trailer_lines({"Agent": attempt.agent, "Task": attempt.task}),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import harness, results
+from .grading import Grading
 from .removal import remove_tree
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 from .workspace import changed_lines, checkout_tree
@@ -97,6 +98,8 @@ class GateSpec:
     rerun: int = 0
     #: What a test that fails and then passes does: "reject" (the default) or "accept".
     flaky: str = "reject"
+    #: A graded task's fail-to-pass and pass-to-pass tests (see :mod:`.grading`).
+    grading: Grading | None = None
     max_changed_lines: int | None = None
     timeout: float = DEFAULT_GATE_TIMEOUT
     #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
@@ -309,7 +312,8 @@ def _run_one(
     if argv is not None and results.is_pytest(argv):
         junit = private / "tmp" / "agentgate-results.xml"
         inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
-        argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit2"]
+        # xunit1: its test cases name their file, so results are keyed by pytest's node ids.
+        argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit1"]
         for plugin in environment_plugins():
             argv += ["-p", plugin]
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"

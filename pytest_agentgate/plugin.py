@@ -298,6 +298,9 @@ class MarkerSpec(NamedTuple):
     state: tuple[str, ...] = ()
     resume: bool = False
     allow_removed: tuple[str, ...] = ()
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] | None = None
+    tests_from: str | None = None
 
 
 def gated(
@@ -311,6 +314,9 @@ def gated(
     state: Any = (),
     resume: bool = False,
     allow_removed: Any = (),
+    fail_to_pass: Any = (),
+    pass_to_pass: Any = None,
+    tests_from: str | None = None,
 ) -> MarkerSpec:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -345,6 +351,13 @@ def gated(
         isinstance(t, str) and t.strip() for t in allow_removed
     ):
         raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
+    for name, ids in (("fail_to_pass", fail_to_pass), ("pass_to_pass", pass_to_pass or ())):
+        if isinstance(ids, str) or not all(isinstance(t, str) and "::" in t for t in ids):
+            raise TypeError(f"{name} must be a list of pytest node ids (path::test), got {ids!r}")
+    if tests_from is not None and (not isinstance(tests_from, str) or not tests_from.strip()):
+        raise TypeError(f"tests_from must be a revision, got {tests_from!r}")
+    if (pass_to_pass is not None or tests_from) and not fail_to_pass:
+        raise TypeError("pass_to_pass= and tests_from= grade a task: name its fail_to_pass= tests")
     return MarkerSpec(
         task.strip(),
         agent,
@@ -355,6 +368,9 @@ def gated(
         tuple(state),
         resume,
         tuple(allow_removed),
+        tuple(fail_to_pass),
+        None if pass_to_pass is None else tuple(pass_to_pass),
+        tests_from,
     )
 
 
@@ -422,6 +438,9 @@ class AgentgateRun:
         else:
             row["target"] = engine.remote.label if engine.remote is not None else engine.target
         item.user_properties.append(("agentgate", json.dumps(row)))
+        grade = (attempt.results or {}).get("grade")
+        if grade:
+            item.user_properties.append(("agentgate_grade", grade))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # A test run again (pytest-rerunfailures) reports its item's properties again, with
@@ -869,7 +888,23 @@ def _gate_for(engine: Engine, spec: MarkerSpec, checks: list[Any]) -> GateSpec:
         protect=(*gate.protect, *spec.protect),
         max_changed_lines=spec.max_changed_lines,
         allow_removed=spec.allow_removed,
+        grading=_grading_for(engine, spec),
     )
+
+
+def _grading_for(engine: Engine, spec: MarkerSpec) -> Any:
+    if not spec.fail_to_pass:
+        return None
+    from .errors import RevisionNotFound
+    from .grading import Grading
+
+    tests_from = None
+    if spec.tests_from:
+        try:
+            tests_from = engine.repo.commit(spec.tests_from, "tests_from")
+        except RevisionNotFound as exc:
+            raise pytest.UsageError(f"agentgate: {exc}") from exc
+    return Grading(spec.fail_to_pass, spec.pass_to_pass, tests_from)
 
 
 def _failure_text(exc: BaseException) -> str:

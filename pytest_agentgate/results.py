@@ -57,9 +57,7 @@ def parse_junit(path: Path) -> dict[str, str]:
     root = ET.parse(path).getroot()
     found: dict[str, str] = {}
     for case in root.iter("testcase"):
-        classname = case.get("classname", "")
-        name = case.get("name", "")
-        test = f"{classname}::{name}" if classname else name
+        test = _node_id(case.get("file", ""), case.get("classname", ""), case.get("name", ""))
         outcome = PASSED
         for child in case:
             if child.tag == "failure":
@@ -74,6 +72,19 @@ def parse_junit(path: Path) -> dict[str, str]:
             continue
         found[test] = outcome
     return found
+
+
+def _node_id(file: str, classname: str, name: str) -> str:
+    """pytest's node id (``tests/test_x.py::TestY::test_z``) from a JUnit test case.
+
+    pytest's xunit1 reports name the file; the class part is what of the dotted classname
+    follows the module. Other JUnit writers (no file) keep ``classname::name``.
+    """
+    if not file.endswith(".py"):
+        return f"{classname}::{name}" if classname else name
+    module = file[: -len(".py")].replace("/", ".")
+    inner = classname[len(module) :].lstrip(".") if classname.startswith(module) else ""
+    return "::".join(part for part in (file, *inner.split("."), name) if part)
 
 
 @dataclass(frozen=True)

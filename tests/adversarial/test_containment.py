@@ -103,7 +103,7 @@ def test_a_process_that_outlives_the_agent_cannot_fix_the_gate_checkout(
     before = git(service, "rev-parse", "main")
     attempt = e.run_attempt(ws, task="watcher")
     assert attempt.verdict.status == "rejected", attempt.verdict
-    assert "no longer pass: tests.test_ledger::test_build" in attempt.verdict.reason
+    assert "no longer pass: tests/test_ledger.py::test_build" in attempt.verdict.reason
     assert git(service, "rev-parse", "main") == before
     assert not watchers()
 

@@ -186,8 +186,8 @@ def test_honest_changes_land(service: Path) -> None:
     }
     lost = attempt(e, dict(renamed), "a test renamed")
     assert lost.verdict.status == "rejected"  # type: ignore[attr-defined]
-    assert "tests.test_ledger::test_handle" in lost.verdict.reason  # type: ignore[attr-defined]
-    allowed = engine(service, allow_removed=("tests.test_ledger::*",))
+    assert "tests/test_ledger.py::test_handle" in lost.verdict.reason  # type: ignore[attr-defined]
+    allowed = engine(service, allow_removed=("tests/test_ledger.py::*",))
     moved = attempt(allowed, dict(renamed), "a test renamed on purpose")
     assert moved.verdict.status == "promoted", moved.verdict  # type: ignore[attr-defined]
 
@@ -198,7 +198,7 @@ def test_a_base_with_a_failing_test_still_lets_an_honest_attempt_land(service: P
     git(service, "commit", "-qm", "a known failing test")
     e = engine(service)
     warnings = e.check_harness([e.gate])
-    assert warnings and "tests.test_flaw::test_known_bug" in warnings[0]
+    assert warnings and "tests/test_flaw.py::test_known_bug" in warnings[0]
     honest = attempt(e, {"ledger/notes.py": "NOTE = 1\n"}, "an honest change")
     assert honest.verdict.status == "promoted", honest.verdict  # type: ignore[attr-defined]
     broken = attempt(e, {"ledger/store.py": BROKEN_STORE}, "a broken change")
@@ -210,8 +210,8 @@ def test_the_baseline_is_computed_once_and_kept_in_git(service: Path) -> None:
     base = git(service, "rev-parse", "main")
     first = e.baseline(base, e.gate)
     assert first == {
-        "tests.test_ledger::test_handle": "passed",
-        "tests.test_ledger::test_build": "passed",
+        "tests/test_ledger.py::test_handle": "passed",
+        "tests/test_ledger.py::test_build": "passed",
     }
     [ref] = git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/results/").split()
     again = engine(service).baseline(base, e.gate)  # another engine, another process alike
@@ -354,7 +354,7 @@ def test_a_flaky_test_under_each_policy(service: Path, policy: str) -> None:
     done = attempt(e, {"tests/test_sometimes.py": FLAKY_TEST}, "a flaky test")
     verdict = done.verdict  # type: ignore[attr-defined]
     flaky = done.results["flaky_ids"]  # type: ignore[attr-defined]
-    assert flaky == ["tests.test_sometimes::test_sometimes"]
+    assert flaky == ["tests/test_sometimes.py::test_sometimes"]
     if policy == "reject":
         assert verdict.status == "rejected" and "flaky" in verdict.reason
     else:
@@ -367,7 +367,105 @@ def test_a_test_flaky_on_the_base_is_not_blamed_on_the_agent(service: Path) -> N
     git(service, "commit", "-qm", "a flaky test")
     e = _flaky_engine(service, "reject")
     found = e.baseline(git(service, "rev-parse", "main"), e.gate)
-    assert found is not None and found["tests.test_sometimes::test_sometimes"] == "flaky"
+    assert found is not None and found["tests/test_sometimes.py::test_sometimes"] == "flaky"
     # The counter is odd now: the attempt's first run fails the flaky test, its rerun passes.
     done = attempt(e, {"ledger/notes.py": "NOTE = 1\n"}, "an honest change")
     assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+
+
+# -- benchmark grading ----------------------------------------------------------------------
+
+
+BUGGY = "def money(cents):\n    return f'{cents / 100}'\n"
+FIXED = "def money(cents):\n    return f'{cents / 100:.2f}'\n"
+GRADED_TEST = (
+    "from ledger.fmt import money\n\n\ndef test_money():\n    assert money(150) == '1.50'\n\n\n"
+    "def test_whole():\n    assert money(200) == '2.00'\n"
+)
+
+
+@pytest.fixture
+def history(service: Path) -> tuple[str, str]:
+    """A bug, and the commit that fixed it and added its tests (on a side branch)."""
+    write(service, {"ledger/fmt.py": BUGGY})
+    git(service, "add", "ledger/fmt.py")
+    git(service, "commit", "-qm", "money formatting (buggy)")
+    base = git(service, "rev-parse", "main")
+    git(service, "checkout", "-qb", "fix")
+    write(service, {"ledger/fmt.py": FIXED, "tests/test_fmt.py": GRADED_TEST})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "fix money formatting, with tests")
+    fix = git(service, "rev-parse", "fix")
+    git(service, "checkout", "-q", "main")
+    return base, fix
+
+
+def _graded(repo: Path, fix: str, fail_to_pass: tuple[str, ...]) -> Engine:
+    from pytest_agentgate.grading import Grading
+
+    gate = GateSpec(commands=(GATE,), timeout=120, grading=Grading(fail_to_pass, None, fix))
+    return Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
+        sandbox_settings=Settings(mode="auto"),
+    )  # fmt: skip
+
+
+F2P = ("tests/test_fmt.py::test_money", "tests/test_fmt.py::test_whole")
+
+
+def test_grading_full_lands_the_graded_tree(service: Path, history: tuple[str, str]) -> None:
+    base, fix = history
+    done = attempt(_graded(service, fix, F2P), {"ledger/fmt.py": FIXED}, "apply the fix")
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+    assert done.results["grade"] == "FULL"  # type: ignore[attr-defined]
+    # What landed is the graded tree: the fix's tests came with it.
+    assert git(service, "show", "main:tests/test_fmt.py") + "\n" == GRADED_TEST
+    assert git(service, "rev-parse", "main^") == base
+
+
+def test_grading_no_for_doing_nothing_or_editing_the_graded_test(
+    service: Path, history: tuple[str, str]
+) -> None:
+    _, fix = history
+    e = _graded(service, fix, F2P)
+    idle = attempt(e, {"ledger/notes.py": "NOTE = 1\n"}, "do nothing useful")
+    assert idle.verdict.status == "rejected" and idle.results["grade"] == "NO"  # type: ignore[attr-defined]
+    cheat = {"tests/test_fmt.py": "def test_money():\n    pass\n\n\ndef test_whole():\n    pass\n"}
+    edited = attempt(e, cheat, "edit the graded test")
+    assert edited.verdict.status == "rejected", edited.verdict  # type: ignore[attr-defined]
+    assert edited.results["grade"] == "NO"  # type: ignore[attr-defined]
+    assert "fail-to-pass still not passing" in edited.verdict.reason  # type: ignore[attr-defined]
+
+
+def test_grading_partial_does_not_land(service: Path, history: tuple[str, str]) -> None:
+    _, fix = history
+    half = "def money(cents):\n    return '1.50' if cents == 150 else f'{cents / 100}'\n"
+    done = attempt(_graded(service, fix, F2P), {"ledger/fmt.py": half}, "half a fix")
+    assert done.results["grade"] == "PARTIAL"  # type: ignore[attr-defined]
+    assert done.verdict.status == "rejected"  # type: ignore[attr-defined]
+    record = git(service, "log", "-1", "--format=%B", done.ref)  # type: ignore[attr-defined]
+    assert "Grade: PARTIAL" in record and "tests/test_fmt.py::test_whole failed" in record
+
+
+def test_a_fail_to_pass_test_that_already_passes_is_a_configuration_error(
+    service: Path, history: tuple[str, str], pytester: pytest.Pytester
+) -> None:
+    _, fix = history
+    git(service, "merge", "-q", "--ff-only", "fix")  # the base already has the fix
+    done = attempt(_graded(service, fix, F2P), {"ledger/notes.py": "N = 1\n"}, "nothing to fix")
+    assert done.verdict.status == "error"  # type: ignore[attr-defined]
+    assert "already pass on the base" in done.verdict.reason  # type: ignore[attr-defined]
+    flag = pytester.path / "body-ran"
+    pytester.makepyfile(
+        test_graded=f"""
+        import pytest
+
+        @pytest.mark.gated(task="fix money", fail_to_pass={list(F2P)!r}, tests_from={fix!r})
+        def test_agent(agent_workspace):
+            open({str(flag)!r}, "w").close()
+        """
+    )
+    result = _run(pytester, service, f"--agentgate-gate={GATE}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*fail_to_pass test(s) already pass on the base*"])
+    assert not flag.exists()

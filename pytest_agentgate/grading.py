@@ -1,0 +1,136 @@
+"""Benchmark grading in SWE-bench's words: fail-to-pass, pass-to-pass, and a grade.
+
+A graded task names the tests that must go from failing to passing (``fail_to_pass``) and
+those that must keep passing (``pass_to_pass``, by default every test that passed on the
+base). The files holding those tests, and the harness (conftest files, pytest configuration
+files, test-directory ``__init__.py``), are set to their content at ``tests_from`` (by default
+the base) in the tree that is graded, so an agent that edits a graded test to pass gains
+nothing; that graded tree, not the agent's raw tree, is the one promoted. The grade is
+``FULL`` (every test passes), ``PARTIAL`` (some fail-to-pass tests pass, every pass-to-pass
+test passes) or ``NO``; only ``FULL`` promotes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import _git, results
+
+if TYPE_CHECKING:
+    from .repo import BaseRepo
+
+FULL, PARTIAL, NO = "FULL", "PARTIAL", "NO"
+_HARNESS_NAMES = frozenset(
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"}
+)
+
+
+@dataclass(frozen=True)
+class Grading:
+    """What a graded task is graded on."""
+
+    fail_to_pass: tuple[str, ...] = ()
+    #: None: every test that passed on the base (with the graded files of ``tests_from``).
+    pass_to_pass: tuple[str, ...] | None = None
+    #: The commit whose graded files and harness are put into the graded tree (None: the base).
+    tests_from: str | None = None
+
+    def files(self) -> list[str]:
+        """The files that hold the graded tests (the part of a node id before ``::``)."""
+        ids = (*self.fail_to_pass, *(self.pass_to_pass or ()))
+        return sorted({test.split("::", 1)[0] for test in ids})
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The grade and each graded test's outcome."""
+
+    grade: str
+    outcomes: Mapping[str, str]
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+
+    def reason(self) -> str:
+        still = [t for t in self.fail_to_pass if self.outcomes.get(t) != results.PASSED]
+        broke = [t for t in self.pass_to_pass if self.outcomes.get(t) != results.PASSED]
+        parts = []
+        if still:
+            parts.append(f"fail-to-pass still not passing: {', '.join(still[:5])}")
+        if broke:
+            parts.append(f"pass-to-pass no longer passing: {', '.join(broke[:5])}")
+        return f"grade {self.grade}" + (f" ({'; '.join(parts)})" if parts else "")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "grade": self.grade,
+            "fail_to_pass": {t: self.outcomes.get(t, "missing") for t in self.fail_to_pass},
+            "pass_to_pass": {t: self.outcomes.get(t, "missing") for t in self.pass_to_pass},
+        }
+
+
+def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]) -> str:
+    """``tree`` with ``files`` and the harness set to their content at ``tests_from``.
+
+    A file ``tests_from`` lacks is removed from the graded tree; harness files are those of
+    either tree, so a conftest the attempt added goes too.
+    """
+    source_tree = repo.tree_of(tests_from)
+    paths = set(files)
+    for listed in (source_tree, tree):
+        out = repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", listed).stdout
+        for path in _git.split_z(out):
+            if path.rsplit("/", 1)[-1] in _HARNESS_NAMES:
+                paths.add(path)
+    with tempfile.TemporaryDirectory(prefix="agentgate-grade-") as tmp:
+        index = Path(tmp) / "index"
+        repo.git("read-tree", "--end-of-options", tree, index=index)
+        lines = []
+        for path in sorted(paths):
+            entry = repo.git(
+                "ls-tree", "-z", "--end-of-options", source_tree, "--", f":(literal){path}"
+            ).stdout.split(b"\0", 1)[0]
+            if entry:
+                meta = entry.split(b"\t", 1)[0].decode("ascii")
+                mode, _kind, oid = meta.split(" ")
+                lines.append(f"{mode} {oid}\t{path}")
+            else:
+                lines.append(f"0 {'0' * 40}\t{path}")
+        if lines:
+            payload = "".join(line + "\0" for line in lines).encode("utf-8", "surrogateescape")
+            repo.git("update-index", "-z", "--index-info", index=index, input=payload)
+        return repo.git("write-tree", index=index).out.strip()
+
+
+def command(gate_commands: Sequence[str], python: str, ids: Sequence[str]) -> str:
+    """The pytest command that runs the graded tests by their ids, whatever the gate selects.
+
+    It is the first pytest gate command's program (``python -m pytest`` when there is none),
+    with the ids appended.
+    """
+    import shlex
+
+    for text in gate_commands:
+        argv = results.command_argv(text)
+        if argv is not None and results.is_pytest(argv):
+            end = argv.index("pytest") + 1 if "pytest" in argv else 1
+            return shlex.join([*argv[:end], "-q", *ids])
+    return shlex.join([python, "-m", "pytest", "-q", *ids])
+
+
+def grade(
+    outcomes: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
+) -> Grade:
+    passed = {t for t, o in outcomes.items() if o == results.PASSED}
+    keeps = all(t in passed for t in pass_to_pass)
+    fixed = [t for t in fail_to_pass if t in passed]
+    if keeps and len(fixed) == len(fail_to_pass):
+        verdict = FULL
+    elif keeps and fixed:
+        verdict = PARTIAL
+    else:
+        verdict = NO
+    return Grade(verdict, dict(outcomes), tuple(fail_to_pass), tuple(pass_to_pass))
