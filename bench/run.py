@@ -325,6 +325,53 @@ class Bench:
             self.add(f"gate command, {label}", p, f, "floor: checkout + subprocess.run + rm")
         workspace.remove(ws)
 
+    def results_cost(self) -> None:
+        """Per-test results (JUnit written and parsed) and a baseline, beside a plain gate run."""
+        from pytest_agentgate import sandbox
+
+        tests = "".join(f"def test_{i}():\n    assert {i} == {i}\n\n" for i in range(20))
+        commit = self.commit_on_base({"bench_tests/test_bench.py": tests})
+        tree = self.repo.tree_of(commit)
+        context = gate.GateContext(
+            self.scratch("results"), sandbox.resolve(sandbox.Settings(mode="none"))
+        )
+        pytest_cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider bench_tests"
+        with_results = GateSpec(commands=(pytest_cmd,))
+        plain = GateSpec(commands=(f"sh -c '{pytest_cmd}'",))  # a shell command: no results
+
+        def run_plain(_s: dict) -> None:
+            assert gate.run_commands(self.repo, tree, plain, context).ok
+
+        def run_results(_s: dict) -> None:
+            found = gate.run_commands(self.repo, tree, with_results, context)
+            assert found.ok and found.tests and len(found.tests) == 20
+
+        p, f = pair(self.runs, lambda i: {}, run_results, run_plain)
+        self.add("pytest gate, per-test results", p, f, "floor: the same gate, exit code only")
+        engine = Engine(self.repo, "main", workdir=self.disk, gate=with_results,
+                        sandbox_settings=sandbox.Settings(mode="none"))  # fmt: skip
+        bases = [
+            self.commit_on_base({"bench_tests/test_bench.py": tests + f"# {i}\n"})
+            for i in range(self.runs * 2)
+        ]
+
+        def first_baseline(s: dict) -> None:
+            assert engine.baseline(bases.pop(), with_results)
+
+        p, f = pair(self.runs, lambda i: {}, first_baseline, run_plain)
+        self.add("baseline, computed and stored", p, f, "floor: one plain gate run")
+        again = bases[0]
+        engine.baseline(again, with_results)
+        reread = Engine(self.repo, "main", workdir=self.disk, gate=with_results,
+                        sandbox_settings=sandbox.Settings(mode="none"))  # fmt: skip
+
+        def reused(_s: dict) -> None:
+            reread._baselines.clear()
+            assert reread.baseline(again, with_results)
+
+        p, f = pair(self.runs, lambda i: {}, reused, run_plain)
+        self.add("baseline, reused from git", p, f, "floor: one plain gate run")
+
     # snapshot ---------------------------------------------------------------------------
 
     def snapshot(self) -> None:
@@ -668,7 +715,7 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(BaseRepo(repo_path, None), size, runs, disk, memory)
             steps = [bench.fork, bench.sealed]
             if size == sizes[0]:
-                steps.append(bench.containment)
+                steps += [bench.containment, bench.results_cost]
             for step in (
                 *steps,
                 bench.snapshot,
