@@ -182,3 +182,17 @@ def wait_for(predicate: object, timeout: float = 30.0, what: str = "the conditio
     while not predicate():  # type: ignore[operator]
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+#: Two gated tests adding one file each: the suite the fault tests kill at named points.
+AGENTS = """
+import pytest
+
+@pytest.mark.gated(task="first change")
+def test_1_first(agent_workspace):
+    (agent_workspace.path / "first.txt").write_text("first\\n")
+
+@pytest.mark.gated(task="second change")
+def test_2_second(agent_workspace):
+    (agent_workspace.path / "second.txt").write_text("second\\n")
+"""

@@ -13,18 +13,6 @@ from helpers import fsck, git, spawn_pytest
 
 JOURNAL = "worktree-sync-refs%2Fheads%2Fmain.json"
 
-AGENTS = """
-import pytest
-
-@pytest.mark.gated(task="first change")
-def test_1_first(agent_workspace):
-    (agent_workspace.path / "first.txt").write_text("first\\n")
-
-@pytest.mark.gated(task="second change")
-def test_2_second(agent_workspace):
-    (agent_workspace.path / "second.txt").write_text("second\\n")
-"""
-
 
 def run(
     suite: Path, repo: Path, base: str, fault: str | None, gate: str = "true"
@@ -38,14 +26,6 @@ def run(
          f"--agentgate-repo={repo}", f"--agentgate-base={base}", f"--agentgate-gate={gate}", "--agentgate-promote"],
         cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False, start_new_session=True,
     )  # fmt: skip
-
-
-@pytest.fixture
-def suite(tmp_path: Path) -> Path:
-    path = tmp_path / "suite"
-    path.mkdir()
-    (path / "test_agents.py").write_text(AGENTS)
-    return path
 
 
 def assert_recovers(suite: Path, service: Path, base: str) -> None:

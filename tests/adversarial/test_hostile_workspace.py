@@ -254,7 +254,9 @@ def test_emptied_suite_exits_5_and_is_rejected(pytester: pytest.Pytester, servic
         "--agentgate-promote",
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*2 test(s) that passed on the base no longer pass*(the gate exited 5)*"])
+    result.stdout.fnmatch_lines(
+        ["*2 test(s) that passed on the base no longer pass*(the gate exited 5)*"]
+    )
 
 
 def test_secrets_are_left_out_and_masked(

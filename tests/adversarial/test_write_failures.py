@@ -14,20 +14,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git, make_service
-from test_faults import AGENTS, run
+from helpers import AGENTS, fsck, git, make_service
+from test_faults import run
 
 from pytest_agentgate import attempts, oplog
 from pytest_agentgate.pending import open_lines
 from pytest_agentgate.repo import BaseRepo
-
-
-@pytest.fixture
-def suite(tmp_path: Path) -> Path:
-    path = tmp_path / "suite"
-    path.mkdir()
-    (path / "test_agents.py").write_text(AGENTS)
-    return path
 
 
 def assert_consistent(service: Path, base: str) -> list[attempts.AttemptInfo]:
