@@ -706,22 +706,45 @@ def _scrub(root: Path) -> None:
 
     git skips every entry named ``.git`` at any depth and ignores FIFOs, sockets and devices,
     and a checkout leaves directory modes as it found them: an agent could leave a message
-    for the next task there. One descriptor-based walk (no link followed) removes such
-    entries and gives directories the mode a fresh checkout gives them.
+    for the next task there. One descriptor-based walk (no link followed, file types from
+    the directory entries, so no ``stat`` per file) removes such entries and gives
+    directories the mode a fresh checkout gives them.
     """
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     mode = 0o777 & ~_umask()
-    for folder, dirnames, filenames, fd in os.fwalk(root, follow_symlinks=False):
-        rel = os.path.relpath(folder, root)
-        prefix = "" if rel == "." else rel + "/"
-        if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
-            os.fchmod(fd, mode)
-        for name in [d for d in dirnames if d == ".git"]:
-            dirnames.remove(name)
-            remove_under(root, prefix + name)
-        for name in filenames:
-            info = os.lstat(name, dir_fd=fd)
-            if name == ".git" or not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
-                remove_under(root, prefix + name)
+    # Depth first, one open descriptor per level: a wide tree never holds many at once.
+    stack: list[tuple[str, int, list[os.DirEntry[str]]]] = []
+
+    def enter(prefix: str, fd: int) -> None:
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
+                os.fchmod(fd, mode)
+            with os.scandir(fd) as entries:
+                found = list(entries)
+        except BaseException:
+            os.close(fd)
+            raise
+        stack.append((prefix, fd, found))
+
+    enter("", os.open(root, flags))
+    try:
+        while stack:
+            prefix, fd, found = stack[-1]
+            if not found:
+                os.close(fd)
+                stack.pop()
+                continue
+            entry = found.pop()
+            rel = prefix + entry.name
+            if entry.name == ".git":
+                remove_under(root, rel)
+            elif entry.is_dir(follow_symlinks=False):
+                enter(rel + "/", os.open(entry.name, flags, dir_fd=fd))
+            elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                remove_under(root, rel)
+    finally:
+        for _, fd, _ in stack:
+            os.close(fd)
 
 
 def _differences(ws: Workspace, *flags: str) -> tuple[list[str], list[str]]:
