@@ -13,7 +13,11 @@ no attempt may add or change, at any depth:
   (an agent may add a dependency to ``pyproject.toml``);
 - the ``__init__.py`` of a test directory (one that holds test modules, or is named
   ``test``, ``tests`` or ``testing``), and ``pytest_plugins`` in a test module;
-- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``.
+- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``;
+- a new module or package at the top of the tree named like one of the standard library or of
+  an installed distribution (``pytest.py``, ``_pytest/``, ``xml/``, ``sitecustomize.py``):
+  ``python -m pytest`` puts the checkout first on ``sys.path``, so such a name would replace
+  the test runner, or a part of it, with the agent's code.
 
 Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person can lift it
 (``--agentgate-unprotect``).
@@ -44,6 +48,7 @@ DEFAULT_HARNESS = (
     "*.pth",
     "*.dist-info",
     "*.egg-info",
+    "shadowing",
 )
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
 _TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
@@ -97,6 +102,8 @@ def violations(
             and _plugins_line(read(base_tree, path)) != _plugins_line(read(tree, path))
         ):
             found.append(f"{path} (pytest_plugins)")
+    if "shadowing" in rules:
+        found += _shadowing(changed, base_tree, all_paths)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -106,6 +113,39 @@ def violations(
                 if folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES:
                     found.append(f"{path} (__init__.py of a test directory)")
     return found
+
+
+def _shadowing(
+    changed: Sequence[str], base_tree: str, all_paths: Callable[[str], Sequence[str]]
+) -> list[str]:
+    """New top-level modules or packages that shadow the standard library or an installed
+    distribution (the base's own top-level names are the base's, not the attempt's)."""
+    tops = {p.split("/", 1)[0] for p in changed}
+    suspects = {t for t in tops if _module_name(t) in _shadowable()}
+    if not suspects:
+        return []
+    existing = {p.split("/", 1)[0] for p in all_paths(base_tree)}
+    return [f"{t} (shadows the module {_module_name(t)!r})" for t in sorted(suspects - existing)]
+
+
+def _module_name(top: str) -> str:
+    return top[: -len(".py")] if top.endswith(".py") else top
+
+
+_SHADOWABLE: frozenset[str] | None = None
+
+
+def _shadowable() -> frozenset[str]:
+    """Top-level names of the standard library and of this environment's distributions."""
+    global _SHADOWABLE
+    if _SHADOWABLE is None:
+        import sys
+        from importlib.metadata import packages_distributions
+
+        names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
+        names |= set(packages_distributions())
+        _SHADOWABLE = frozenset(names)
+    return _SHADOWABLE
 
 
 def _test_dirs(paths: Iterable[str]) -> set[str]:

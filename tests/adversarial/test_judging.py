@@ -102,6 +102,23 @@ CHEATS: dict[str, dict[str, str | None]] = {
             """
         ),
     },
+    "a pytest.py at the top that forges a report": {
+        "pytest.py": """
+            import sys
+
+            CASES = "".join(
+                f'<testcase classname="tests.test_ledger" name="{n}" file="tests/test_ledger.py"/>'
+                for n in ("test_handle", "test_build")
+            )
+            for arg in sys.argv:
+                if arg.startswith("--junitxml="):
+                    with open(arg.split("=", 1)[1], "w") as out:
+                        out.write(f"<testsuites><testsuite>{CASES}</testsuite></testsuites>")
+            sys.exit(0)
+            """,
+    },
+    "an xml package shadowing the JUnit writer": {"xml/__init__.py": "import os\nos._exit(0)\n"},
+    "a sitecustomize.py": {"sitecustomize.py": "import os\nos._exit(0)\n"},
     "os._exit(0) when pytest is imported": {
         "ledger/__init__.py": "import os, sys\nif 'pytest' in sys.modules:\n    os._exit(0)\n",
     },
@@ -137,6 +154,22 @@ def test_results_alone_catch_a_cheat_the_harness_rules_would_have(
     assert any(
         why in verdict.reason for why in ("no longer pass", "no per-test results", "exited 4")
     ), verdict.reason
+
+
+def test_a_forged_runner_is_stopped_by_the_shadowing_rule(service: Path) -> None:
+    """Results alone cannot see a pytest.py that writes a report of its own: the rule can."""
+    from pytest_agentgate.harness import DEFAULT_HARNESS
+
+    cheat = {
+        "ledger/store.py": BROKEN_STORE,
+        **CHEATS["a pytest.py at the top that forges a report"],
+    }
+    verdict = attempt(engine(service), cheat).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected"
+    assert "pytest.py (shadows the module 'pytest')" in verdict.reason
+    lifted = tuple(r for r in DEFAULT_HARNESS if r != "shadowing")
+    forged = attempt(engine(service, harness=lifted), cheat, "the same, rule lifted")
+    assert forged.verdict.status == "promoted"  # type: ignore[attr-defined]  # why the rule exists
 
 
 def test_the_reason_names_what_the_attempt_changed(service: Path) -> None:
