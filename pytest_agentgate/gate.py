@@ -316,6 +316,10 @@ def _run_one(
         argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit1"]
         for plugin in environment_plugins():
             argv += ["-p", plugin]
+        # Naming a plugin and its submodule (xdist, xdist.looponfail) warns that the module
+        # was imported before it could be rewritten: a base with filterwarnings=error would
+        # then fail its own gate for the plugin's way of loading, not for its tests.
+        argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     elif spec.results_file:
         junit = checkout / spec.results_file

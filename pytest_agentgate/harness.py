@@ -25,11 +25,12 @@ Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person
 
 from __future__ import annotations
 
-import configparser
 import fnmatch
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
+
+import iniconfig
 
 #: The rules that protect the harness, each by its name.
 DEFAULT_HARNESS = (
@@ -84,7 +85,11 @@ def violations(
     sections = [_SECTION.match(r) for r in rules if _SECTION.match(r)]
     for path in changed:
         parts = path.split("/")
-        hit = next((r for r in components if any(fnmatch.fnmatchcase(p, r) for p in parts)), None)
+        # Case folded: Python's metadata finds "Evil.DIST-INFO" as readily as "evil.dist-info".
+        folded = [part.lower() for part in parts]
+        hit = next(
+            (r for r in components if any(fnmatch.fnmatchcase(p, r.lower()) for p in folded)), None
+        )
         if hit is not None:
             found.append(f"{path} ({hit})")
             continue
@@ -165,8 +170,8 @@ _UNREADABLE = object()
 def _section(name: str, content: bytes | None, section: str) -> object:
     """The named section of an ini or TOML file as data (None when absent).
 
-    A file that cannot be parsed yields a value that equals nothing, so an unparseable change
-    counts as a change: pytest might still read the section.
+    A file that cannot be parsed yields a marker that differs from any parsed section, so a
+    change from a readable file to an unreadable one (or back) counts as a change.
     """
     if content is None:
         return None
@@ -179,8 +184,9 @@ def _section(name: str, content: bytes | None, section: str) -> object:
                     return None
                 data = data[key]
             return data
-        parser = configparser.RawConfigParser(strict=False)
-        parser.read_string(text)
-        return dict(parser.items(section)) if parser.has_section(section) else None
-    except (tomllib.TOMLDecodeError, configparser.Error):
-        return _UNREADABLE if section in text else None
+        # Read as pytest reads it (iniconfig: comments stripped from section lines, keys kept
+        # as written), so what this compares is what pytest will see.
+        config = iniconfig.IniConfig(name, data=text)
+        return dict(config[section].items()) if section in config else None
+    except (tomllib.TOMLDecodeError, iniconfig.ParseError):
+        return _UNREADABLE

@@ -44,6 +44,16 @@ def attempt(e: Engine, files: dict[str, str | None], task: str = "cheat") -> obj
     return e.run_attempt(ws, task=task)
 
 
+PASS_EVERY_REPORT = """
+import pytest
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    report.outcome = "passed"
+    return report
+"""
+
 CHEATS: dict[str, dict[str, str | None]] = {
     "addopts --collect-only in pyproject.toml": {
         "pyproject.toml": '[tool.pytest.ini_options]\naddopts = "--collect-only"\n',
@@ -119,6 +129,22 @@ CHEATS: dict[str, dict[str, str | None]] = {
     },
     "an xml package shadowing the JUnit writer": {"xml/__init__.py": "import os\nos._exit(0)\n"},
     "a sitecustomize.py": {"sitecustomize.py": "import os\nos._exit(0)\n"},
+    "a tox.ini section header pytest reads past its comment": {
+        "tox.ini": "[pytest] #]\naddopts = -p helpers\n",
+        "helpers.py": PASS_EVERY_REPORT,
+    },
+    "a setup.cfg section header pytest reads past its comment": {
+        "setup.cfg": "[tool:pytest] ;]\naddopts = -p helpers\n",
+        "helpers.py": PASS_EVERY_REPORT,
+    },
+    "an upper-case DIST-INFO with an entry point named like an installed plugin": {
+        "Evil.DIST-INFO/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1\n",
+        "Evil.DIST-INFO/entry_points.txt": "[pytest11]\nxdist = evil_plugin\n",
+        "evil_plugin.py": PASS_EVERY_REPORT,
+    },
+    "a module at the top shadowing an installed plugin": {
+        "pytest_rerunfailures.py": PASS_EVERY_REPORT,
+    },
     "os._exit(0) when pytest is imported": {
         "ledger/__init__.py": "import os, sys\nif 'pytest' in sys.modules:\n    os._exit(0)\n",
     },
@@ -154,6 +180,17 @@ def test_results_alone_catch_a_cheat_the_harness_rules_would_have(
     assert any(
         why in verdict.reason for why in ("no longer pass", "no per-test results", "exited 4")
     ), verdict.reason
+
+
+def test_a_configuration_key_renamed_as_pytest_reads_it_is_a_change(service: Path) -> None:
+    """pytest's ini parser keeps keys as written: FilterWarnings is not filterwarnings."""
+    write(service, {"tox.ini": "[pytest]\nfilterwarnings = error\n"})
+    git(service, "add", "tox.ini")
+    git(service, "commit", "-qm", "warnings are errors")
+    e = engine(service)
+    assert e.baseline(git(service, "rev-parse", "main"), e.gate)  # the gate runs on such a base
+    verdict = attempt(e, {"tox.ini": "[pytest]\nFilterWarnings = error\n"}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and "tox.ini:[pytest]" in verdict.reason
 
 
 def test_a_forged_runner_is_stopped_by_the_shadowing_rule(service: Path) -> None:
