@@ -152,26 +152,35 @@ def spawn_pytest(
     )
 
 
-#: A shell snippet starting a long sleeper whose command line says ``sleeper-42``: the
-#: arithmetic is done by the shell, so only the sleeper (not the pytest process or shell that
-#: was given the snippet) carries the finished word. A PID namespace hides its pid from the
-#: test; its command line is still seen from here.
-SLEEPER = "python3 -c 'import time; time.sleep(300)' sleeper-$((6*7))"
+class Sleeper:
+    """A long sleeper process, told apart from every other test's by a word of its own.
 
+    ``command`` is a shell snippet whose sleeper's command line ends in ``<tag>-42``: the
+    arithmetic is done by the shell, so only the sleeper (not the pytest process or shell
+    that was given the snippet) carries the finished word. A PID namespace hides its pid from
+    the test; its command line is still seen from here.
+    """
 
-def sleepers() -> list[int]:
-    """Live processes started from :data:`SLEEPER`, by their command line."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"sleeper-42" in cmdline.split(b"\0") and alive(int(name)):
-            found.append(int(name))
-    return found
+    def __init__(self) -> None:
+        import uuid
+
+        self.tag = f"sleeper-{uuid.uuid4().hex[:8]}"
+        self.command = f"python3 -c 'import time; time.sleep(300)' {self.tag}-$((6*7))"
+
+    def alive(self) -> list[int]:
+        """Live processes started from this sleeper's command, by their command line."""
+        word = f"{self.tag}-42".encode()
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if word in cmdline.split(b"\0") and alive(int(name)):
+                found.append(int(name))
+        return found
 
 
 def wait_for(predicate: object, timeout: float = 30.0, what: str = "the condition") -> None:

@@ -315,14 +315,16 @@ def test_gate_runs_in_a_clean_checkout_with_env(pytester: pytest.Pytester, servi
 def test_gate_timeout_kills_the_process_group(
     pytester: pytest.Pytester, service: Path, tmp_path: Path
 ) -> None:
-    from helpers import SLEEPER, sleepers
+    from helpers import Sleeper
+
+    sleeper = Sleeper()
 
     pytester.makepyfile(test_agent=gated_test())
-    gate = f"setsid {SLEEPER} & wait"
+    gate = f"setsid {sleeper.command} & wait"
     result = run(pytester, service, f"--agentgate-gate={gate}", "--agentgate-gate-timeout=0.5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*agentgate rejected: gate timed out*"])
-    assert not sleepers()
+    assert not sleeper.alive()
 
 
 def test_gated_tests_skip_inside_a_gate(

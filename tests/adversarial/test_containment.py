@@ -346,7 +346,9 @@ def _nobody() -> pwd.struct_passwd | None:
 
 
 def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Path) -> None:
-    from helpers import SLEEPER, sleepers
+    from helpers import Sleeper
+
+    sleeper = Sleeper()
 
     from pytest_agentgate._supervisor import Cgroup
 
@@ -359,10 +361,10 @@ def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Pat
     probe.remove()
     e = engine(service, "none")
     ws = e.fork(task="kill the supervisor")
-    escape = f'setsid sh -c "cd / && exec {SLEEPER}" < /dev/null > /dev/null 2>&1 &'
+    escape = f'setsid sh -c "cd / && exec {sleeper.command}" < /dev/null > /dev/null 2>&1 &'
     result = ws.run(f"{escape} sleep 0.2; kill -9 $PPID; sleep 5")
     assert "exit status was lost" in result.launch_error and not result.ok
-    assert not sleepers()
+    assert not sleeper.alive()
 
 
 def test_removal_walks_without_following_links(tmp_path: Path) -> None:

@@ -187,23 +187,25 @@ def test_sigterm_while_a_gate_runs_ends_the_gate_too(
     suite: Path, service: Path, tmp_path: Path
 ) -> None:
     """CI cancels a job with SIGTERM: the gate and everything it started go with the run."""
-    from helpers import SLEEPER, sleepers, wait_for
+    from helpers import Sleeper, wait_for
 
-    assert not sleepers()
+    sleeper = Sleeper()
+
+    assert not sleeper.alive()
     base = git(service, "rev-parse", "main")
     proc = spawn_pytest(
         suite,
         f"--basetemp={suite / 'tmp'}",
         f"--agentgate-repo={service}",
         f"--agentgate-base={base}",
-        f"--agentgate-gate=setsid {SLEEPER} & wait",
+        f"--agentgate-gate=setsid {sleeper.command} & wait",
         "--agentgate-promote",
         start_new_session=True,
     )
-    wait_for(sleepers, 60, "the gate to start")
+    wait_for(sleeper.alive, 60, "the gate to start")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
-    wait_for(lambda: not sleepers(), 5, "the gate's processes to end")
+    wait_for(lambda: not sleeper.alive(), 5, "the gate's processes to end")
     assert git(service, "rev-parse", "main") == base
     fsck(service)

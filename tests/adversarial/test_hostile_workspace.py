@@ -320,16 +320,18 @@ def test_limits_reject_without_reading_everything(service: Path) -> None:
 
 
 def test_background_processes_are_ended_with_the_command(service: Path) -> None:
-    from helpers import SLEEPER, sleepers
+    from helpers import Sleeper
+
+    sleeper = Sleeper()
 
     e = engine(service)
     ws = e.fork(task="daemon")
-    result = ws.run(f"{SLEEPER} &")
+    result = ws.run(f"{sleeper.command} &")
     assert result.returncode == 0 and result.survivors >= 1
-    assert not sleepers()
+    assert not sleeper.alive()
     (ws.path / "x.txt").write_text("x")
     e.run_attempt(ws, task="daemon")
-    assert not sleepers()
+    assert not sleeper.alive()
 
 
 def test_agent_cannot_repoint_a_submodule(service: Path) -> None:
