@@ -827,6 +827,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if gated_items:
         run = config.stash[RUN_KEY]
         engine = run.engine()
+        # The check runs gates (the baselines): in the run's own directory, as the tests will.
+        # pytest's tmpdir plugin keeps its factory on the config; there is no public getter.
+        _default_workdir(config, engine, getattr(config, "_tmp_path_factory", None))
         run.preflight(engine, gated_items)
 
 
@@ -838,12 +841,21 @@ def agentgate(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     """The engine for this run: the base repository, the target, the gate."""
     run = request.config.stash[RUN_KEY]
     engine = run.engine()
-    workdir, _ = setting(request.config, "workdir")
-    if not workdir:
-        engine.workdir = tmp_path_factory.getbasetemp() / "agentgate"
-        engine.workdir.mkdir(exist_ok=True)
-        (engine.workdir / RUN_MARKER).touch()
+    _default_workdir(request.config, engine, tmp_path_factory)
     return engine
+
+
+def _default_workdir(
+    config: pytest.Config, engine: Engine, factory: pytest.TempPathFactory | None
+) -> None:
+    """Without --agentgate-workdir, workspaces and gate checkouts go under pytest's basetemp
+    (pytest keeps its last three), marked so that pytest never collects tests from them."""
+    workdir, _ = setting(config, "workdir")
+    if workdir or factory is None:
+        return
+    engine.workdir = factory.getbasetemp() / "agentgate"
+    engine.workdir.mkdir(exist_ok=True)
+    (engine.workdir / RUN_MARKER).touch()
 
 
 @pytest.fixture
