@@ -79,6 +79,7 @@ def format_message(
     uid: str = "",
     results: Mapping[str, Any] | None = None,
     retest: str = "",
+    graded_tree: str = "",
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -123,6 +124,8 @@ def format_message(
         trailers["Id"] = uid
     if retest:
         trailers["Retest"] = retest
+    if graded_tree:
+        trailers["Graded-Tree"] = graded_tree
     # Commit dates have whole seconds; this orders attempts recorded within one second.
     trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
     return "\n".join(body) + "\n" + trailer_lines(trailers)
@@ -288,6 +291,7 @@ def write_record(
         uid=str(fields.get("uid", "")),
         results=fields.get("results") or None,
         retest=str(fields.get("retest") or ""),
+        graded_tree=str(fields.get("graded_tree") or ""),
     )
     begin = time.perf_counter()
     from . import _faults

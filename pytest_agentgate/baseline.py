@@ -25,7 +25,7 @@ _AUTHOR = Author("agentgate", "agentgate@localhost")
 
 
 def key(
-    tree: str, commands: Sequence[str], results_file: str | None, context: Sequence[str]
+    tree: str, commands: Sequence[object], results_file: str | None, context: Sequence[str]
 ) -> str:
     """What the results depend on, hashed: the tree, the gate, the interpreter, the sandbox."""
     material = json.dumps(

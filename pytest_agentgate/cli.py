@@ -338,7 +338,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
     if args.gate:
         spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
 
-        def retest(tree: str) -> tuple[bool, str, str]:
+        def retest(tree: str, tip: str) -> tuple[bool, str, str]:
             from .gate import GateContext
             from .sandbox import Settings, resolve
 
@@ -425,9 +425,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """List each commit on the target whose tree no passing gate judged; exit 1 if any.
 
     A tree counts as judged when an attempt record says it landed there (a fast-forward to
-    the gated snapshot, or a merge whose tree was re-tested), or it is such a tree again (a
-    rollback restores one byte for byte). A person's push, a merge landed without its
-    re-test (--agentgate-no-retest), a move outside the plugin: each is listed.
+    the gated snapshot, or a merge whose record says its re-test passed), or it is such a
+    tree again (a rollback restores one byte for byte). A person's push, a merge landed
+    without a re-test, a move outside the plugin: each is listed.
     """
     from .attempts import list_attempts
     from .errors import AgentgateError
@@ -436,15 +436,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     branch = _target(repo, args)
     judged: set[str] = set()
     for attempt in list_attempts(repo):
-        if (
-            attempt.verdict == "promoted"
-            and attempt.landed
-            and attempt.trailers.get("Retest") != "skipped"
-        ):
-            try:
-                judged.add(repo.tree_of(attempt.landed))
-            except AgentgateError:  # a landed commit pruned or gone: nothing to count
-                continue
+        if attempt.verdict != "promoted" or not attempt.landed:
+            continue
+        try:
+            landed_tree = repo.tree_of(attempt.landed)
+            # A fast-forward landed the gated snapshot itself; a merge counts only when its
+            # record says its re-test passed (a merge of checks alone ran no gate on it).
+            if (
+                landed_tree == repo.tree_of(attempt.commit)
+                or attempt.trailers.get("Retest") == "passed"
+            ):
+                judged.add(landed_tree)
+        except AgentgateError:  # a landed commit pruned or gone: nothing to count
+            continue
     span = (
         f"{repo.commit(args.since, '--since')}..refs/heads/{branch}"
         if args.since

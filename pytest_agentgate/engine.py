@@ -19,7 +19,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -48,6 +48,19 @@ from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Sn
 ISOLATIONS = ("shared", "sealed")
 
 
+def _either_passed(
+    base: Mapping[str, str] | None, tip: Mapping[str, str] | None
+) -> dict[str, str] | None:
+    """One baseline from two: a test is required when it passed on either."""
+    if base is None or tip is None:
+        return dict(base) if base is not None else (dict(tip) if tip is not None else None)
+    merged = {**tip, **base}
+    for test in set(base) | set(tip):
+        if results.PASSED in (base.get(test), tip.get(test)):
+            merged[test] = results.PASSED
+    return merged
+
+
 def _program_exists(program: str) -> bool:
     """Whether a gate's program can be found as the gate will look for it (on PATH, or a
     path; a relative path is the checkout's business and is left to the launch)."""
@@ -59,9 +72,9 @@ def _program_exists(program: str) -> bool:
     return shutil.which(program) is not None
 
 
-def _reports(command: str, spec: GateSpec) -> bool:
+def _reports(command: results.Command, spec: GateSpec) -> bool:
     """Whether a gate command reports per-test results (a pytest run, or a results file)."""
-    argv = results.command_argv(command)
+    argv = results.argv_of(command)
     return spec.results_file is not None or (argv is not None and results.is_pytest(argv))
 
 
@@ -462,7 +475,7 @@ class Engine:
         """
         for spec in specs:
             for command in spec.commands:
-                argv = results.command_argv(command)
+                argv = results.argv_of(command)
                 if argv is not None and not _program_exists(argv[0]):
                     raise ConfigError(
                         f"gate program {argv[0]!r} not found (gate command {command!r}); "
@@ -479,7 +492,7 @@ class Engine:
                 raise DirtyWorktree(self.repo.worktree, dirty)
         base = self.pinned_base or tip or self._target_tip()
         warnings = []
-        seen: set[tuple[str, ...]] = set()
+        seen: set[tuple[results.Command, ...]] = set()
         for spec in specs:
             if spec.grading is not None:  # a task that grades nothing is found now
                 self.grading_plan(base, spec)
@@ -552,7 +565,8 @@ class Engine:
         assert spec.grading is not None
         g = spec.grading
         tests_from = g.tests_from or base
-        tree = grading.graded_tree(self.repo, self.repo.tree_of(base), tests_from, g.files())
+        files = grading.test_files(self.repo, base, tests_from, g)
+        tree = grading.graded_tree(self.repo, self.repo.tree_of(base), tests_from, files)
         import sys
 
         ids = [*g.fail_to_pass, *(g.pass_to_pass or ())]
@@ -585,15 +599,27 @@ class Engine:
             graded, attempt.graded_baseline, keep = self.grading_plan(attempt.base, spec)
         except ConfigError as exc:
             return Verdict("error", str(exc), "grade"), spec
-        tree = grading.graded_tree(
-            self.repo, attempt.snapshot.tree, g.tests_from or attempt.base, g.files()
+        tests_from = g.tests_from or attempt.base
+        files = grading.test_files(
+            self.repo, attempt.base, tests_from, g, attempt.snapshot.changed_paths
         )
-        run = run_commands(self.repo, tree, graded, self.gate_context(), "grade", collect=True)
+        tree = grading.graded_tree(self.repo, attempt.snapshot.tree, tests_from, files)
+        run = run_commands(
+            self.repo, tree, graded, self.gate_context(), "grade", collect=True, harness_fault=False
+        )
+        if not run.ok and not run.harness_error:
+            return Verdict("rejected", run.message, "grade", run.output), spec
+        if run.flaky and spec.flaky == "reject":
+            flaky = ", ".join(run.flaky[:5])
+            return Verdict(
+                "rejected", f"flaky: {flaky} failed, then passed when run again", "grade"
+            ), spec
         if run.tests is None:
             return Verdict(
                 "error", run.message or "the graded tests reported nothing", "grade"
             ), spec
-        outcome = grading.grade(run.tests, g.fail_to_pass, keep)
+        outcomes = {t: results.PASSED if o == results.FLAKY else o for t, o in run.tests.items()}
+        outcome = grading.grade(outcomes, g.fail_to_pass, keep)
         attempt.results = {**(attempt.results or {}), **outcome.as_dict()}
         attempt.graded_tree = tree
         if outcome.grade != grading.FULL:
@@ -669,6 +695,20 @@ class Engine:
             )
         return how
 
+    def _tip_results(self, tip: str, spec: GateSpec) -> dict[str, str] | None:
+        """The results of the target's tip: stored by the landing that made it, else now."""
+        if not any(_reports(c, spec) for c in spec.commands):
+            return None
+        try:
+            return self._baseline_of(self.repo.tree_of(tip), tip, spec)
+        except HarnessBroken:
+            return None  # the tip cannot run this gate (a graded command): the base decides
+
+    def _keep_baseline(self, tree: str, spec: GateSpec, tests: Mapping[str, str]) -> None:
+        """Store results a passing gate already produced as ``tree``'s baseline (best effort)."""
+        with contextlib.suppress(AgentgateError, OSError):
+            baseline.store(self.repo, self._baseline_key(tree, spec), tree, tests)
+
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Promote the attempt's commit onto the target (or the dry-run ref)."""
         assert attempt.commit is not None
@@ -680,12 +720,15 @@ class Engine:
                 else self.baseline(attempt.base, spec)
             )
 
-            def retest(tree: str) -> tuple[bool, str, str]:
+            def retest(tree: str, tip: str) -> tuple[bool, str, str]:
+                # Held to what passed on the attempt's base and on the tip it merges onto: a
+                # test another landing fixed must not break again in the merge.
+                held = _either_passed(base_results, self._tip_results(tip, spec))
                 result = run_commands(
-                    self.repo, tree, spec, self.gate_context(), "retest", baseline=base_results
+                    self.repo, tree, spec, self.gate_context(), "retest", baseline=held
                 )
                 if result.ok and result.tests:  # the merged tree is a baseline for free
-                    baseline.store(self.repo, self._baseline_key(tree, spec), tree, result.tests)
+                    self._keep_baseline(tree, spec, result.tests)
                 return result.ok, result.message, result.output
 
         elif spec.commands:
@@ -740,7 +783,12 @@ class Engine:
             "state": attempt.state,
             "sandbox": attempt.sandbox,
             "results": attempt.results,
-            "retest": "skipped" if attempt.retest_skipped else "",
+            "graded_tree": attempt.graded_tree or "",
+            "retest": "passed"
+            if attempt.move is not None and attempt.move.retested
+            else "skipped"
+            if attempt.retest_skipped
+            else "",
         }
 
     def record(self, attempt: Attempt) -> str:
@@ -862,6 +910,8 @@ class Engine:
         for check in attempt.checks:
             if check.comparison is not None:
                 attempt.results = check.comparison.as_dict()
+            if check.ok and check.tests and check.name == "gate":  # its tree's baseline, free
+                self._keep_baseline(attempt.snapshot.tree, spec, check.tests)
             if check.flaky:
                 attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
         failed = next((c for c in attempt.checks if not c.ok), None)

@@ -84,7 +84,7 @@ Check = Callable[[Any], "bool | CheckResult"]
 class GateSpec:
     """Everything that judges one attempt."""
 
-    commands: tuple[str, ...] = ()
+    commands: tuple[results.Command, ...] = ()
     checks: tuple[Check, ...] = ()
     #: Globs of paths no attempt may change, beyond the harness.
     protect: tuple[str, ...] = ()
@@ -223,6 +223,7 @@ def run_commands(
     label: str = "gate",
     baseline: Mapping[str, str] | None = None,
     collect: bool = False,
+    harness_fault: bool | None = None,
 ) -> CheckResult:
     """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
 
@@ -232,7 +233,9 @@ def run_commands(
     failure. A pytest gate (or one with ``spec.results_file``) reports per-test results,
     which decide with ``baseline``: exit 1 with only the base's own failures still passes;
     exit 0 with no results, or with a test lost, does not. ``collect`` runs every command to
-    the end and returns what they reported (for a baseline).
+    the end and returns what they reported (for a baseline, or a graded run); a command that
+    reports nothing is then the harness's fault unless ``harness_fault`` says otherwise (an
+    attempt's graded run: its code may have made pytest write nothing).
 
     A failing command runs again on the same tree up to ``spec.rerun`` times. A test that
     failed and then passed is flaky: under ``spec.flaky == "reject"`` that rejects, under
@@ -241,6 +244,7 @@ def run_commands(
     """
     if isinstance(context, Path):
         context = GateContext(context)
+    fault = collect if harness_fault is None else harness_fault
     tests: dict[str, str] = {}
     flaky: list[str] = []
     reported = False
@@ -249,7 +253,9 @@ def run_commands(
         runs = 0
         while runs <= spec.rerun:
             runs += 1
-            failure, found = _run_one(repo, tree, spec, context, label, command, baseline, collect)
+            failure, found = _run_one(
+                repo, tree, spec, context, label, command, baseline, collect, fault
+            )
             for test, outcome in (found or {}).items():
                 history.setdefault(test, []).append(outcome)
             if collect:  # a baseline runs again while tests fail, to tell flaky from broken
@@ -267,7 +273,9 @@ def run_commands(
             if collect:
                 tests.update({t: results.FLAKY for t in now_flaky})
         if failure is None and runs > 1 and not now_flaky and not collect:
-            now_flaky = [f"{label}: {command}"]  # the command itself failed, then passed
+            now_flaky = [
+                f"{label}: {results.display(command)}"
+            ]  # the command itself failed, then passed
         flaky += now_flaky
         if failure is not None:
             return dataclasses.replace(
@@ -278,7 +286,7 @@ def run_commands(
                 False,
                 f"flaky: {', '.join(now_flaky[:5])} failed, then passed when run again "
                 "(--agentgate-flaky=reject)",
-                name=f"{label}: {command}",
+                name=f"{label}: {results.display(command)}",
                 tests=tests,
                 flaky=tuple(flaky),
             )
@@ -298,15 +306,16 @@ def _run_one(
     spec: GateSpec,
     context: GateContext,
     label: str,
-    command: str,
+    command: results.Command,
     baseline: Mapping[str, str] | None,
     collect: bool,
+    fault: bool,
 ) -> tuple[CheckResult | None, dict[str, str] | None]:
     """One run of one gate command in a fresh checkout: (the failure or None, its results)."""
     name = secrets.token_hex(16)
     checkout = checkout_tree(repo, tree, context.private_root, name=name)
     private = context.private_root / f"{name}.private"
-    argv = results.command_argv(command)
+    argv = results.argv_of(command)
     junit: Path | None = None
     env = dict(spec.env)
     if argv is not None and results.is_pytest(argv):
@@ -332,7 +341,7 @@ def _run_one(
         result = run_contained(
             context.sandbox,
             context.role,
-            argv if argv is not None else command,
+            argv if argv is not None else results.display(command),
             cwd=checkout,
             private=private,
             timeout=spec.timeout,
@@ -342,23 +351,23 @@ def _run_one(
     finally:
         remove_tree(checkout)
         remove_tree(private)
-    where = f"{label}: {command}"
+    where = f"{label}: {results.display(command)}"
     if result.launch_error:
         return CheckResult(
-            False, f"{result.launch_error} ({command})", name=where, output=result.tail(),
+            False, f"{result.launch_error} ({results.display(command)})", name=where, output=result.tail(),
             harness_error=True,
         ), None  # fmt: skip
     if result.timed_out:
         return CheckResult(
-            False, f"gate timed out after {spec.timeout:g} s: {command}", name=where,
+            False, f"gate timed out after {spec.timeout:g} s: {results.display(command)}", name=where,
             output=result.tail(),
         ), found  # fmt: skip
     if junit is not None:
         if found is None:
             why = "wrote no results" if result.returncode == 0 else f"exited {result.returncode}"
             return CheckResult(
-                False, f"gate command {why} (no per-test results): {command}", name=where,
-                output=result.tail(), harness_error=collect,
+                False, f"gate command {why} (no per-test results): {results.display(command)}", name=where,
+                output=result.tail(), harness_error=fault,
             ), None  # fmt: skip
         # pytest's exit 1 means "some tests failed": the results say whether that is the
         # attempt's doing. Other codes (interrupted, internal or usage error, no tests) fail
@@ -372,7 +381,10 @@ def _run_one(
         if verdict.ok and accepted:
             return None, found
         if not collect:
-            why = verdict.reason() or f"gate command exited {result.returncode}: {command}"
+            why = (
+                verdict.reason()
+                or f"gate command exited {result.returncode}: {results.display(command)}"
+            )
             if result.returncode not in (0, 1) and verdict.reason():
                 why += f" (the gate exited {result.returncode})"
             return CheckResult(
@@ -381,11 +393,11 @@ def _run_one(
     if result.returncode != 0:
         return CheckResult(
             False,
-            f"gate command exited {result.returncode}: {command}"
+            f"gate command exited {result.returncode}: {results.display(command)}"
             + _hidden_editable_note(context.sandbox),
             name=where,
             output=result.tail(),
-            harness_error=collect,
+            harness_error=fault,
         ), found
     return None, found
 

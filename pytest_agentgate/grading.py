@@ -72,6 +72,28 @@ class Grade:
         }
 
 
+def test_files(
+    repo: BaseRepo, base: str, tests_from: str, grading: Grading, changed: Iterable[str] = ()
+) -> list[str]:
+    """The files a graded tree takes from ``tests_from``: those holding the graded tests, and
+    every test file (in a test directory, or a test module) that differs between the base and
+    ``tests_from`` or that the attempt changed: the helpers and data the graded tests use
+    are graded too, as SWE-bench applies a whole test patch."""
+    from . import harness
+
+    out = repo.git(
+        "diff-tree", "-r", "-z", "--name-only", "--no-renames", "--end-of-options",
+        repo.tree_of(base), repo.tree_of(tests_from),
+    ).stdout  # fmt: skip
+    candidates = {*_git.split_z(out), *changed}
+    listing = repo.git(
+        "ls-tree", "-r", "-z", "--name-only", "--end-of-options", repo.tree_of(tests_from)
+    ).stdout
+    test_dirs = harness.test_directories(_git.split_z(listing))
+    picked = {p for p in candidates if harness.is_test_path(p, test_dirs)}
+    return sorted(picked | set(grading.files()))
+
+
 def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]) -> str:
     """``tree`` with ``files`` and the harness set to their content at ``tests_from``.
 
@@ -105,20 +127,18 @@ def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]
         return repo.git("write-tree", index=index).out.strip()
 
 
-def command(gate_commands: Sequence[str], python: str, ids: Sequence[str]) -> str:
-    """The pytest command that runs the graded tests by their ids, whatever the gate selects.
-
-    It is the first pytest gate command's program (``python -m pytest`` when there is none),
-    with the ids appended.
-    """
-    import shlex
-
+def command(
+    gate_commands: Sequence[results.Command], python: str, ids: Sequence[str]
+) -> tuple[str, ...]:
+    """The pytest command of a graded run: the first pytest gate command, whole (its own
+    selection and options), with the graded tests' ids appended, so they run whatever it
+    selects; ``python -m pytest`` when the gate has no pytest command. An argument list,
+    so no id is ever read as shell syntax (``test_p[150]``)."""
     for text in gate_commands:
-        argv = results.command_argv(text)
+        argv = results.argv_of(text)
         if argv is not None and results.is_pytest(argv):
-            end = argv.index("pytest") + 1 if "pytest" in argv else 1
-            return shlex.join([*argv[:end], "-q", *ids])
-    return shlex.join([python, "-m", "pytest", "-q", *ids])
+            return (*argv, *ids)
+    return (python, "-m", "pytest", "-q", *ids)
 
 
 def grade(

@@ -108,7 +108,7 @@ def violations(
         ):
             found.append(f"{path} (pytest_plugins)")
     if "shadowing" in rules:
-        found += _shadowing(changed, base_tree, all_paths)
+        found += _shadowing(changed, base_tree, tree, all_paths)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -121,20 +121,56 @@ def violations(
 
 
 def _shadowing(
-    changed: Sequence[str], base_tree: str, all_paths: Callable[[str], Sequence[str]]
+    changed: Sequence[str], base_tree: str, tree: str, all_paths: Callable[[str], Sequence[str]]
 ) -> list[str]:
-    """New top-level modules or packages that shadow the standard library or an installed
-    distribution (the base's own top-level names are the base's, not the attempt's)."""
-    tops = {p.split("/", 1)[0] for p in changed}
-    suspects = {t for t in tops if _module_name(t) in _shadowable()}
+    """New modules or packages that shadow the standard library or an installed distribution,
+    where Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
+    ``sys.path``) and every test directory (pytest's default import mode puts those on it
+    too). Any file Python imports counts: ``x.py``, ``x.pyc``, ``x.cpython-311-x86_64-linux-gnu.so``,
+    a package ``x/``. Names the base already has at that place are the base's."""
+    shadowable = _shadowable()
+    suspects: dict[str, tuple[str, str]] = {}  # place -> (folder, module)
+    for path in changed:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            module = _module_name(parts[depth])
+            if module in shadowable:
+                folder = "/".join(parts[:depth])
+                suspects["/".join(parts[: depth + 1])] = (folder, module)
     if not suspects:
         return []
-    existing = {p.split("/", 1)[0] for p in all_paths(base_tree)}
-    return [f"{t} (shadows the module {_module_name(t)!r})" for t in sorted(suspects - existing)]
+    base_paths = all_paths(base_tree)
+    new_paths = all_paths(tree)
+    on_path = {""} | _test_dirs(base_paths) | _test_dirs(new_paths)
+    on_path |= {
+        d
+        for p in (*base_paths, *new_paths)
+        for d in _folders(p)
+        if d.rpartition("/")[2] in _TEST_DIR_NAMES
+    }
+    existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
+    return [
+        f"{place} (shadows the module {module!r})"
+        for place, (folder, module) in sorted(suspects.items())
+        if folder in on_path and place not in existing
+    ]
 
 
-def _module_name(top: str) -> str:
-    return top[: -len(".py")] if top.endswith(".py") else top
+def _folders(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _module_name(name: str) -> str:
+    """The module a file or folder name makes importable (``x.cpython-311.so`` -> ``x``)."""
+    from importlib.machinery import all_suffixes
+
+    for suffix in sorted(all_suffixes(), key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    if ".cpython-" in name and name.endswith((".so", ".pyd")):
+        return name.split(".", 1)[0]
+    return name
 
 
 _SHADOWABLE: frozenset[str] | None = None
@@ -151,6 +187,18 @@ def _shadowable() -> frozenset[str]:
         names |= set(packages_distributions())
         _SHADOWABLE = frozenset(names)
     return _SHADOWABLE
+
+
+def test_directories(paths: Iterable[str]) -> set[str]:
+    """Folders that hold test modules, and folders named test, tests or testing."""
+    found = _test_dirs(paths := list(paths))
+    found |= {d for p in paths for d in _folders(p) if d.rpartition("/")[2] in _TEST_DIR_NAMES}
+    return found
+
+
+def is_test_path(path: str, test_dirs: set[str]) -> bool:
+    """Whether ``path`` is a test module or lies in a test directory (at any depth)."""
+    return bool(_TEST_MODULE.search(path)) or any(d in test_dirs for d in _folders(path))
 
 
 def _test_dirs(paths: Iterable[str]) -> set[str]:

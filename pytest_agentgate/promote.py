@@ -162,8 +162,9 @@ def move_target(
 
 # -- promotion ------------------------------------------------------------------------
 
-#: Re-test of a merged tree: returns (passed, why it failed, output tail).
-Retest = Callable[[str], tuple[bool, str, str]]
+#: Re-test of a merged tree (given it and the tip it merges onto): returns (passed, why it
+#: failed, output tail).
+Retest = Callable[[str, str], tuple[bool, str, str]]
 
 
 @dataclass(frozen=True)
@@ -234,7 +235,7 @@ def promote(
                     return PromoteOutcome(None, conflicts=preview.conflicts)
                 retested = False
                 if retest is not None:
-                    ok, why, output = retest(preview.tree)
+                    ok, why, output = retest(preview.tree, tip)
                     retested = True
                     if not ok:
                         return PromoteOutcome(None, retest_failure=why, retest_output=output)
@@ -448,7 +449,7 @@ def revert(
         if preview.tree == repo.tree_of(tip):
             raise NothingToRevert(attempt_commit)
         if retest is not None:
-            ok, why, output = retest(preview.tree)
+            ok, why, output = retest(preview.tree, tip)
             if not ok:
                 raise GateFailed(why, output)
         if dry_run:

@@ -42,6 +42,19 @@ def command_argv(command: str) -> list[str] | None:
     return argv or None
 
 
+#: A gate command: a string as a person writes it, or an argument list the plugin built.
+Command = str | tuple[str, ...]
+
+
+def argv_of(command: Command) -> list[str] | None:
+    """The argument list a command is exec'd with, or None when it runs through ``sh -c``."""
+    return list(command) if isinstance(command, tuple) else command_argv(command)
+
+
+def display(command: Command) -> str:
+    return command if isinstance(command, str) else shlex.join(command)
+
+
 def is_pytest(argv: Sequence[str]) -> bool:
     """Whether ``argv`` runs pytest (``pytest ...``, ``python -m pytest ...``)."""
     if not argv:
