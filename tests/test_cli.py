@@ -387,3 +387,22 @@ def test_audit_lists_what_no_passing_gate_judged(
     assert main(["rollback", "--repo", str(service), "--to", f"{person}~1"]) == 0
     capsys.readouterr()
     assert main(["audit", "--repo", str(service), "--since", person]) == 0
+
+
+def test_audit_does_not_count_a_merge_no_gate_ran_on(
+    service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_agentgate import Engine, GateSpec
+    from pytest_agentgate.cli import main
+
+    start = git(service, "rev-parse", "main")
+    e = Engine.open(service, "main", promote=True, workdir=service.parent / "work",
+                    base=start, gate=GateSpec(outcome_is_enough=True))  # fmt: skip
+    for name in ("a", "b"):  # both from the same base: the second lands as a merge
+        ws = e.fork(task=name)
+        (ws.path / f"{name}.txt").write_text(name)
+        assert e.run_attempt(ws, task=name).verdict.status == "promoted"
+    merge = git(service, "rev-parse", "main")
+    assert git(service, "rev-list", "--count", "--merges", f"{start}..main") == "1"
+    assert main(["audit", "--repo", str(service), "--since", start, "--json"]) == 1
+    assert [r["commit"] for r in json.loads(capsys.readouterr().out)] == [merge]

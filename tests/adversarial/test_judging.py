@@ -539,3 +539,126 @@ def test_a_fail_to_pass_test_that_already_passes_is_a_configuration_error(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*fail_to_pass test(s) already pass on the base*"])
     assert not flag.exists()
+
+
+# -- found by a final review ----------------------------------------------------------------
+
+
+def test_grading_holds_every_other_passing_test_by_default(
+    service: Path, history: tuple[str, str]
+) -> None:
+    _, fix = history
+    done = attempt(
+        _graded(service, fix, F2P),
+        {"ledger/fmt.py": FIXED, "ledger/store.py": BROKEN_STORE},
+        "fix money, break the store",
+    )
+    assert done.verdict.status == "rejected"  # type: ignore[attr-defined]
+    assert done.results["grade"] == "NO"  # type: ignore[attr-defined]
+    assert "tests/test_ledger.py::test_handle" in done.results["pass_to_pass"]  # type: ignore[attr-defined]
+
+
+def test_grading_resets_the_helpers_the_graded_tests_use(service: Path) -> None:
+    write(service, {"ledger/fmt.py": BUGGY, "tests/moneycases.py": "def check(f):\n    pass\n"})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "buggy money, an empty helper")
+    git(service, "checkout", "-qb", "fix")
+    helper = "def check(f):\n    assert f(150) == '1.50'\n"
+    graded = (
+        "from ledger.fmt import money\nfrom tests.moneycases import check\n\n\n"
+        "def test_money():\n    check(money)\n"
+    )
+    write(
+        service,
+        {"ledger/fmt.py": FIXED, "tests/moneycases.py": helper, "tests/test_fmt.py": graded},
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "the fix, its helper and test")
+    fix = git(service, "rev-parse", "fix")
+    git(service, "checkout", "-q", "main")
+    done = attempt(
+        _graded(service, fix, ("tests/test_fmt.py::test_money",)),
+        {"tests/moneycases.py": "def check(f):\n    return None  # nothing to see\n"},
+        "neuter the helper",
+    )
+    assert done.verdict.status == "rejected", done.verdict  # type: ignore[attr-defined]
+    assert done.results["grade"] == "NO"  # type: ignore[attr-defined]
+
+
+def test_parametrized_graded_ids_are_run_as_they_are(service: Path) -> None:
+    write(service, {"ledger/fmt.py": BUGGY})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "buggy money")
+    git(service, "checkout", "-qb", "fix")
+    cases = (
+        "import pytest\nfrom ledger.fmt import money\n\n\n@pytest.mark.parametrize('c', [150, 200])\n"
+        "def test_p(c):\n    assert money(c) == f'{c / 100:.2f}'\n"
+    )
+    write(service, {"ledger/fmt.py": FIXED, "tests/test_fmt.py": cases})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "fix, parametrized test")
+    fix = git(service, "rev-parse", "fix")
+    git(service, "checkout", "-q", "main")
+    ids = ("tests/test_fmt.py::test_p[150]", "tests/test_fmt.py::test_p[200]")
+    done = attempt(_graded(service, fix, ids), {"ledger/fmt.py": FIXED}, "the fix")
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+    assert done.results["grade"] == "FULL"  # type: ignore[attr-defined]
+
+
+def test_a_graded_attempt_that_makes_pytest_report_nothing_is_rejected(
+    service: Path, history: tuple[str, str]
+) -> None:
+    _, fix = history
+    cheat = {"ledger/fmt.py": "import os\nos._exit(0)\n"}
+    done = attempt(_graded(service, fix, F2P), cheat, "write no results")
+    assert done.verdict.status == "rejected", done.verdict  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {".gitignore": "__pycache__/\n", "pytest.pyc": "not really bytecode"},
+        {"tests/pickle.py": "import os\nos._exit(0)\n"},
+        {"tests/xml/__init__.py": ""},
+    ],
+    ids=["pyc-at-the-top", "stdlib-name-in-a-test-directory", "package-in-a-test-directory"],
+)
+def test_shadowing_covers_bytecode_and_test_directories(
+    service: Path, files: dict[str, str]
+) -> None:
+    verdict = attempt(engine(service), {"ledger/store.py": BROKEN_STORE, **files}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and "shadows the module" in verdict.reason
+
+
+def test_a_merge_is_held_to_what_passed_on_the_tip_too(service: Path) -> None:
+    """A test the tip fixed must not break again in a merge with an attempt from an older base."""
+    write(
+        service,
+        {
+            "ledger/fmt.py": "DIGITS = 1\n\n\ndef money(cents):\n    return f'{cents / 100:.{DIGITS}f}'\n",
+            "tests/test_fmt.py": "from ledger.fmt import money\n\n\n"
+            "def test_money():\n    assert money(150) == '1.50'\n",
+        },
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "money with a failing test")
+    base = git(service, "rev-parse", "main")
+    e = engine(service)
+    ws_old = e.fork(task="tidy the notes", base=base)  # forked before the fix lands
+    fixed = attempt(
+        e,
+        {
+            "ledger/fmt.py": "DIGITS = 2\n\n\ndef money(cents):\n    return f'{cents / 100:.{DIGITS}f}'\n"
+        },
+        "fix money",
+    )
+    assert fixed.verdict.status == "promoted", fixed.verdict  # type: ignore[attr-defined]
+    # No conflict with the fix: a package __init__ that sets the digits back at import.
+    write(
+        ws_old.path, {"ledger/__init__.py": "from ledger import fmt as _fmt\n\n_fmt.DIGITS = 1\n"}
+    )
+    late = e.run_attempt(ws_old, task="tidy the notes")
+    assert late.verdict.status == "rejected", late.verdict
+    assert late.verdict.check == "retest"
+    assert "tests/test_fmt.py::test_money" in late.verdict.reason
+    assert git(service, "rev-parse", "main") == fixed.move.new  # type: ignore[attr-defined]
