@@ -35,6 +35,20 @@ def key(
     return hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
+_INSTALLED: tuple[str, ...] | None = None
+
+
+def installed() -> tuple[str, ...]:
+    """``name==version`` of every distribution in this environment, read once per process:
+    an upgraded dependency makes new baselines, as a changed tree does."""
+    global _INSTALLED
+    if _INSTALLED is None:
+        from importlib.metadata import distributions
+
+        _INSTALLED = tuple(sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()}))
+    return _INSTALLED
+
+
 def load(repo: BaseRepo, name: str) -> dict[str, str] | None:
     found = repo.git("cat-file", "blob", f"{PREFIX}{name}:results.json", ok=(0, 128))
     if found.returncode != 0:

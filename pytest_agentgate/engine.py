@@ -14,6 +14,7 @@ drives the same calls::
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import sqlite3
 import tempfile
@@ -514,12 +515,14 @@ class Engine:
         from .gate import environment_plugins
 
         role = self.gate_role
+        named = [f"{n}={os.environ.get(n, '')}" for n in role.env_names]  # hashed into the key
         return baseline.key(
             tree,
             spec.commands,
             spec.results_file,
-            [self.sandbox.label, str(role.network), *role.env_names, *environment_plugins()],
-        )
+            [self.sandbox.label, str(role.network), *named, *environment_plugins(),
+             *baseline.installed()],
+        )  # fmt: skip
 
     def baseline(self, base: str, spec: GateSpec) -> dict[str, str] | None:
         """The gate's per-test results on ``base``'s tree: from git, or computed once now.
