@@ -106,6 +106,8 @@ def format_message(
         body += [""]
     if output.strip():
         body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
+    # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
+    # orders attempts recorded within one second.
     trailers: dict[str, str | None] = {
         "Verdict": status,
         "Agent": agent,
@@ -113,21 +115,14 @@ def format_message(
         "Test": test,
         "Base": base,
         "Check": check,
+        "Landed": landed,
+        "State": state,
+        "Sandbox": sandbox,
+        "Id": uid,
+        "Retest": retest,
+        "Graded-Tree": graded_tree,
+        "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
     }
-    if landed:
-        trailers["Landed"] = landed
-    if state:
-        trailers["State"] = state
-    if sandbox:
-        trailers["Sandbox"] = sandbox
-    if uid:
-        trailers["Id"] = uid
-    if retest:
-        trailers["Retest"] = retest
-    if graded_tree:
-        trailers["Graded-Tree"] = graded_tree
-    # Commit dates have whole seconds; this orders attempts recorded within one second.
-    trailers["Recorded"] = datetime.now(UTC).isoformat(timespec="microseconds")
     return "\n".join(body) + "\n" + trailer_lines(trailers)
 
 

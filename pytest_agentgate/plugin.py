@@ -755,7 +755,7 @@ def sandbox_settings(config: pytest.Config) -> Any:
         agent_env=_env_names(config, "agent_env"),
         gate_env=_env_names(config, "gate_env"),
         pids_max=int(pids),
-        tmp_bytes=int(file_bytes),
+        file_bytes=int(file_bytes),
     )
 
 

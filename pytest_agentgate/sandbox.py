@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 MODES = ("auto", "bwrap", "none")
 NETWORKS = ("none", "host")
 DEFAULT_PIDS_MAX = 512
-DEFAULT_TMP_BYTES = 1 << 30
+DEFAULT_FILE_BYTES = 1 << 30
 #: Replaced by the supervisor with the descriptor bwrap reports its own status on.
 STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
 #: What the environment of an agent's or a gate's command may keep, unless a person names more.
@@ -95,7 +95,8 @@ class Settings:
     agent_env: tuple[str, ...] = ()
     gate_env: tuple[str, ...] = ()
     pids_max: int = DEFAULT_PIDS_MAX
-    tmp_bytes: int = DEFAULT_TMP_BYTES
+    #: The largest file one command may write (RLIMIT_FSIZE, inherited by all it starts).
+    file_bytes: int = DEFAULT_FILE_BYTES
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,6 @@ class Sandbox:
     hidden: tuple[Path, ...] = ()
     #: The base repository's working tree: editable installs from it stay hidden.
     base_tree: Path | None = None
-    problems: list[str] = field(default_factory=list)
 
     @property
     def active(self) -> bool:
@@ -431,5 +431,5 @@ def run_contained(
         started=started,
         wrap=wrap,
         pids_max=sandbox.settings.pids_max,
-        fsize_max=sandbox.settings.tmp_bytes,
+        fsize_max=sandbox.settings.file_bytes,
     )
