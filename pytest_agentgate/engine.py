@@ -486,7 +486,10 @@ class Engine:
                     )
         tip = self.repo.ref_value(self.ref) if self.remote is None else None
         if self.promote_enabled and tip and checkout.checked_out(self.repo, self.ref):
-            dirty = checkout.dirty_paths(self.repo)
+            # Under the target's lock: another run may be updating those very files (and
+            # holding git's index lock) right now.
+            with promote.target_lock(self.repo, self.ref):
+                dirty = checkout.dirty_paths(self.repo)
             if dirty:
                 from .errors import DirtyWorktree
 
