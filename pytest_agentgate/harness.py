@@ -108,7 +108,7 @@ def violations(
         ):
             found.append(f"{path} (pytest_plugins)")
     if "shadowing" in rules:
-        found += _shadowing(changed, base_tree, tree, all_paths)
+        found += _shadowing(changed, base_tree, tree, all_paths, read)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -121,7 +121,11 @@ def violations(
 
 
 def _shadowing(
-    changed: Sequence[str], base_tree: str, tree: str, all_paths: Callable[[str], Sequence[str]]
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    all_paths: Callable[[str], Sequence[str]],
+    read: Reader,
 ) -> list[str]:
     """New modules or packages that shadow the standard library or an installed distribution,
     where Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
@@ -141,19 +145,40 @@ def _shadowing(
         return []
     base_paths = all_paths(base_tree)
     new_paths = all_paths(tree)
-    on_path = {""} | _test_dirs(base_paths) | _test_dirs(new_paths)
-    on_path |= {
-        d
-        for p in (*base_paths, *new_paths)
-        for d in _folders(p)
-        if d.rpartition("/")[2] in _TEST_DIR_NAMES
-    }
+    on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
+    on_path |= _configured_paths(base_tree, read)
     existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
     return [
         f"{place} (shadows the module {module!r})"
         for place, (folder, module) in sorted(suspects.items())
         if folder in on_path and place not in existing
     ]
+
+
+def _configured_paths(base_tree: str, read: Reader) -> set[str]:
+    """The folders the base's pytest configuration puts on ``sys.path`` (``pythonpath``)."""
+    found: set[str] = set()
+    for name, section in (
+        ("pyproject.toml", "tool.pytest.ini_options"),
+        ("pyproject.toml", "tool.pytest"),
+        ("pytest.toml", "pytest"),
+        (".pytest.toml", "pytest"),
+        ("pytest.ini", "pytest"),
+        (".pytest.ini", "pytest"),
+        ("tox.ini", "pytest"),
+        ("setup.cfg", "tool:pytest"),
+    ):
+        data = _section(name, read(base_tree, name), section)
+        value = data.get("pythonpath") if isinstance(data, dict) else None
+        entries = (
+            value.split() if isinstance(value, str) else value if isinstance(value, list) else []
+        )
+        for entry in entries:
+            folder = str(entry).strip().strip("/")
+            while folder.startswith("./"):
+                folder = folder[2:]
+            found.add("" if folder in ("", ".") else folder)
+    return found
 
 
 def _folders(path: str) -> list[str]:

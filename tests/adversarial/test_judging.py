@@ -662,3 +662,19 @@ def test_a_merge_is_held_to_what_passed_on_the_tip_too(service: Path) -> None:
     assert late.verdict.check == "retest"
     assert "tests/test_fmt.py::test_money" in late.verdict.reason
     assert git(service, "rev-parse", "main") == fixed.move.new  # type: ignore[attr-defined]
+
+
+def test_shadowing_covers_the_folders_the_configuration_puts_on_sys_path(service: Path) -> None:
+    write(
+        service,
+        {
+            "pyproject.toml": '[tool.pytest.ini_options]\npythonpath = ["src"]\n',
+            "src/helpers_of_the_project.py": "X = 1\n",
+        },
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "src on the path")
+    cheat = {"ledger/store.py": BROKEN_STORE, "src/xml/__init__.py": "import os\nos._exit(0)\n"}
+    verdict = attempt(engine(service), cheat).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected"
+    assert "src/xml (shadows the module 'xml')" in verdict.reason
