@@ -13,7 +13,9 @@ no attempt may add or change, at any depth:
   (an agent may add a dependency to ``pyproject.toml``);
 - the ``__init__.py`` of a test directory (one that holds test modules, or is named
   ``test``, ``tests`` or ``testing``), and ``pytest_plugins`` in a test module;
-- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``;
+- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``,
+  and bytecode (``__pycache__/``, ``*.pyc``: an unchecked-hash ``.pyc`` runs instead of the
+  source beside it, so the gate would test code the tree does not show);
 - a new module or package at the top of the tree named like one of the standard library or of
   an installed distribution (``pytest.py``, ``_pytest/``, ``xml/``, ``sitecustomize.py``):
   ``python -m pytest`` puts the checkout first on ``sys.path``, so such a name would replace
@@ -49,6 +51,8 @@ DEFAULT_HARNESS = (
     "*.pth",
     "*.dist-info",
     "*.egg-info",
+    "__pycache__",
+    "*.pyc",
     "shadowing",
 )
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")

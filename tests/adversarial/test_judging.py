@@ -145,6 +145,10 @@ CHEATS: dict[str, dict[str, str | None]] = {
     "a module at the top shadowing an installed plugin": {
         "pytest_rerunfailures.py": PASS_EVERY_REPORT,
     },
+    "bytecode that runs instead of its source": {
+        ".gitignore": ".pytest_cache/\n",
+        "ledger/__pycache__/store.cpython-311.pyc": "bytecode of the good store",
+    },
     "os._exit(0) when pytest is imported": {
         "ledger/__init__.py": "import os, sys\nif 'pytest' in sys.modules:\n    os._exit(0)\n",
     },
@@ -191,6 +195,28 @@ def test_a_configuration_key_renamed_as_pytest_reads_it_is_a_change(service: Pat
     assert e.baseline(git(service, "rev-parse", "main"), e.gate)  # the gate runs on such a base
     verdict = attempt(e, {"tox.ini": "[pytest]\nFilterWarnings = error\n"}).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected" and "tox.ini:[pytest]" in verdict.reason
+
+
+def test_unchecked_bytecode_of_the_good_source_cannot_land(service: Path, tmp_path: Path) -> None:
+    """A real unchecked-hash .pyc of the good store beside the broken source: the gate would
+    run the bytecode, so bytecode is part of the harness."""
+    import py_compile
+
+    good = tmp_path / "store.py"
+    good.write_text(GOOD_STORE)
+    pyc = tmp_path / "store.pyc"
+    py_compile.compile(
+        str(good), cfile=str(pyc), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    e = engine(service)
+    ws = e.fork(task="bytecode")
+    (ws.path / ".gitignore").write_text(".pytest_cache/\n")
+    write(ws.path, {"ledger/store.py": BROKEN_STORE})
+    cache = ws.path / "ledger" / "__pycache__"
+    cache.mkdir()
+    (cache / f"store.{sys.implementation.cache_tag}.pyc").write_bytes(pyc.read_bytes())
+    verdict = e.run_attempt(ws, task="bytecode").verdict
+    assert verdict.status == "rejected" and "__pycache__" in verdict.reason
 
 
 def test_a_forged_runner_is_stopped_by_the_shadowing_rule(service: Path) -> None:
