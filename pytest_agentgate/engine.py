@@ -408,8 +408,6 @@ class Engine:
 
     def _sandbox_now(self) -> sandbox.Sandbox:
         """The sandbox with what it must hide today (the workdir can be set after opening)."""
-        from dataclasses import replace
-
         hidden = [self.workdir, self.repo.git_dir, self.repo.common_dir]
         if self.repo.worktree is not None:
             hidden.append(self.repo.worktree)

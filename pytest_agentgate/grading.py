@@ -102,25 +102,21 @@ def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]
     """
     source_tree = repo.tree_of(tests_from)
     paths = set(files)
+    # One listing of each tree: the source's entries (mode and object) answer every lookup.
+    source: dict[str, str] = {}
     for listed in (source_tree, tree):
-        out = repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", listed).stdout
-        for path in _git.split_z(out):
+        out = repo.git("ls-tree", "-r", "-z", "--end-of-options", listed).stdout
+        for entry in _git.split_z(out):
+            meta, _, path = entry.partition("\t")
+            if listed == source_tree:
+                mode, _kind, oid = meta.split(" ")
+                source[path] = f"{mode} {oid}"
             if path.rsplit("/", 1)[-1] in _HARNESS_NAMES:
                 paths.add(path)
     with tempfile.TemporaryDirectory(prefix="agentgate-grade-") as tmp:
         index = Path(tmp) / "index"
         repo.git("read-tree", "--end-of-options", tree, index=index)
-        lines = []
-        for path in sorted(paths):
-            entry = repo.git(
-                "ls-tree", "-z", "--end-of-options", source_tree, "--", f":(literal){path}"
-            ).stdout.split(b"\0", 1)[0]
-            if entry:
-                meta = entry.split(b"\t", 1)[0].decode("ascii")
-                mode, _kind, oid = meta.split(" ")
-                lines.append(f"{mode} {oid}\t{path}")
-            else:
-                lines.append(f"0 {'0' * 40}\t{path}")
+        lines = [f"{source.get(path, '0 ' + '0' * 40)}\t{path}" for path in sorted(paths)]
         if lines:
             payload = "".join(line + "\0" for line in lines).encode("utf-8", "surrogateescape")
             repo.git("update-index", "-z", "--index-info", index=index, input=payload)
