@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_agentgate import _git, gate, promote, workspace
-from pytest_agentgate.engine import Engine
+from pytest_agentgate import _git, gate, promote, target, workspace
+from pytest_agentgate.engine import Engine, EngineSettings
 from pytest_agentgate.gate import GateSpec
 from pytest_agentgate.repo import Author, BaseRepo
 
@@ -159,7 +159,7 @@ class Bench:
         self, repo: BaseRepo, size: int, runs: int, disk: Path, memory: Path | None
     ) -> None:
         self.repo, self.size, self.runs, self.disk, self.memory = repo, size, runs, disk, memory
-        self.base = repo.commit("main")
+        self.base = repo.resolve_commit("main")
         self.rows: list[Row] = []
         self.counter = 0
         self.hashed: dict[int, int] = {}
@@ -348,8 +348,8 @@ class Bench:
 
         p, f = pair(self.runs, lambda i: {}, run_results, run_plain)
         self.add("pytest gate, per-test results", p, f, "floor: the same gate, exit code only")
-        engine = Engine(self.repo, "main", workdir=self.disk, gate=with_results,
-                        sandbox_settings=sandbox.Settings(mode="none"))  # fmt: skip
+        engine = Engine(self.repo, EngineSettings(target="main", workdir=self.disk, gate=with_results,
+                                                  sandbox=sandbox.Settings(mode="none")))  # fmt: skip
         bases = [
             self.commit_on_base({"bench_tests/test_bench.py": tests + f"# {i}\n"})
             for i in range(self.runs * 2)
@@ -362,11 +362,11 @@ class Bench:
         self.add("baseline, computed and stored", p, f, "floor: one plain gate run")
         again = bases[0]
         engine.baseline(again, with_results)
-        reread = Engine(self.repo, "main", workdir=self.disk, gate=with_results,
-                        sandbox_settings=sandbox.Settings(mode="none"))  # fmt: skip
+        reread = Engine(self.repo, EngineSettings(target="main", workdir=self.disk, gate=with_results,
+                                                  sandbox=sandbox.Settings(mode="none")))  # fmt: skip
 
         def reused(_s: dict) -> None:
-            reread._baselines.clear()
+            reread.baselines._known.clear()
             assert reread.baseline(again, with_results)
 
         p, f = pair(self.runs, lambda i: {}, reused, run_plain)
@@ -448,7 +448,7 @@ class Bench:
 
             def plugin(s: dict) -> None:
                 out = promote.promote(
-                    self.repo, s["ref"], s["attempt"], self.base, author=AGENT, message="merge\n",
+                    target.for_ref(self.repo, s["ref"]), s["attempt"], self.base, author=AGENT, message="merge\n",
                     reflog_message="bench", expected_tip=s["start"],  # what the preflight read
                 )  # fmt: skip
                 assert out.move is not None
@@ -526,8 +526,8 @@ class Bench:
             return {"branch": branch, "i": i, "cleanup": []}
 
         def plugin(s: dict) -> None:
-            engine = Engine(self.repo, s["branch"], promote=True, workdir=root, recycle=False,
-                            gate=GateSpec(commands=("true",)))  # fmt: skip
+            engine = Engine(self.repo, EngineSettings(target=s["branch"], promote=True, workdir=root,
+                                                      recycle=False, gate=GateSpec(commands=("true",))))  # fmt: skip
             ws = engine.fork(task="bench")
             (ws.path / name).write_text(f"agent {s['i']}\n")
             attempt = engine.run_attempt(ws, task="bench", agent="bench")
@@ -621,19 +621,20 @@ LOCK_WORKER = """
 import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from pytest_agentgate import promote
+from pytest_agentgate import promote, target
+from pytest_agentgate.index import IndexEntry
 from pytest_agentgate.repo import Author, BaseRepo
 repo = BaseRepo(Path(sys.argv[1]), None)
-ref, base, me = sys.argv[2], repo.commit("main"), sys.argv[3]
+ref, base, me = sys.argv[2], repo.resolve_commit("main"), sys.argv[3]
 waits = []
 for k in range(5):
-    idx = Path(tempfile.mkdtemp()) / "index"
-    repo.git("read-tree", base, index=idx)
-    oid = repo.git("hash-object", "-w", "--stdin", input=f"{me} {k}".encode()).out.strip()
-    repo.git("update-index", "--add", "--cacheinfo", f"100644,{oid},lock/{me}-{k}.txt", index=idx)
-    tree = repo.git("write-tree", index=idx).out.strip()
-    commit = repo.commit_tree(tree, [base], "w", Author("a", "a@e"))
-    out = promote.promote(repo, ref, commit, base, author=Author("a", "a@e"), message="m", reflog_message="lock bench")
+    idx = repo.index(None, Path(tempfile.mkdtemp()) / "index")
+    idx.read_tree(base)
+    oid = repo.hash_blob(f"{me} {k}".encode())
+    idx.stage_entries([IndexEntry("100644", oid, f"lock/{me}-{k}.txt")])
+    commit = repo.commit_tree(idx.write_tree(), [base], "w", Author("a", "a@e"))
+    out = promote.promote(target.for_ref(repo, ref), commit, base, author=Author("a", "a@e"),
+                          message="m", reflog_message="lock bench")
     waits.append(out.move.lock_wait_ms)
 print(json.dumps(waits))
 """
@@ -641,7 +642,7 @@ print(json.dumps(waits))
 
 def lock_waits(repo: BaseRepo, processes: int) -> list[float]:
     ref = "refs/heads/bench-lock"
-    raw_git(repo, "update-ref", ref, repo.commit("main"))
+    raw_git(repo, "update-ref", ref, repo.resolve_commit("main"))
     root = str(Path(__file__).resolve().parent.parent)
     procs = [
         subprocess.Popen(

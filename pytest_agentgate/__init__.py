@@ -14,7 +14,21 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Engine": "engine",
-    "Attempt": "engine",
+    "EngineSettings": "engine",
+    "Attempt": "attempt",
+    "Target": "target",
+    "LocalBranch": "target",
+    "DryRunRef": "target",
+    "RemoteBranch": "target",
+    "MoveNote": "target",
+    "MoveResult": "target",
+    "Move": "promote",
+    "OpLog": "oplog",
+    "TreeEntry": "repo",
+    "TreeChange": "repo",
+    "Index": "index",
+    "PushResult": "transport",
+    "PushRefused": "errors",
     "GateSpec": "gate",
     "CheckResult": "gate",
     "Verdict": "gate",
@@ -57,20 +71,34 @@ __all__ = [
     "CheckResult",
     "ConfigError",
     "DirtyWorktree",
+    "DryRunRef",
     "Engine",
+    "EngineSettings",
     "GateFailed",
     "GateSpec",
     "GitError",
     "GitTooOld",
+    "Index",
+    "LocalBranch",
     "MergeConflict",
     "MergePreview",
+    "Move",
+    "MoveNote",
+    "MoveResult",
     "NothingToRevert",
+    "OpLog",
     "OpRecord",
+    "PushRefused",
+    "PushResult",
     "RefMoved",
+    "RemoteBranch",
     "RepoNotFound",
     "RevisionNotFound",
     "Snapshot",
     "StaleLock",
+    "Target",
+    "TreeChange",
+    "TreeEntry",
     "Verdict",
     "Workspace",
     "WorktreeBlocked",
@@ -100,8 +128,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from .attempt import Attempt
     from .attempts import list_attempts
-    from .engine import Attempt, Engine
+    from .engine import Engine, EngineSettings
     from .errors import (
         AgentgateError,
         AttemptNotFound,
@@ -113,6 +142,7 @@ if TYPE_CHECKING:
         GitTooOld,
         MergeConflict,
         NothingToRevert,
+        PushRefused,
         RefMoved,
         RepoNotFound,
         RevisionNotFound,
@@ -120,7 +150,10 @@ if TYPE_CHECKING:
         WorktreeBlocked,
     )
     from .gate import CheckResult, GateSpec, Verdict
-    from .oplog import OpRecord
-    from .promote import revert, rollback
-    from .repo import Author, BaseRepo, MergePreview
+    from .index import Index
+    from .oplog import OpLog, OpRecord
+    from .promote import Move, revert, rollback
+    from .repo import Author, BaseRepo, MergePreview, TreeChange, TreeEntry
+    from .target import DryRunRef, LocalBranch, MoveNote, MoveResult, RemoteBranch, Target
+    from .transport import PushResult
     from .workspace import Snapshot, Workspace, fork, snapshot

@@ -194,15 +194,45 @@ def run(
             raise
     result = GitResult(proc.returncode, stdout, stderr.decode("utf-8", "replace"))
     if proc.returncode not in ok:
-        stale = LOCK_HELD.search(result.stderr)
-        if stale:
-            raise StaleLock(stale[1])
-        raise GitError(list(args), proc.returncode, result.stderr)
+        raise failure(args, proc.returncode, result.stderr)
     return result
 
 
+# -- what a failure was ------------------------------------------------------------------
+#
+# Every failure is classified here, once, from what git printed: the rest of the package
+# asks ``held_lock`` and ``lost_race`` (or catches ``StaleLock``) and never reads stderr.
+
 # How git says that another process holds (or a crashed one left) one of its lock files.
-LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+_LOCK_HELD = re.compile(r"Unable to create '([^']+\.lock)': File exists")
+# How ``update-ref`` says that the old value did not match: somebody else moved the ref.
+_LOST_RACE = ("but expected", "reference already exists", "unable to resolve reference")
+# How git says that the disk, not the input, was the trouble.
+_DISK_TROUBLE = re.compile(r"No space left on device|Input/output error|Disk quota exceeded")
+
+
+def held_lock(stderr: str) -> str | None:
+    """The lock file git found in its way (held now, or left by a crashed process), if any."""
+    found = _LOCK_HELD.search(stderr)
+    return found[1] if found else None
+
+
+def lost_race(stderr: str) -> bool:
+    """Whether a compare-and-swap ``update-ref`` failed because the ref was not at the old value."""
+    return any(text in stderr for text in _LOST_RACE)
+
+
+def disk_trouble(stderr: str) -> bool:
+    """Whether git failed because the disk did (full, failing, over quota)."""
+    return bool(_DISK_TROUBLE.search(stderr))
+
+
+def failure(args: Sequence[str], returncode: int, stderr: str) -> GitError | StaleLock:
+    """The error for a failed git run: :class:`StaleLock` when a lock was in the way."""
+    lock = held_lock(stderr)
+    if lock is not None:
+        return StaleLock(lock)
+    return GitError(list(args), returncode, stderr)
 
 
 _version_cache: tuple[int, ...] | None = None

@@ -11,119 +11,37 @@ import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttemptNotFound, GitError
+from .records import (
+    check_name,
+    format_message,
+    one_line,
+    parse_trailers,
+    slugify,
+    trailer_lines,
+)
 
 if TYPE_CHECKING:
     from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/attempts/"
 
-
-#: Characters that would end a line (or a trailer) in a commit message.
-_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
-
-
-def one_line(text: str) -> str:
-    """``text`` as one line of plain words: control characters and line breaks become
-    spaces, runs of whitespace one space. What enters a trailer or a subject is data, never
-    message syntax."""
-    return " ".join(_LINE_BREAKING.sub(" ", text).split())
-
-
-def check_name(name: str, what: str = "agent name", source: str = "") -> str:
-    """Refuse a name with a control character (a newline would forge trailers)."""
-    from .errors import ConfigError
-
-    if _LINE_BREAKING.search(name):
-        raise ConfigError(
-            f"{what} {name!r} contains a control character (a newline, a tab...); use a plain name",
-            value=name,
-            source=source,
-        )
-    return name
-
-
-def trailer_lines(trailers: dict[str, str | None]) -> str:
-    """``Agentgate-<Key>: <value>`` lines, each value made :func:`one_line`, empty ones left out."""
-    lines = []
-    for key, value in trailers.items():
-        clean = one_line(value or "")
-        if clean:
-            lines.append(f"Agentgate-{key}: {clean}\n")
-    return "".join(lines)
-
-
-def slugify(task: str, limit: int = 60) -> str:
-    """Lowercase letters, digits and dashes, from the task text."""
-    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:limit].strip("-")
-    return slug or "task"
-
-
-def format_message(
-    *,
-    task: str,
-    status: str,
-    reason: str,
-    check: str,
-    output: str,
-    agent: str,
-    test: str,
-    base: str,
-    landed: str | None,
-    excluded: Sequence[str] = (),
-    state: str | None = None,
-    sandbox: str = "",
-    uid: str = "",
-    results: Mapping[str, Any] | None = None,
-    retest: str = "",
-    graded_tree: str = "",
-) -> str:
-    """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
-    subject = one_line(f"agentgate {status}: {task}")[:200]
-    body = [subject, ""]
-    if reason:
-        body += [f"Reason: {one_line(reason)}", ""]
-    if excluded:
-        names = ", ".join(one_line(name) for name in excluded)
-        body += [f"Left out of the snapshot (secrets): {names}", ""]
-    if results and results.get("grade"):
-        body += [f"Grade: {results['grade']}"]
-        for kind in ("fail_to_pass", "pass_to_pass"):
-            for graded, outcome in dict(results.get(kind) or {}).items():
-                body += [f"  {kind}: {one_line(str(graded))} {outcome}"]
-        body += [""]
-    if results and "passed" in results:
-        counts = ", ".join(
-            f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
-        )
-        body += [f"Tests: {counts}"]
-        for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
-            if results.get(key):
-                body += [f"{label}: " + ", ".join(one_line(str(t)) for t in results[key][:50])]
-        body += [""]
-    if output.strip():
-        body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
-    # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
-    # orders attempts recorded within one second.
-    trailers: dict[str, str | None] = {
-        "Verdict": status,
-        "Agent": agent,
-        "Task": task,
-        "Test": test,
-        "Base": base,
-        "Check": check,
-        "Landed": landed,
-        "State": state,
-        "Sandbox": sandbox,
-        "Id": uid,
-        "Retest": retest,
-        "Graded-Tree": graded_tree,
-        "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
-    }
-    return "\n".join(body) + "\n" + trailer_lines(trailers)
+__all__ = [
+    "PREFIX",
+    "AttemptInfo",
+    "check_name",
+    "find",
+    "format_message",
+    "list_attempts",
+    "one_line",
+    "parse_trailers",
+    "slugify",
+    "trailer_lines",
+    "write_record",
+    "write_ref",
+]
 
 
 def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
@@ -148,11 +66,25 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
 class AttemptInfo:
     """One recorded attempt, as listed by ``agentgate attempts``."""
 
-    ref: str
-    commit: str
+    #: ``refs/agentgate/attempts/<slug>/<n>``.
+    record_ref: str
+    #: The record commit it points to.
+    record_commit: str
     date: str
     subject: str
     trailers: dict[str, str]
+
+    @property
+    def ref(self) -> str:
+        """Deprecated: :attr:`record_ref`."""
+        _renamed("AttemptInfo.ref", "AttemptInfo.record_ref")
+        return self.record_ref
+
+    @property
+    def commit(self) -> str:
+        """Deprecated: :attr:`record_commit`."""
+        _renamed("AttemptInfo.commit", "AttemptInfo.record_commit")
+        return self.record_commit
 
     @property
     def verdict(self) -> str:
@@ -176,8 +108,8 @@ class AttemptInfo:
 
     def as_dict(self) -> dict[str, str]:
         return {
-            "ref": self.ref,
-            "commit": self.commit,
+            "ref": self.record_ref,
+            "commit": self.record_commit,
             "date": self.date,
             "task": self.task,
             "agent": self.agent,
@@ -185,18 +117,6 @@ class AttemptInfo:
             "base": self.base,
             "landed": self.landed,
         }
-
-
-def parse_trailers(text: str) -> dict[str, str]:
-    """The ``Agentgate-*`` trailers of a message's final trailer block (the first of a key
-    wins: the plugin writes each once, and writes the verdict before anything agent-named)."""
-    paragraphs = [p for p in text.strip("\n").split("\n\n") if p.strip()]
-    found: dict[str, str] = {}
-    for line in (paragraphs[-1] if paragraphs else "").splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.startswith("Agentgate-"):
-            found.setdefault(key[len("Agentgate-") :], value.strip())
-    return found
 
 
 def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
@@ -208,18 +128,13 @@ def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
         "subject",
         "trailers:only,unfold",
     )
-    fmt = "%00".join(f"%({name})" for name in fields) + "%01"
-    out = repo.git(
-        "for-each-ref", "--sort=-creatordate", f"--format={fmt}", "--end-of-options", PREFIX
-    ).out
-    rows = []
-    for chunk in out.split("\x01"):
-        parts = chunk.strip("\n").split("\0")
-        if len(parts) < 5:
-            continue
-        ref, commit, date, subject, trailers = parts[:5]
-        rows.append(AttemptInfo(ref, commit, date, subject, parse_trailers(trailers)))
-    rows.sort(key=lambda a: (a.trailers.get("Recorded", a.date), _number(a.ref)), reverse=True)
+    rows = [
+        AttemptInfo(ref, commit, date, subject, parse_trailers(trailers))
+        for ref, commit, date, subject, trailers in repo.ref_records(PREFIX, fields)
+    ]
+    rows.sort(
+        key=lambda a: (a.trailers.get("Recorded", a.date), _number(a.record_ref)), reverse=True
+    )
     return rows
 
 
@@ -232,15 +147,16 @@ def find(repo: BaseRepo, name: str) -> AttemptInfo:
     """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit."""
     attempts = list_attempts(repo)
     for attempt in attempts:
-        if name in (attempt.ref, attempt.ref[len(PREFIX) :], attempt.commit):
+        ref = attempt.record_ref
+        if name in (ref, ref[len(PREFIX) :], attempt.record_commit):
             return attempt
     short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
-    matches = [a for a in attempts if a.ref[len(PREFIX) :].startswith(short)]
+    matches = [a for a in attempts if a.record_ref[len(PREFIX) :].startswith(short)]
     if not matches and re.fullmatch(r"[0-9a-f]{4,40}", name):
-        matches = [a for a in attempts if a.commit.startswith(name)]
+        matches = [a for a in attempts if a.record_commit.startswith(name)]
     if len(matches) == 1:
         return matches[0]
-    raise AttemptNotFound(name, [m.ref for m in matches])
+    raise AttemptNotFound(name, [m.record_ref for m in matches])
 
 
 def record_commit(repo: BaseRepo, tree: str, base: str, message: str, author: Author) -> str:
@@ -316,3 +232,13 @@ def write_record(
             ),
         )
     return ref, commit
+
+
+def _renamed(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(
+        f"{old} is deprecated and will be removed in 0.3; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )

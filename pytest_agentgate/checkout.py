@@ -12,9 +12,9 @@ import json
 import os
 from pathlib import Path
 
-from . import _git
-from .errors import DirtyWorktree, GitError, StaleLock, WorktreeBlocked
-from .repo import BaseRepo
+from .errors import DirtyWorktree, GitError, WorktreeBlocked
+from .index import IndexEntry
+from .repo import ZERO, BaseRepo
 
 
 def checked_out(repo: BaseRepo, ref: str) -> bool:
@@ -59,19 +59,9 @@ def linked_checkout(repo: BaseRepo, ref: str) -> Path | None:
 def dirty_paths(repo: BaseRepo) -> list[str]:
     """Tracked files with uncommitted changes (staged or not) in the base working tree."""
     assert repo.worktree is not None
-    _refresh(repo)
-    out = repo.git("diff-index", "--name-only", "-z", "HEAD", "--", work_tree=repo.worktree).stdout
-    return [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
-
-
-def _refresh(repo: BaseRepo) -> None:
-    """Refresh the base index's stat data, so that only real edits count as changes."""
-    result = repo.git("update-index", "-q", "--refresh", work_tree=repo.worktree, ok=(0, 1, 128))
-    if result.returncode == 128:  # -q also silences why; the usual reason is git's lock
-        lock = repo.git_dir / "index.lock"
-        if lock.exists():
-            raise StaleLock(lock)
-        raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
+    index = repo.checkout_index()
+    index.refresh()
+    return index.changed_since("HEAD")
 
 
 JOURNAL_PREFIX = "worktree-sync-"
@@ -91,12 +81,7 @@ def _in_the_way(
     database or build directory is replaced. The plugin never does that: such a path blocks.
     """
     assert repo.worktree is not None
-    out = repo.git(
-        "diff-tree", "-r", "-z", "--no-renames", "--name-status", "--diff-filter=AD",
-        "--end-of-options", old, new,
-    ).stdout  # fmt: skip
-    fields = _git.split_z(out)
-    pairs = list(zip(fields[0::2], fields[1::2], strict=False))
+    pairs = [(c.status, c.path) for c in repo.diff_tree(old, new) if c.status in "AD"]
     deleted = {path for status, path in pairs if status == "D"}
     blocked = []
     for status, rel in pairs:
@@ -145,19 +130,17 @@ def check_worktree(repo: BaseRepo, old: str, new: str) -> None:
             repo.worktree,
             f"untracked or ignored files are where the new commit puts files: {', '.join(in_the_way[:5])}",
         )
-    probe = repo.git("read-tree", "-n", "-m", "-u", old, new, work_tree=repo.worktree, ok=(0, 128))
-    held = _git.LOCK_HELD.search(probe.stderr)
-    if held:
-        raise StaleLock(held[1])
-    if probe.returncode != 0:
-        raise WorktreeBlocked(repo.worktree, probe.stderr)
+    refused = repo.checkout_index().merge_trees(old, new, dry_run=True)
+    if refused is not None:
+        raise WorktreeBlocked(repo.worktree, refused)
 
 
 def sync_worktree(repo: BaseRepo, old: str, new: str) -> None:
     """Bring the checked-out files from ``old`` to ``new`` (two-tree merge, keeps untracked)."""
     assert repo.worktree is not None
-    repo.git("read-tree", "-m", "-u", old, new, work_tree=repo.worktree)
-    _refresh(repo)
+    index = repo.checkout_index()
+    index.merge_trees(old, new)
+    index.refresh()
 
 
 def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
@@ -181,7 +164,7 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
     old, new = data["old"], data["new"]
     note = None
     if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
-        index_tree = repo.git("write-tree", ok=(0, 128)).out.strip()
+        index_tree = repo.checkout_index().tree_or_none()
         if index_tree == repo.tree_of(old):
             finished = _stage_finished_paths(repo, old, new)
             blocked = _in_the_way(repo, old, new, skip=finished)
@@ -214,10 +197,9 @@ def _rewrite_truncated(repo: BaseRepo, target: Path, oid: str, mode: str) -> boo
     rare, and a filtered file then shows as modified rather than being lost).
     """
     size = target.stat().st_size
-    expected = int(repo.git("cat-file", "-s", oid).out.strip())
-    if size >= expected:
+    if size >= repo.blob_size(oid):
         return False
-    blob = repo.git("cat-file", "blob", oid).stdout
+    blob = repo.read_blob(oid) or b""
     with open(target, "rb") as fh:
         if fh.read() != blob[:size]:
             return False
@@ -235,41 +217,31 @@ def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
     symlinks are compared by target. Returns the paths staged.
     """
     assert repo.worktree is not None
-    raw = repo.git("diff-tree", "-r", "-z", "--no-renames", "--end-of-options", old, new).stdout
-    fields = raw.split(b"\0")
-    info, done = [], set()
-    for meta, path in zip(fields[0:-1:2], fields[1::2], strict=False):
-        _om, new_mode, _oo, new_oid, status = meta[1:].decode("ascii").split(" ")
-        rel = path.decode("utf-8", "surrogateescape")
+    index = repo.checkout_index()
+    entries, done = [], set()
+    for change in repo.diff_tree(old, new):
+        rel, new_mode, new_oid = change.path, change.new_mode, change.new_oid
         target = repo.worktree / rel
-        if status == "D":
+        if change.status == "D":
             if not os.path.lexists(target):
-                info.append(f"0 {'0' * 40}\t{rel}")
+                entries.append(IndexEntry("0", ZERO, rel))
                 done.add(rel)
             continue
         if new_mode == "120000" and target.is_symlink():
-            have = repo.git(
-                "hash-object",
-                "--stdin",
-                input=os.readlink(target).encode("utf-8", "surrogateescape"),
-            )
+            have = repo.blob_id(os.readlink(target).encode("utf-8", "surrogateescape"))
         elif new_mode in ("100644", "100755") and target.is_file() and not target.is_symlink():
             if _rewrite_truncated(repo, target, new_oid, new_mode):
-                info.append(f"{new_mode} {new_oid}\t{rel}")
+                entries.append(IndexEntry(new_mode, new_oid, rel))
                 done.add(rel)
                 continue
             executable = bool(target.stat().st_mode & 0o100)
             if executable != (new_mode == "100755"):
                 continue
-            have = repo.git(
-                "hash-object", f"--path={rel}", "--", str(target), work_tree=repo.worktree
-            )
+            have = index.hash_file(rel)
         else:
             continue
-        if have.out.strip() == new_oid:
-            info.append(f"{new_mode} {new_oid}\t{rel}")
+        if have == new_oid:
+            entries.append(IndexEntry(new_mode, new_oid, rel))
             done.add(rel)
-    if info:
-        payload = "".join(line + "\0" for line in info).encode("utf-8", "surrogateescape")
-        repo.git("update-index", "-z", "--index-info", work_tree=repo.worktree, input=payload)
+    index.stage_entries(entries)
     return done

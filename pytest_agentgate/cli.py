@@ -16,8 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
+
+if TYPE_CHECKING:
+    # Loaded when a subcommand runs, not to print --help.
+    from .repo import Author, BaseRepo
 
 EXIT_USAGE = 2
 
@@ -165,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _open(args: argparse.Namespace) -> BaseRepo:
     """The repository, with whatever moves a killed or failing run left unrecorded settled."""
     from .pending import settle_all
     from .repo import BaseRepo
@@ -176,7 +181,7 @@ def _open(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return repo
 
 
-def _target(repo, args: argparse.Namespace) -> str:  # type: ignore[no-untyped-def]
+def _target(repo: BaseRepo, args: argparse.Namespace) -> str:
     from .errors import ConfigError
     from .repo import check_branch_name
 
@@ -191,11 +196,11 @@ def _target(repo, args: argparse.Namespace) -> str:  # type: ignore[no-untyped-d
     return str(branch)
 
 
-def _expect(repo, args: argparse.Namespace) -> str | None:  # type: ignore[no-untyped-def]
-    return repo.commit(args.expect, "--expect") if args.expect else None
+def _expect(repo: BaseRepo, args: argparse.Namespace) -> str | None:
+    return repo.resolve_commit(args.expect, "--expect") if args.expect else None
 
 
-def _author(agent: str):  # type: ignore[no-untyped-def]
+def _author(agent: str) -> Author:
     from .repo import Author
 
     return Author.for_agent(agent)
@@ -232,9 +237,9 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         return 0
     print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
     for a in rows:
-        ref = a.ref[len("refs/agentgate/attempts/") :]
+        ref, record = a.record_ref[len("refs/agentgate/attempts/") :], a.record_commit[:12]
         print(
-            f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {a.commit[:12]:<12} {a.date:<25} {a.task}"
+            f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {record:<12} {a.date:<25} {a.task}"
         )
     return 0
 
@@ -244,12 +249,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     repo = _open(args)
     attempt = find(repo, args.attempt)
-    print(f"attempt {attempt.ref}")
-    out = repo.git(
-        "show", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch",
-        "--format=commit %H%nAuthor: %an <%ae>%nDate:   %aI%n%n%w(0,4,4)%B", "--end-of-options", attempt.commit,
-    ).out  # fmt: skip
-    sys.stdout.write(out)
+    print(f"attempt {attempt.record_ref}")
+    sys.stdout.write(repo.show_commit(attempt.record_commit))
     return 0
 
 
@@ -289,7 +290,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
     repo = _open(args)
     branch = _target(repo, args)
-    to = repo.commit(args.to, "--to")
+    to = repo.resolve_commit(args.to, "--to")
     expect = _expect(repo, args)
     ref = f"refs/heads/{branch}"
     tip_tree = repo.tree_of(ref)
@@ -330,7 +331,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
     attempt = find(repo, args.attempt)
     if attempt.verdict != "promoted":
         raise UsageProblem(
-            f"{attempt.ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
+            f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
             "only a promoted attempt can be reverted"
         )
     expect = _expect(repo, args)
@@ -353,7 +354,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
     move = promote.revert(
         repo,
         f"refs/heads/{branch}",
-        attempt.commit,
+        attempt.record_commit,
         attempt.base,
         expect=expect,
         author=_author(args.agent),
@@ -363,9 +364,11 @@ def cmd_revert(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
     )
     if args.dry_run:
-        print(f"would revert {attempt.ref} on {branch} ({move.old[:12]}), giving tree {move.tree}")
+        print(
+            f"would revert {attempt.record_ref} on {branch} ({move.old[:12]}), giving tree {move.tree}"
+        )
     else:
-        print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.ref})")
+        print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.record_ref})")
         if move.problem:
             return _lagging(args, move.problem)
     return 0
@@ -411,7 +414,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     attempt = find(repo, args.attempt)
     commit = attempt.trailers.get("State")
     if not commit:
-        raise UsageProblem(f"{attempt.ref} carries no state (its test declared no state=[...])")
+        raise UsageProblem(
+            f"{attempt.record_ref} carries no state (its test declared no state=[...])"
+        )
     dest = args.to.resolve()
     if dest.exists() and not dest.is_dir():
         raise UsageProblem(f"--to {str(args.to)!r} is a file, not a directory")
@@ -443,25 +448,23 @@ def cmd_audit(args: argparse.Namespace) -> int:
             # A fast-forward landed the gated snapshot itself; a merge counts only when its
             # record says its re-test passed (a merge of checks alone ran no gate on it).
             if (
-                landed_tree == repo.tree_of(attempt.commit)
+                landed_tree == repo.tree_of(attempt.record_commit)
                 or attempt.trailers.get("Retest") == "passed"
             ):
                 judged.add(landed_tree)
         except AgentgateError:  # a landed commit pruned or gone: nothing to count
             continue
     span = (
-        f"{repo.commit(args.since, '--since')}..refs/heads/{branch}"
+        f"{repo.resolve_commit(args.since, '--since')}..refs/heads/{branch}"
         if args.since
         else f"refs/heads/{branch}"
     )
-    out = repo.git(
-        "log", "--first-parent", "--format=%H%x00%T%x00%an%x00%s", "--end-of-options", span
-    ).out
-    untested = []
-    for line in out.splitlines():
-        commit, tree, author, subject = line.split("\0", 3)
-        if tree not in judged:
-            untested.append({"commit": commit, "tree": tree, "author": author, "subject": subject})
+    history = repo.first_parent_log(span)
+    untested = [
+        {"commit": e.commit, "tree": e.tree, "author": e.author, "subject": e.subject}
+        for e in history
+        if e.tree not in judged
+    ]
     if args.json:
         print(json.dumps(untested, indent=2))
     else:
@@ -469,7 +472,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
             print(
                 f"{row['commit'][:12]}  {row['author']:<20}  {row['subject']}  (no passing gate record)"
             )
-        total = len(out.splitlines())
+        total = len(history)
         print(
             f"{total - len(untested)} of {total} commits on {branch} have a tree a passing gate judged"
         )

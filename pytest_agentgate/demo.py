@@ -19,6 +19,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .repo import BaseRepo
 
 SERVICE = {
     "inventory/__init__.py": "",
@@ -110,10 +114,18 @@ def _write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
-def _git(repo: Path, *args: str) -> str:
-    from . import _git
-
-    return _git.run(args, git_dir=repo / ".git", work_tree=repo).out.strip()
+def _agentgate(*args: str) -> int:
+    """Run the ``agentgate`` command as a person would: a process of its own (what it prints
+    is passed on)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode
 
 
 @contextmanager
@@ -153,29 +165,40 @@ def _verdict(report: Path) -> dict[str, object]:
     return row
 
 
+def _service(root: Path, repo: Path) -> tuple[BaseRepo, str]:
+    """A new repository at ``repo`` whose ``main`` holds the service, committed by a person;
+    the agents' tests beside it, outside the repository."""
+    from .repo import Author, init
+
+    repo.mkdir(parents=True)
+    base = init(repo, "main")
+    _write(repo, SERVICE)
+    _write(root, {"agents/test_agents.py": AGENTS})
+    index = base.checkout_index()
+    index.stage_all()
+    person = Author("A. Person", "person@example.invalid")
+    first = base.commit_tree(index.write_tree(), [], "inventory service\n", person)
+    base.update_ref("refs/heads/main", first, None, "commit (initial): inventory service")
+    return base, first
+
+
 def play(root: Path, say: Callable[[str], None] = print) -> None:
     """Play the story in ``root``; raise :class:`StoryBroken` where it does not hold."""
-    from . import _git as git_door
     from . import oplog
-    from .cli import main as cli
+    from .checkout import dirty_paths
+    from .errors import GitError
 
     repo = root / "service"
     with _step("1. a throwaway repository with a working service and its tests"):
-        repo.mkdir(parents=True)
-        git_door.run(["init", "-q", "-b", "main", str(repo)], git_dir=None, cwd=root)
-        _write(repo, SERVICE)
-        _write(root, {"agents/test_agents.py": AGENTS})
-        _git(repo, "add", "-A")
-        _git(repo, "commit", "-q", "-m", "inventory service")
-        first = _git(repo, "rev-parse", "HEAD")
-        say(f"   main = {first[:12]}, tree {_git(repo, 'rev-parse', 'HEAD^{tree}')}")
+        base, first = _service(root, repo)
+        say(f"   main = {first[:12]}, tree {base.tree_of(first)}")
 
     with _step("2. refactor-bot renames a method and misses inventory/api.py"):
         code = _pytest(root, repo, "test_rename_refactor", root / "report-1.json")
         row = _verdict(root / "report-1.json")
         if code != 1 or row["verdict"] != "rejected":
             raise StoryBroken(f"the broken refactor was not rejected: {row['verdict']}")
-        if _git(repo, "rev-parse", "main") != first:
+        if base.ref_value("refs/heads/main") != first:
             raise StoryBroken("main moved after a rejected attempt")
         say(f"   rejected; main still {first[:12]}; attempt kept at {row['attempt_ref']}")
 
@@ -184,45 +207,33 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         row = _verdict(root / "report-2.json")
         if code != 0 or row["verdict"] != "promoted":
             raise StoryBroken(f"the good change was not promoted: {row['verdict']} {row['reason']}")
-        promoted = _git(repo, "rev-parse", "main")
-        if _git(repo, "status", "--porcelain", "--untracked-files=no"):
+        promoted = base.resolve_commit("refs/heads/main")
+        if dirty_paths(base):
             raise StoryBroken("the checked-out main has uncommitted changes after promotion")
         say(f"   promoted; main {first[:12]} -> {promoted[:12]} (checked-out files updated)")
 
     with _step("4. roll main back to the first commit"):
-        if (
-            cli(
-                [
-                    "rollback",
-                    "--repo",
-                    str(repo),
-                    "--to",
-                    first,
-                    "--expect",
-                    promoted,
-                    "--agent",
-                    "demo",
-                ]
-            )
-            != 0
-        ):
-            raise StoryBroken("the rollback failed")
-        before, after = (
-            _git(repo, "rev-parse", f"{first}^{{tree}}"),
-            _git(repo, "rev-parse", "main^{tree}"),
+        rolled = _agentgate(
+            "rollback", "--repo", str(repo), "--to", first, "--expect", promoted, "--agent", "demo"
         )
+        if rolled != 0:
+            raise StoryBroken("the rollback failed")
+        before, after = base.tree_of(first), base.tree_of(base.resolve_commit("refs/heads/main"))
         if before != after:
             raise StoryBroken(f"rollback gave tree {after}, not {before}")
-        _git(
-            repo, "merge-base", "--is-ancestor", promoted, "main"
-        )  # raises if history was rewritten
+        if not base.is_ancestor(promoted, "refs/heads/main"):
+            raise StoryBroken("the rollback rewrote history")
         say(f"   trees equal: {before} == {after}; the promoted commit is still in history")
 
     with _step("5. what is left to read"):
-        cli(["attempts", "--repo", str(repo)])
-        print()
-        cli(["log", "--repo", str(repo)])
-        _git(repo, "fsck", "--strict", "--no-progress")
+        sys.stdout.flush()
+        _agentgate("attempts", "--repo", str(repo))
+        print(flush=True)
+        _agentgate("log", "--repo", str(repo))
+        try:
+            base.fsck()
+        except GitError as exc:
+            raise StoryBroken(f"git fsck --strict found problems: {exc}") from exc
         records = list(oplog.read(repo / ".git"))
         if {r.op for r in records} < {"attempt", "promote", "rollback"}:
             raise StoryBroken("the operations log is missing records")

@@ -181,3 +181,12 @@ class GateFailed(AgentgateError):
         self.reason = reason
         self.output = output
         super().__init__(reason + (f"\n{output}" if output else ""))
+
+
+class PushRefused(AgentgateError):
+    """The server refused a push on policy (a hook, a protected branch): not a race."""
+
+    def __init__(self, target: str, reason: str) -> None:
+        self.target = target
+        self.reason = reason
+        super().__init__(f"the server refused the push to {target}: {reason}")

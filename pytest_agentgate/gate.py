@@ -154,20 +154,13 @@ def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
 
 def _reader(repo: BaseRepo) -> harness.Reader:
     def read(tree: str, path: str) -> bytes | None:
-        found = repo.git("cat-file", "blob", f"{tree}:{path}", ok=(0, 128))
-        return found.stdout if found.returncode == 0 else None
+        return repo.read_blob(f"{tree}:{path}")
 
     return read
 
 
 def _lister(repo: BaseRepo) -> Callable[[str], Sequence[str]]:
-    from . import _git
-
-    def paths(tree: str) -> Sequence[str]:
-        out = repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
-        return _git.split_z(out)
-
-    return paths
+    return repo.tree_paths
 
 
 def run_check(check: Check, attempt: Any) -> CheckResult:

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import _git, results
+from . import results
+from .index import IndexEntry
+from .repo import ZERO
 
 if TYPE_CHECKING:
     from .repo import BaseRepo
@@ -81,15 +83,9 @@ def test_files(
     are graded too, as SWE-bench applies a whole test patch."""
     from . import harness
 
-    out = repo.git(
-        "diff-tree", "-r", "-z", "--name-only", "--no-renames", "--end-of-options",
-        repo.tree_of(base), repo.tree_of(tests_from),
-    ).stdout  # fmt: skip
-    candidates = {*_git.split_z(out), *changed}
-    listing = repo.git(
-        "ls-tree", "-r", "-z", "--name-only", "--end-of-options", repo.tree_of(tests_from)
-    ).stdout
-    test_dirs = harness.test_directories(_git.split_z(listing))
+    differing = repo.diff_tree(repo.tree_of(base), repo.tree_of(tests_from))
+    candidates = {*(c.path for c in differing), *changed}
+    test_dirs = harness.test_directories(repo.tree_paths(repo.tree_of(tests_from)))
     picked = {p for p in candidates if harness.is_test_path(p, test_dirs)}
     return sorted(picked | set(grading.files()))
 
@@ -103,24 +99,21 @@ def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]
     source_tree = repo.tree_of(tests_from)
     paths = set(files)
     # One listing of each tree: the source's entries (mode and object) answer every lookup.
-    source: dict[str, str] = {}
+    source: dict[str, IndexEntry] = {}
     for listed in (source_tree, tree):
-        out = repo.git("ls-tree", "-r", "-z", "--end-of-options", listed).stdout
-        for entry in _git.split_z(out):
-            meta, _, path = entry.partition("\t")
+        for entry in repo.ls_tree(listed):
             if listed == source_tree:
-                mode, _kind, oid = meta.split(" ")
-                source[path] = f"{mode} {oid}"
-            if path.rsplit("/", 1)[-1] in _HARNESS_NAMES:
-                paths.add(path)
+                source[entry.path] = IndexEntry(entry.mode, entry.oid, entry.path)
+            if entry.path.rsplit("/", 1)[-1] in _HARNESS_NAMES:
+                paths.add(entry.path)
     with tempfile.TemporaryDirectory(prefix="agentgate-grade-") as tmp:
-        index = Path(tmp) / "index"
-        repo.git("read-tree", "--end-of-options", tree, index=index)
-        lines = [f"{source.get(path, '0 ' + '0' * 40)}\t{path}" for path in sorted(paths)]
-        if lines:
-            payload = "".join(line + "\0" for line in lines).encode("utf-8", "surrogateescape")
-            repo.git("update-index", "-z", "--index-info", index=index, input=payload)
-        return repo.git("write-tree", index=index).out.strip()
+        index = repo.index(None, Path(tmp) / "index")
+        index.read_tree(tree)
+        # A path the source lacks leaves the graded tree (mode 0 removes it).
+        index.stage_entries(
+            [source.get(path, IndexEntry("0", ZERO, path)) for path in sorted(paths)]
+        )
+        return index.write_tree()
 
 
 def command(

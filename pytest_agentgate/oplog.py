@@ -118,3 +118,24 @@ def read(git_dir: Path) -> Iterator[OpRecord]:
                 continue
             if isinstance(data, dict) and {"op", "ref"} <= data.keys():
                 yield OpRecord(**{k: v for k, v in data.items() if k in fields})
+
+
+class OpLog:
+    """One repository's operations log, as an object to hand to whoever moves refs.
+
+    A :class:`~pytest_agentgate.target.Target` is given one when it is made (as dulwich gives
+    its refs container a reflog writer), so every move it makes is logged by construction.
+    """
+
+    def __init__(self, git_dir: Path) -> None:
+        self.git_dir = git_dir
+
+    @property
+    def path(self) -> Path:
+        return log_path(self.git_dir)
+
+    def append(self, record: OpRecord, fault: str = "oplog") -> OpRecord:
+        return append(self.git_dir, record, fault)
+
+    def read(self) -> Iterator[OpRecord]:
+        return read(self.git_dir)

@@ -54,10 +54,7 @@ def _on(repo: BaseRepo, commit: str, ref: str) -> bool:
     tip = repo.ref_value(ref)
     if tip is None:
         return False
-    if tip == commit:
-        return True
-    result = repo.git("merge-base", "--is-ancestor", commit, tip, ok=(0, 1, 128))
-    return result.returncode == 0
+    return tip == commit or repo.is_ancestor(commit, tip)
 
 
 def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
@@ -112,14 +109,14 @@ def settle_all(repo: BaseRepo) -> list[str]:
     to do, so reading stays lock-free in the common case.
     """
     from .checkout import JOURNAL_PREFIX, recover_worktree
-    from .promote import target_lock
+    from .locks import ref_lock
 
     refs = {line.ref for line in open_lines(oplog.read(repo.common_dir))}
     for journal in repo.private_dir.glob(f"{JOURNAL_PREFIX}*.json"):
         refs.add(journal.name[len(JOURNAL_PREFIX) : -len(".json")].replace("%2F", "/"))
     notes: list[str] = []
     for ref in sorted(refs):
-        with target_lock(repo, ref):
+        with ref_lock(repo, ref):
             notes += settle(repo, ref)
             try:
                 done = recover_worktree(repo, ref)

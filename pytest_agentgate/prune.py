@@ -32,11 +32,7 @@ class PruneReport:
 
 def _landed_on(repo: BaseRepo, commit: str) -> str | None:
     """A branch that contains ``commit``, or None."""
-    out = repo.git(
-        "for-each-ref", "--count=1", "--format=%(refname:short)", f"--contains={commit}", "refs/heads/",
-        ok=(0, 129),
-    ).out.strip()  # fmt: skip
-    return out or None
+    return repo.branch_containing(commit)
 
 
 def prune(
@@ -56,7 +52,7 @@ def prune(
         if landed and repo.resolve(landed):
             branch = _landed_on(repo, landed)
             if branch:
-                report.kept_landed.append((attempt.ref, f"landed on {branch}"))
+                report.kept_landed.append((attempt.record_ref, f"landed on {branch}"))
                 report.kept += 1
                 continue
         date = datetime.fromisoformat(attempt.date)
@@ -65,21 +61,21 @@ def prune(
             continue
         if not dry_run:
             begin = time.perf_counter()
-            if not repo.delete_ref(attempt.ref, attempt.commit):
+            if not repo.delete_ref(attempt.record_ref, attempt.record_commit):
                 report.kept += 1
                 continue
             state_commit = attempt.trailers.get("State")
             if state_commit:
-                repo.delete_ref(state_ref_for(attempt.ref), state_commit)
+                repo.delete_ref(state_ref_for(attempt.record_ref), state_commit)
             oplog.append(
                 repo.common_dir,
                 oplog.OpRecord(
-                    op="prune", ref=attempt.ref, old=attempt.commit, new=None,
+                    op="prune", ref=attempt.record_ref, old=attempt.record_commit, new=None,
                     agent=agent, task=attempt.task,
                     duration_ms=round((time.perf_counter() - begin) * 1000, 3),
                 ),
             )  # fmt: skip
-        report.removed.append(attempt.ref)
+        report.removed.append(attempt.record_ref)
     report.rotated = _rotate(repo, rotate_bytes, dry_run)
     if workspaces is not None:
         report.workspaces = old_runs(workspaces, keep_runs)

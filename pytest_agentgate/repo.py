@@ -1,7 +1,14 @@
-"""The base repository: resolving names, reading and writing objects, moving refs safely.
+"""The base repository as named git operations: names, objects, trees, merges and refs.
 
-Refs only move through :meth:`BaseRepo.update_ref`, which always passes the old value, so a
-lost race is reported as ``False`` and never overwrites someone else's move.
+This module and :mod:`.index` (a work tree with its own index) and :mod:`.transport` (fetch
+and push) are the git layer: the only code that builds a git command line. Each operation
+owns its arguments and the parsing of what git printed, and returns a typed result; failures
+are classified once, in :mod:`._git`. Refs only move through :meth:`BaseRepo.update_ref`,
+which always passes the old value, so a lost race is reported as ``False`` and never
+overwrites someone else's move.
+
+Modelled on pip's ``vcs/git.py`` (one method per question asked of git) and dulwich's object
+and ref containers (typed entries, not text), as ideas; the code is this project's own.
 """
 
 from __future__ import annotations
@@ -10,9 +17,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _git
-from .errors import BadRefName, GitError, RepoNotFound, RevisionNotFound, StaleLock
+from .errors import BadRefName, GitError, RepoNotFound, RevisionNotFound
+
+if TYPE_CHECKING:
+    from .index import Index
 
 ZERO = "0" * 40
 _OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
@@ -32,6 +43,53 @@ class Author:
 
     def env(self) -> dict[str, str]:
         return {"GIT_AUTHOR_NAME": self.name, "GIT_AUTHOR_EMAIL": self.email}
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry of a tree listing (``ls-tree``)."""
+
+    mode: str  # 100644, 100755, 120000 (a symlink), 160000 (a gitlink), 040000 (a tree)
+    kind: str  # blob, tree, commit
+    oid: str
+    path: str
+
+    @property
+    def is_link(self) -> bool:
+        return self.mode == "120000"
+
+    @property
+    def is_gitlink(self) -> bool:
+        return self.mode == "160000"
+
+
+@dataclass(frozen=True)
+class TreeChange:
+    """One path that differs between two trees (``diff-tree``, no rename detection)."""
+
+    status: str  # A, M, D, T
+    path: str
+    old_mode: str
+    new_mode: str
+    old_oid: str = ZERO
+    new_oid: str = ZERO
+
+    @property
+    def is_tree(self) -> bool:
+        """An entry for a directory itself (listed with ``trees=True``), not a changed path."""
+        return self.old_mode == self.new_mode == "040000" or (
+            self.status in "AD" and "040000" in (self.old_mode, self.new_mode)
+        )
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit of a first-parent history walk."""
+
+    commit: str
+    tree: str
+    author: str
+    subject: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +174,7 @@ class BaseRepo:
         path.mkdir(exist_ok=True)
         return path
 
-    def git(
+    def _run(
         self,
         *args: str,
         work_tree: Path | None = None,
@@ -125,6 +183,7 @@ class BaseRepo:
         input: bytes | None = None,
         ok: Sequence[int] = (0,),
     ) -> _git.GitResult:
+        """Run git against this repository: for the git layer's own modules only."""
         return _git.run(
             args,
             git_dir=self.git_dir,
@@ -183,12 +242,12 @@ class BaseRepo:
 
     def resolve(self, rev: str) -> str | None:
         """The commit ``rev`` names, or None; never treats ``rev`` as an option."""
-        result = self.git(
+        result = self._run(
             "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}", ok=(0, 1)
         )
         return result.out.strip() or None
 
-    def commit(self, rev: str, source: str = "") -> str:
+    def resolve_commit(self, rev: str, source: str = "") -> str:
         """The commit ``rev`` names; :class:`RevisionNotFound` names the source otherwise."""
         if not rev or rev.startswith("-"):
             raise RevisionNotFound(rev, self.label, source)
@@ -197,9 +256,14 @@ class BaseRepo:
             raise RevisionNotFound(rev, self.label, source)
         return oid
 
+    def commit(self, rev: str, source: str = "") -> str:
+        """Deprecated name of :meth:`resolve_commit` (it resolves a name; it makes nothing)."""
+        _deprecated("BaseRepo.commit()", "BaseRepo.resolve_commit()")
+        return self.resolve_commit(rev, source)
+
     def ref_value(self, ref: str) -> str | None:
         """What a full ref name points at, or None when it does not exist."""
-        result = self.git("rev-parse", "--verify", "--quiet", "--end-of-options", ref, ok=(0, 1))
+        result = self._run("rev-parse", "--verify", "--quiet", "--end-of-options", ref, ok=(0, 1))
         return result.out.strip() or None
 
     def tree_of(self, rev: str) -> str:
@@ -207,7 +271,7 @@ class BaseRepo:
         cached = self._trees.get(rev)
         if cached is not None:
             return cached
-        tree = self.git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
+        tree = self._run("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
         if is_oid(rev):
             self._trees[rev] = tree
         return tree
@@ -226,7 +290,7 @@ class BaseRepo:
             return text[len("ref: refs/heads/") :]
         if is_oid(text):
             return None
-        result = self.git("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
+        result = self._run("symbolic-ref", "--quiet", "--short", "HEAD", ok=(0, 1))
         return result.out.strip() or None
 
     def last_reflog_entry(self, ref: str) -> tuple[str, str] | None:
@@ -251,8 +315,64 @@ class BaseRepo:
 
     def refs(self, prefix: str, fmt: str = "%(refname)%00%(objectname)") -> list[list[str]]:
         """Rows of ``for-each-ref`` under ``prefix``, fields split on NUL."""
-        out = self.git("for-each-ref", f"--format={fmt}", "--end-of-options", prefix).out
+        out = self._run("for-each-ref", f"--format={fmt}", "--end-of-options", prefix).out
         return [line.split("\0") for line in out.splitlines() if line]
+
+    def ref_records(self, prefix: str, fields: Sequence[str]) -> list[list[str]]:
+        """``for-each-ref`` under ``prefix``, newest first: one list of ``fields`` per ref.
+
+        Records are split on a byte no field holds, so a multi-line field (a commit's
+        trailers) stays whole.
+        """
+        fmt = "%00".join(f"%({name})" for name in fields) + "%01"
+        out = self._run(
+            "for-each-ref", "--sort=-creatordate", f"--format={fmt}", "--end-of-options", prefix
+        ).out
+        rows = []
+        for chunk in out.split("\x01"):
+            parts = chunk.strip("\n").split("\0")
+            if len(parts) >= len(fields):
+                rows.append(parts[: len(fields)])
+        return rows
+
+    def branch_containing(self, commit: str) -> str | None:
+        """A branch (short name) whose history contains ``commit``, or None."""
+        out = self._run(
+            "for-each-ref", "--count=1", "--format=%(refname:short)", f"--contains={commit}",
+            "refs/heads/", ok=(0, 129),
+        ).out.strip()  # fmt: skip
+        return out or None
+
+    def is_ancestor(self, commit: str, of: str) -> bool:
+        """Whether ``commit`` is in the history of ``of`` (False when either is unknown)."""
+        result = self._run("merge-base", "--is-ancestor", commit, of, ok=(0, 1, 128))
+        return result.returncode == 0
+
+    def first_parent_log(self, span: str) -> list[LogEntry]:
+        """The commits of ``span`` (a revision or ``a..b``) along first parents, newest first."""
+        out = self._run(
+            "log", "--first-parent", "--format=%H%x00%T%x00%an%x00%s", "--end-of-options", span
+        ).out
+        return [LogEntry(*line.split("\0", 3)) for line in out.splitlines() if line]
+
+    def show_commit(self, commit: str) -> str:
+        """A commit as a person reads it: header, whole message, stat and patch (no colour,
+        no external diff or text conversion: nothing of the repository's runs)."""
+        return self._run(
+            "show", "--no-color", "--no-ext-diff", "--no-textconv", "--stat", "--patch",
+            "--format=commit %H%nAuthor: %an <%ae>%nDate:   %aI%n%n%w(0,4,4)%B",
+            "--end-of-options", commit,
+        ).out  # fmt: skip
+
+    def config_value(self, key: str) -> str | None:
+        """One value of the repository's configuration, or None when it is not set."""
+        return self._run("config", "--get", key, ok=(0, 1)).out.strip() or None
+
+    def remote_urls(self, remote: str) -> tuple[str, str]:
+        """(fetch URL, push URL) of a configured remote, as git resolves them (``insteadOf``)."""
+        fetch = self._run("remote", "get-url", "--end-of-options", remote).out.strip()
+        push = self._run("remote", "get-url", "--push", "--end-of-options", remote).out.strip()
+        return fetch, push
 
     # -- objects ------------------------------------------------------------------------
 
@@ -260,16 +380,115 @@ class BaseRepo:
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
-        oid = self.git(*args, env=author.env(), input=message.encode()).out.strip()
+        oid = self._run(*args, env=author.env(), input=message.encode()).out.strip()
         self._trees[oid] = tree
         return oid
+
+    def read_blob(self, spec: str) -> bytes | None:
+        """The content of a blob (an id, or ``tree:path``), or None when there is none."""
+        found = self._run("cat-file", "blob", spec, ok=(0, 128))
+        return found.stdout if found.returncode == 0 else None
+
+    def blob_size(self, oid: str) -> int:
+        return int(self._run("cat-file", "-s", oid).out.strip())
+
+    def hash_blob(self, data: bytes) -> str:
+        """Store ``data`` as a blob (no filters: the bytes as given); return its id."""
+        return self._run("hash-object", "-w", "--stdin", input=data).out.strip()
+
+    def blob_id(self, data: bytes) -> str:
+        """The id ``data`` has as a blob; nothing is written."""
+        return self._run("hash-object", "--stdin", input=data).out.strip()
+
+    def hash_files(self, paths: Sequence[Path]) -> list[str]:
+        """Store each file as a blob, byte for byte (no filters); return their ids in order."""
+        if not paths:
+            return []
+        listing = "".join(f"{p}\n" for p in paths).encode("utf-8", "surrogateescape")
+        return self._run(
+            "hash-object", "-w", "--no-filters", "--stdin-paths", input=listing
+        ).out.split()
+
+    def mktree(self, entries: Sequence[TreeEntry]) -> str:
+        """A tree of exactly ``entries`` (one level, no paths with ``/``); return its id."""
+        listing = "".join(f"{e.mode} {e.kind} {e.oid}\t{e.path}\n" for e in entries)
+        return self._run("mktree", input=listing.encode("utf-8", "surrogateescape")).out.strip()
+
+    def pack(self, oids: Sequence[str], prefix: Path) -> None:
+        """Write one pack holding exactly ``oids`` at ``prefix``-<hash>.pack (and its index)."""
+        payload = "".join(f"{oid}\n" for oid in dict.fromkeys(oids)).encode("ascii")
+        self._run("pack-objects", "-q", str(prefix), input=payload)
+
+    # -- trees --------------------------------------------------------------------------
+
+    def ls_tree(self, tree: str, *, trees: bool = False) -> list[TreeEntry]:
+        """Every entry of ``tree`` at any depth; with ``trees``, the directories too."""
+        args = ["ls-tree", "-r", "-z", "--full-tree"]
+        if trees:
+            args.append("-t")
+        out = self._run(*args, "--end-of-options", tree).stdout
+        return [_tree_entry(item) for item in _git.split_z(out)]
+
+    def tree_paths(self, tree: str) -> list[str]:
+        """The paths of every file (blob, link or gitlink) in ``tree``."""
+        out = self._run("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
+        return _git.split_z(out)
+
+    def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
+        """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""
+        out = self._run("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").stdout
+        items = _git.split_z(out)
+        if not items:
+            return None
+        entry = _tree_entry(items[0])
+        return entry if entry.path == path else None
+
+    def diff_tree(self, old: str, new: str, *, trees: bool = False) -> list[TreeChange]:
+        """The paths that differ between two trees or commits, recursively, no renames.
+
+        With ``trees``, the directories that differ are listed too (``is_tree``): with the
+        blobs, exactly the objects ``new`` has that ``old`` lacks.
+        """
+        args = ["diff-tree", "-r", "-z", "--no-renames"]
+        if trees:
+            args.append("-t")
+        raw = self._run(*args, "--end-of-options", old, new).stdout
+        fields = raw.split(b"\0")
+        changes = []
+        # Records come in pairs, ":<meta>" then the path; a path may itself start with ":".
+        for meta_raw, path_raw in zip(fields[0:-1:2], fields[1::2], strict=False):
+            old_mode, new_mode, old_oid, new_oid, status = meta_raw[1:].decode("ascii").split(" ")
+            changes.append(
+                TreeChange(
+                    status[0],
+                    path_raw.decode("utf-8", "surrogateescape"),
+                    old_mode,
+                    new_mode,
+                    old_oid,
+                    new_oid,
+                )
+            )
+        return changes
+
+    def changed_lines(self, old: str, new: str) -> int:
+        """Added plus deleted lines between two trees (a binary file counts as one line)."""
+        out = self._run(
+            "diff-tree", "-r", "--numstat", "--no-renames", "--end-of-options", old, new
+        ).out
+        total = 0
+        for line in out.splitlines():
+            added, deleted, _ = line.split("\t", 2)
+            total += 1 if added == "-" else int(added) + int(deleted)
+        return total
+
+    # -- merges -------------------------------------------------------------------------
 
     def merge_preview(self, ours: str, theirs: str) -> MergePreview:
         """A real three-way merge of two commits (``git merge-tree --write-tree``).
 
         It writes the merged blobs and trees into the object store and moves no ref.
         """
-        result = self.git(
+        result = self._run(
             "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages",
             "--end-of-options", ours, theirs,
             ok=(0, 1),
@@ -280,6 +499,8 @@ class BaseRepo:
         conflicts = tuple(dict.fromkeys(names[1:])) if result.returncode == 1 else ()
         return MergePreview(names[0], conflicts)
 
+    # -- what a move adds ---------------------------------------------------------------
+
     def count_new_objects(self, new: str, old: str | None) -> tuple[int, int]:
         """Objects, and bytes on disk, that commit ``new`` adds over ``old``.
 
@@ -289,19 +510,13 @@ class BaseRepo:
         object of ``new`` not reachable from a ref is counted.
         """
         if old is None or old == ZERO:
-            oids = self.git(
+            oids = self._run(
                 "rev-list", "--objects", "--no-object-names", new, "--not", "--all"
             ).out.split()
         else:
-            raw = self.git(
-                "diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options", old, new
-            ).stdout
-            changed = set()
-            # Records come in pairs, ":<meta>" then the path; a path may itself start with ":".
-            for meta in raw.split(b"\0")[0:-1:2]:
-                parts = meta.split(b" ")
-                if len(parts) == 5 and parts[0].startswith(b":") and parts[3].strip(b"0"):
-                    changed.add(parts[3].decode("ascii"))
+            changed = {
+                c.new_oid for c in self.diff_tree(old, new, trees=True) if c.new_oid.strip("0")
+            }
             root = self.tree_of(new)
             oids = [new, *({root} - {self.tree_of(old)}), *sorted(changed)]
         return self.measure(oids)
@@ -319,7 +534,7 @@ class BaseRepo:
                 packed.append(oid)
         if packed:
             batch = ("\n".join(packed) + "\n").encode()
-            out = self.git("cat-file", "--batch-check=%(objectsize:disk)", input=batch).out.split()
+            out = self._run("cat-file", "--batch-check=%(objectsize:disk)", input=batch).out.split()
             size += sum(int(n) for n in out if n.isdigit())
         return len(oids), size
 
@@ -328,30 +543,67 @@ class BaseRepo:
     def update_ref(
         self, ref: str, new: str, old: str | None, message: str, *, reflog: bool = False
     ) -> bool:
-        """Move ``ref`` from ``old`` (None: must not exist) to ``new``; False if it moved."""
+        """Move ``ref`` from ``old`` (None: must not exist) to ``new``; False if it moved.
+
+        A stale lock raises :class:`StaleLock`; any other failure :class:`GitError`.
+        """
         args = ["update-ref"]
         if reflog:
             args.append("--create-reflog")
         args += ["-m", message, "--end-of-options", ref, new, old or ZERO]
-        result = self.git(*args, ok=(0, 1, 128))
+        result = self._run(*args, ok=(0, 1, 128))
         if result.returncode == 0:
             return True
-        stale = _git.LOCK_HELD.search(result.stderr)
-        if stale:
-            raise StaleLock(stale[1])
-        if any(lost in result.stderr for lost in _LOST_RACE):
+        if _git.held_lock(result.stderr) is None and _git.lost_race(result.stderr):
             return False
-        raise GitError(args, result.returncode, result.stderr)
+        raise _git.failure(args, result.returncode, result.stderr)
 
     def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
-        result = self.git(
+        """Delete ``ref`` if it is still at ``old``; False when it was not."""
+        result = self._run(
             "update-ref", "-m", message, "-d", "--end-of-options", ref, old, ok=(0, 1, 128)
         )
         return result.returncode == 0
 
+    def fsck(self) -> None:
+        """Raise :class:`GitError` unless ``git fsck --strict`` finds the repository sound."""
+        self._run("fsck", "--strict", "--no-progress")
 
-# How update-ref says the old value did not match: a lost race, not a failure.
-_LOST_RACE = ("but expected", "reference already exists", "unable to resolve reference")
+    # -- work trees ---------------------------------------------------------------------
+
+    def index(self, work_tree: Path | None, path: Path | None = None) -> Index:
+        """``work_tree`` with the index at ``path`` (None: the repository's own index)."""
+        from .index import Index
+
+        return Index(self, work_tree, path)
+
+    def checkout_index(self) -> Index:
+        """The base repository's own checkout and index (the user's filters apply)."""
+        return self.index(self.worktree)
+
+
+def init(path: Path, branch: str) -> BaseRepo:
+    """A new repository with a working tree at ``path``, on ``branch`` (no commits yet)."""
+    _git.run(
+        ["init", "-q", "-b", branch, "--end-of-options", str(path)], git_dir=None, cwd=path.parent
+    )
+    return BaseRepo(path / ".git", path)
+
+
+def _tree_entry(item: str) -> TreeEntry:
+    meta, _, path = item.partition("\t")
+    mode, kind, oid = meta.split(" ")
+    return TreeEntry(mode, kind, oid, path)
+
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(
+        f"{old} is deprecated and will be removed in 0.3; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _common_dir(git_dir: Path) -> Path:

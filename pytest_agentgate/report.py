@@ -90,3 +90,38 @@ def sandbox_warnings(rows: Iterable[Mapping[str, Any]]) -> list[str]:
         f"WARNING agentgate sandbox {reason}: {UNPROTECTED}. To contain them: {HOW_TO_GET}."
         for reason in reasons
     ]
+
+
+def rejection_message(row: Mapping[str, Any], repo_label: str, output: str, workspace: str) -> str:
+    """What a failed gated test says in pytest's report: the verdict, the deciding check,
+    where the attempt's record is and how to read it, and the failing output's tail."""
+    import shlex
+
+    ref = row.get("attempt_ref")
+    lines = [
+        f"agentgate {row.get('verdict')}: {row.get('reason')}",
+        f"  check:   {row.get('check') or '-'}",
+        f"  attempt: {ref}  (read it: git -C {shlex.quote(repo_label)} show {ref})"
+        if ref
+        else f"  attempt: not recorded ({row.get('record_problem') or 'no record'})",
+        f"  workspace kept at {workspace}",
+    ]
+    if output.strip():
+        lines += ["  output (last lines):", *("    " + line for line in output.splitlines())]
+    return "\n".join(lines)
+
+
+def write_all(
+    rows: list[Mapping[str, Any]],
+    *,
+    json_path: Path | None,
+    markdown_path: Path | None,
+    meta: Mapping[str, Any],
+) -> None:
+    """The run's reports: the JSON file (always, when asked for) and the Markdown table
+    (appended, when there is anything to say)."""
+    if json_path is not None:
+        write_json(json_path, rows, meta)
+    if markdown_path is not None and rows:
+        with open(markdown_path, "a", encoding="utf-8") as out:
+            out.write("### agentgate\n\n" + markdown(rows) + "\n")

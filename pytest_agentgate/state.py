@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from . import _git
 from .errors import AgentgateError
+from .index import IndexEntry
 from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/state/"
@@ -131,26 +131,18 @@ def capture(
         if not entries:
             return None
         files = [e for e in entries if e[0] != "120000"]
-        listing = "".join(f"{p}\n" for _, _, p in files).encode("utf-8", "surrogateescape")
-        oids = repo.git(
-            "hash-object", "-w", "--no-filters", "--stdin-paths", input=listing
-        ).out.split()
+        oids = repo.hash_files([p for _, _, p in files])
         by_path = {str(p): oid for (_, _, p), oid in zip(files, oids, strict=True)}
-        info_lines = []
+        staged = []
         for mode, tree_path, path in entries:
             if mode == "120000":
-                target = os.readlink(path).encode("utf-8", "surrogateescape")
-                oid = repo.git("hash-object", "-w", "--stdin", input=target).out.strip()
+                oid = repo.hash_blob(os.readlink(path).encode("utf-8", "surrogateescape"))
             else:
                 oid = by_path[str(path)]
-            info_lines.append(
-                f"{mode} {oid}\t{tree_path}".encode("utf-8", "surrogateescape") + b"\0"
-            )
-        index = Path(tmp) / "index"
-        repo.git(
-            "update-index", "--add", "-z", "--index-info", index=index, input=b"".join(info_lines)
-        )
-        tree = repo.git("write-tree", index=index).out.strip()
+            staged.append(IndexEntry(mode, oid, tree_path))
+        index = repo.index(None, Path(tmp) / "index")
+        index.stage_entries(staged)
+        tree = index.write_tree()
     return repo.commit_tree(tree, [parent] if parent else [], message, author)
 
 
@@ -160,9 +152,7 @@ def restore(repo: BaseRepo, commit: str, dest: Path, *, overwrite: bool) -> list
     Without ``overwrite``, an existing file at any of those paths stops the restore before
     anything is written (nothing of the user's is replaced unasked).
     """
-    names = _git.split_z(
-        repo.git("ls-tree", "-r", "-z", "--name-only", "--end-of-options", commit).stdout
-    )
+    names = repo.tree_paths(commit)
     if not overwrite:
         present = [n for n in names if (dest / n).exists() or (dest / n).is_symlink()]
         if present:
@@ -172,11 +162,9 @@ def restore(repo: BaseRepo, commit: str, dest: Path, *, overwrite: bool) -> list
             )
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
-        index = Path(tmp) / "index"
-        repo.git("read-tree", "--end-of-options", commit, index=index)
-        repo.git(
-            "checkout-index", "-a", "-f", f"--prefix={dest}{os.sep}", index=index, work_tree=dest
-        )
+        index = repo.index(dest, Path(tmp) / "index")
+        index.read_tree(commit)
+        index.check_out_all(dest)
     return names
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -24,8 +23,9 @@ from pathlib import Path
 
 from . import _git, _proc
 from .errors import AgentgateError, GitError
+from .index import Index
 from .removal import remove_tree, remove_under
-from .repo import BaseRepo
+from .repo import BaseRepo, TreeChange
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 
 #: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
@@ -50,14 +50,8 @@ DEFAULT_MAX_FILES = 100_000
 DEFAULT_MAX_BYTES = 1 << 30
 
 
-@dataclass(frozen=True)
-class Change:
-    """One path that differs between the base tree and the snapshot."""
-
-    status: str  # A, M, D, T
-    path: str
-    old_mode: str
-    new_mode: str
+#: One path that differs between the base tree and the snapshot.
+Change = TreeChange
 
 
 @dataclass(frozen=True)
@@ -229,14 +223,10 @@ def make_agent_git(
 def _write_sealed_objects(repo: BaseRepo, base: str, pack_dir: Path) -> None:
     """One pack holding the base commit, its tree and blobs: no parents, nothing else."""
     tree = repo.tree_of(base)
-    listing = repo.git("ls-tree", "-r", "-t", "-z", "--full-tree", "--end-of-options", tree).stdout
     oids = [base, tree]
-    for entry in _git.split_z(listing):
-        meta = entry.split("\t", 1)[0].split(" ")
-        if meta[1] != "commit":  # a gitlink names a commit of another repository
-            oids.append(meta[2])
-    payload = "".join(f"{oid}\n" for oid in dict.fromkeys(oids)).encode("ascii")
-    repo.git("pack-objects", "-q", str(pack_dir / "pack"), input=payload)
+    # A gitlink names a commit of another repository: not ours to pack.
+    oids += [e.oid for e in repo.ls_tree(tree, trees=True) if not e.is_gitlink]
+    repo.pack(oids, pack_dir / "pack")
 
 
 _TRAITS: dict[Path, str] = {}
@@ -316,7 +306,8 @@ def snapshot(
     """
     repo = ws.repo
     _settle_index(ws)
-    others, tracked = _differences(ws, "--exclude-standard")
+    found = _index(ws).differences()
+    others, tracked = list(found.untracked), list(found.changed)
     nested = [p.rstrip("/") for p in others if p.endswith("/")]
     if nested:
         raise SnapshotRefused(
@@ -347,28 +338,16 @@ def snapshot(
         total += (ws.path / rel).lstat().st_size
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    index = _index(ws)
     try:
-        for flags, paths in (
-            (("--force-remove",), sorted(removals)),
-            (("--add", "--replace"), additions),
-        ):
-            if paths:
-                payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
-                repo.git(
-                    "update-index",
-                    *flags,
-                    "-z",
-                    "--stdin",
-                    work_tree=ws.path,
-                    index=ws.index,
-                    input=payload,
-                )
+        index.stage_paths(sorted(removals), remove=True)
+        index.stage_paths(additions)
     except GitError as err:
-        if _DISK_TROUBLE.search(err.stderr):
+        if _git.disk_trouble(err.stderr):
             raise  # a full or failing disk is the machine's trouble, not the agent's
         raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
     ws.index_written = time.time()
-    tree = repo.git("write-tree", index=ws.index).out.strip()
+    tree = index.write_tree()
     base_tree = repo.tree_of(ws.base)
     changes, new_objects = diff_trees(repo, base_tree, tree)
     _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
@@ -383,9 +362,6 @@ def snapshot(
         kept_gitlinks=tuple(sorted(gitlinks)),
     )
 
-
-#: How git says that the disk, not the path, was the problem.
-_DISK_TROUBLE = re.compile(r"No space left on device|Input/output error|Disk quota exceeded")
 
 #: How many symlinks one path may pass through before it counts as a loop (Linux: 40).
 _MAX_HOPS = 40
@@ -416,10 +392,9 @@ def _refuse_escaping_links(
             bad.append(f"{path} -> {target}")
     # A new link can change where an old one leads: judge the base's links again.
     changed = {c.path for c in changes}
-    listing = repo.git("ls-tree", "-r", "-z", "--end-of-options", tree).stdout
-    for entry in _git.split_z(listing):
-        meta, _, path = entry.partition("\t")
-        if not meta.startswith("120000") or path in changed or _matches_glob(path, allowed):
+    for entry in repo.ls_tree(tree):
+        path = entry.path
+        if not entry.is_link or path in changed or _matches_glob(path, allowed):
             continue
         target = (in_new(path) or ("", ""))[1]
         if not _resolves_inside(path, target, in_new) and _resolves_inside(path, target, in_base):
@@ -437,17 +412,14 @@ def _tree_lookup(repo: BaseRepo, tree: str) -> Callable[[str], tuple[str, str] |
 
     def lookup(path: str) -> tuple[str, str] | None:
         if path not in cache:
-            out = repo.git("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").out
-            entry = out.split("\0", 1)[0]
-            if not entry or entry.split("\t", 1)[-1] != path:
+            entry = repo.tree_entry(tree, path)
+            if entry is None:
                 cache[path] = None
             else:
-                mode, _, oid = entry.split("\t", 1)[0].split(" ")
                 target = ""
-                if mode == "120000":
-                    blob = repo.git("cat-file", "blob", oid).stdout
-                    target = blob.decode("utf-8", "surrogateescape")
-                cache[path] = (mode, target)
+                if entry.is_link:
+                    target = (repo.read_blob(entry.oid) or b"").decode("utf-8", "surrogateescape")
+                cache[path] = (entry.mode, target)
         return cache[path]
 
     return lookup
@@ -495,7 +467,7 @@ def _settle_index(ws: Workspace) -> None:
     once and rewrites the index, so the snapshot's own pass is stat-only.
     """
     if ws.index_written and time.time() - ws.index_written >= 1.0:
-        ws.repo.git("update-index", "-q", "--refresh", work_tree=ws.path, index=ws.index, ok=(0, 1))
+        _index(ws).refresh()
         ws.index_written = 0.0
 
 
@@ -519,18 +491,9 @@ def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
     """
     if not paths:
         return set()
-    if len(paths) <= 64:
-        specs = [f":(literal){p}" for p in paths]
-        out = ws.repo.git("ls-files", "-z", "-s", "--", *specs, work_tree=ws.path, index=ws.index)
-    else:
-        out = ws.repo.git("ls-files", "-z", "-s", work_tree=ws.path, index=ws.index)
+    entries = _index(ws).entries(paths if len(paths) <= 64 else ())
     wanted = set(paths)
-    found = set()
-    for entry in _git.split_z(out.stdout):
-        meta, _, rel = entry.partition("\t")
-        if meta.startswith("160000") and rel in wanted:
-            found.add(rel)
-    return found
+    return {e.path for e in entries if e.mode == "160000" and e.path in wanted}
 
 
 def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], tuple[str, ...]]:
@@ -542,34 +505,19 @@ def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], 
     """
     if old == new:
         return (), ()
-    raw = repo.git(
-        "diff-tree", "-r", "-t", "-z", "--no-renames", "--end-of-options", old, new
-    ).stdout
-    fields = raw.split(b"\0")
     changes = []
     objects = [new]
-    for meta_raw, path_raw in zip(fields[0:-1:2], fields[1::2], strict=False):
-        meta = meta_raw.decode("ascii")
-        old_mode, new_mode, _o, new_oid, status = meta[1:].split(" ")
-        if new_oid.strip("0") and new_mode != "160000":
-            objects.append(new_oid)
-        if old_mode == new_mode == "040000" or (
-            status[0] in "AD" and "040000" in (old_mode, new_mode)
-        ):
-            continue  # a tree entry, listed by -t: not a changed path
-        path = path_raw.decode("utf-8", "surrogateescape")
-        changes.append(Change(status[0], path, old_mode, new_mode))
+    for change in repo.diff_tree(old, new, trees=True):
+        if change.new_oid.strip("0") and change.new_mode != "160000":
+            objects.append(change.new_oid)
+        if not change.is_tree:  # a directory entry, listed by trees=True: not a changed path
+            changes.append(change)
     return tuple(changes), tuple(objects)
 
 
 def changed_lines(repo: BaseRepo, old: str, new: str) -> int:
     """Added plus deleted lines between two trees (binary files count as one line each)."""
-    out = repo.git("diff-tree", "-r", "--numstat", "--no-renames", "--end-of-options", old, new).out
-    total = 0
-    for line in out.splitlines():
-        added, deleted, _ = line.split("\t", 2)
-        total += 1 if added == "-" else int(added) + int(deleted)
-    return total
+    return repo.changed_lines(old, new)
 
 
 def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> Path:
@@ -590,7 +538,7 @@ def _checkout(repo: BaseRepo, rev: str, root: Path, name: str) -> tuple[Path, Pa
     path = _new_dir(root, name)
     index = _private_index_path(repo)
     try:
-        repo.git("read-tree", "--reset", "-u", "--end-of-options", rev, work_tree=path, index=index)
+        repo.index(path, index).read_tree(rev, update=True)
     except BaseException:
         remove_tree(path)
         index.unlink(missing_ok=True)
@@ -652,18 +600,11 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
             with contextlib.suppress(FileNotFoundError):
                 remove_under(ws.private, folder)
     try:
-        repo.git(
-            "read-tree",
-            "--reset",
-            "-u",
-            "--end-of-options",
-            base,
-            work_tree=ws.path,
-            index=ws.index,
-        )
+        _index(ws).read_tree(base, update=True)
         # One pass over the tree: untracked and ignored paths are removed; a tracked path
         # still modified or missing after the reset means the checkout could not fix it.
-        untracked, changed = _differences(ws, "--directory")
+        found = _index(ws).differences(ignored_too=True)
+        untracked, changed = list(found.untracked), list(found.changed)
         if changed:
             raise RecycleFailed(
                 ws.path, f"still differs from {base[:12]} at {', '.join(changed[:5])}"
@@ -671,7 +612,7 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
         for rel in untracked:
             remove_under(ws.path, rel.rstrip("/"))
         _scrub(ws.path)
-        if repo.git("write-tree", index=ws.index).out.strip() != repo.tree_of(base):
+        if _index(ws).write_tree() != repo.tree_of(base):
             raise RecycleFailed(ws.path, "its index does not hold the base's tree")
         make_agent_git(repo, ws.path, ws.branch, base, ws.index, sealed=ws.objects is None)
         if name is not None:
@@ -747,15 +688,6 @@ def _scrub(root: Path) -> None:
             os.close(fd)
 
 
-def _differences(ws: Workspace, *flags: str) -> tuple[list[str], list[str]]:
-    """What differs from the private index, in one pass: untracked paths (``?``), and
-    tracked paths modified or deleted; each once, in git's order."""
-    out = ws.repo.git(
-        "ls-files", "-z", "-t", "--others", "--modified", *flags, work_tree=ws.path, index=ws.index
-    ).stdout
-    others: dict[str, None] = {}
-    tracked: dict[str, None] = {}
-    for entry in _git.split_z(out):
-        tag, _, rel = entry.partition(" ")
-        (others if tag == "?" else tracked)[rel] = None
-    return list(others), list(tracked)
+def _index(ws: Workspace) -> Index:
+    """The workspace's files with its private index (outside the workspace)."""
+    return ws.repo.index(ws.path, ws.index)

@@ -493,7 +493,8 @@ def test_loading_the_plugin_is_cheap(
         def test_nothing_heavy_loaded():
             assert "pytest_agentgate.plugin" in sys.modules
             light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs",
-                     "pytest_agentgate._constants"}
+                     "pytest_agentgate._constants", "pytest_agentgate.settings",
+                     "pytest_agentgate.marker"}
             heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
                      or m.startswith("pytest_agentgate") and m not in light]
             assert heavy == []
@@ -741,8 +742,8 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
 
 
 def test_a_run_holds_its_directory_against_prune(tmp_path: Path) -> None:
-    from pytest_agentgate.plugin import _run_dir
     from pytest_agentgate.prune import old_runs
+    from pytest_agentgate.rundirs import run_dir as _run_dir
 
     held: list[int] = []
     finished: list[int] = []
@@ -846,7 +847,7 @@ def test_a_linked_worktree_can_be_the_base_repository(service: Path, tmp_path: P
     engine = Engine.open(
         linked, None, promote=True, workdir=tmp_path / "w", gate=GateSpec(outcome_is_enough=True)
     )
-    assert engine.target == "agents"
+    assert engine.target.branch == "agents"
     ws = engine.fork(task="from a worktree")
     (ws.path / "w.txt").write_text("w")
     attempt = engine.run_attempt(ws, task="from a worktree")

@@ -133,9 +133,9 @@ def test_gate_checkouts_are_private_and_unguessable(service: Path) -> None:
     seen: list[str] = []
     gate = f"{sys.executable} -c \"import os; open(os.environ['AGENTGATE_MARK'], 'a').write(os.getcwd() + chr(10))\""
     mark = service.parent / "seen.txt"
-    e.gate = GateSpec(commands=(gate,), env={"AGENTGATE_MARK": str(mark)})
+    spec = GateSpec(commands=(gate,), env={"AGENTGATE_MARK": str(mark)})
     (ws.path / "x.txt").write_text("x")
-    assert e.run_attempt(ws, task="where").verdict.status == "promoted"
+    assert e.run_attempt(ws, task="where", spec=spec).verdict.status == "promoted"
     seen = mark.read_text().split()
     for checkout in seen:
         assert Path(checkout).parent == private
@@ -463,7 +463,7 @@ def test_default_excludes_keep_secret_directories_and_keys_out(service: Path) ->
     names = git(service, "ls-tree", "-r", "--name-only", "main").splitlines()
     assert "ok.txt" in names
     assert not [n for n in names if n.startswith((".env", "deploy", "certs", ".netrc", ".pypirc"))]
-    record = git(service, "log", "-1", "--format=%B", str(attempt.ref))
+    record = git(service, "log", "-1", "--format=%B", str(attempt.record_ref))
     for path in (".env/production", "deploy/id_ed25519", "certs/client.p12", ".netrc"):
         assert path in record
 
@@ -477,7 +477,7 @@ def test_state_capture_honours_the_excludes(service: Path) -> None:
     assert attempt.state is not None
     listing = git(service, "ls-tree", "-r", "--name-only", attempt.state).splitlines()
     assert listing == ["data/app.txt"]
-    record = git(service, "log", "-1", "--format=%B", str(attempt.ref))
+    record = git(service, "log", "-1", "--format=%B", str(attempt.record_ref))
     assert "data/.env/prod" in record and "data/id_rsa" in record
 
 
@@ -510,13 +510,13 @@ def test_a_sealed_workspace_cannot_read_other_attempts(service: Path) -> None:
     ws = shared.fork(task="leaky")
     (ws.path / "answer.txt").write_text("the hidden answer")
     other = shared.run_attempt(ws, task="leaky")
-    assert other.verdict.status == "rejected" and other.record
+    assert other.verdict.status == "rejected" and other.record_commit
     ws = shared.fork(task="reader")
-    assert ws.run(f"git cat-file -e {other.record}").returncode == 0  # shared: readable
+    assert ws.run(f"git cat-file -e {other.record_commit}").returncode == 0  # shared: readable
     sealed = engine(service, "none", isolation="sealed")
     ws = sealed.fork(task="sealed reader")
     assert not (ws.path / ".git" / "objects" / "info" / "alternates").exists()
-    assert ws.run(f"git cat-file -e {other.record}").returncode != 0
+    assert ws.run(f"git cat-file -e {other.record_commit}").returncode != 0
     base = git(service, "rev-parse", "main")
     result = ws.run("git log --format=%H && git status --porcelain")
     assert result.returncode == 0 and result.output.split() == [base]
@@ -650,12 +650,7 @@ def test_a_sandbox_that_cannot_start_is_an_error_or_a_warning(
 
 
 def test_a_misspelled_gate_program_is_the_harness_s_error(service: Path, sandbox_mode: str) -> None:
-    e = engine(
-        service,
-        sandbox_mode,
-        commands=(),
-    )
-    e.gate = GateSpec(commands=("sh -c true",), timeout=60)
+    e = engine(service, sandbox_mode, commands=("sh -c true",))
     ws = e.fork(task="gate program")
     (ws.path / "x.txt").write_text("x")
     from pytest_agentgate import gate

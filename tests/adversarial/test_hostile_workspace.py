@@ -123,7 +123,7 @@ def test_nested_repository_is_rejected_not_stored(service: Path) -> None:
     attempt = e.run_attempt(ws, task="nested")
     assert attempt.verdict.status == "rejected"
     assert "nested git repository at vendor/lib" in attempt.verdict.reason
-    assert "160000" not in git(service, "ls-tree", "-r", attempt.ref or "")
+    assert "160000" not in git(service, "ls-tree", "-r", attempt.record_ref or "")
 
 
 def test_gitlinks_in_the_base_pass_through(service: Path) -> None:
@@ -394,7 +394,7 @@ def test_colon_and_non_utf8_names_do_not_break_bookkeeping(service: Path) -> Non
         fh.write(b"latin-1 name\n")
     attempt = e.run_attempt(ws, task="colons")
     assert attempt.verdict.status == "promoted", attempt.verdict
-    assert attempt.ref and attempt.move is not None
+    assert attempt.record_ref and attempt.move is not None
     log = (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     promote_rec = [json.loads(x) for x in log if '"promote"' in x][-1]
     assert promote_rec["objects"] >= 3 and promote_rec["new"] == attempt.move.new

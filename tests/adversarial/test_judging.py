@@ -539,7 +539,7 @@ def test_grading_partial_does_not_land(service: Path, history: tuple[str, str]) 
     done = attempt(_graded(service, fix, F2P), {"ledger/fmt.py": half}, "half a fix")
     assert done.results["grade"] == "PARTIAL"  # type: ignore[attr-defined]
     assert done.verdict.status == "rejected"  # type: ignore[attr-defined]
-    record = git(service, "log", "-1", "--format=%B", done.ref)  # type: ignore[attr-defined]
+    record = git(service, "log", "-1", "--format=%B", done.record_ref)  # type: ignore[attr-defined]
     assert "Grade: PARTIAL" in record and "tests/test_fmt.py::test_whole failed" in record
 
 

@@ -33,7 +33,7 @@ def assert_consistent(service: Path, base: str) -> list[attempts.AttemptInfo]:
         on = subprocess.run(
             ["git", "merge-base", "--is-ancestor", info.landed, tip], cwd=service, check=False
         )
-        assert on.returncode == 0, f"{info.ref} claims {info.landed}, which is not on main"
+        assert on.returncode == 0, f"{info.record_ref} claims {info.landed}, which is not on main"
     # Every commit main gained is one that a record names as landed.
     gained = git(service, "rev-list", "--first-parent", f"{base}..main").split()
     assert set(gained) <= {a.landed for a in landed}, "a move without its record"
@@ -111,7 +111,7 @@ def test_killed_between_the_pending_line_and_the_record(
         assert settled[0].verdict == "promoted" and settled[0].landed == line.new
     else:
         assert settled[0].verdict == "error" and not settled[0].landed
-        assert "did not move" in git(service, "log", "-1", "--format=%B", settled[0].ref)
+        assert "did not move" in git(service, "log", "-1", "--format=%B", settled[0].record_ref)
 
 
 def test_a_really_full_disk(tmp_path: Path) -> None:

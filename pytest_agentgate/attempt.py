@@ -1,0 +1,138 @@
+"""One agent task's attempt, as the lifecycle fills it in (the engine's result type).
+
+An attempt has three names people confuse, so each says what it is:
+
+- ``change_commit``: the clean commit of the agent's tree on its base, the one that lands
+  (fast-forwarded, or merged onto a moved target);
+- ``record_commit``: the readable record of the attempt (the same tree, with the verdict,
+  the failing output and trailers in its message), never part of the target's history;
+- ``record_ref``: ``refs/agentgate/attempts/<slug>/<n>``, which points at the record.
+
+The names of 0.1 (``ref``, ``commit``, ``record``) still work, with a DeprecationWarning,
+until 0.3.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .gate import CheckResult, Verdict
+from .promote import Move
+from .repo import MergePreview
+from .workspace import Snapshot, Workspace
+
+
+@dataclass
+class Attempt:
+    """One agent task's attempt, filled in as the lifecycle goes."""
+
+    task: str
+    agent: str
+    workspace: Workspace
+    test: str = ""
+    snapshot: Snapshot | None = None
+    #: The clean commit that would land (its tree is the snapshot's, its parent the base).
+    change_commit: str | None = None
+    checks: list[CheckResult] = field(default_factory=list)
+    preview: MergePreview | None = None
+    target_before: str | None = None
+    move: Move | None = None
+    verdict: Verdict = field(default_factory=lambda: Verdict("error", "not judged yet"))
+    #: ``refs/agentgate/attempts/<slug>/<n>``, once recorded.
+    record_ref: str | None = None
+    #: The record commit that ``record_ref`` points to.
+    record_commit: str | None = None
+    retest_skipped: bool = False
+    #: Set when the target was found moved by something other than the plugin.
+    external_move: str | None = None
+    #: The commit holding the declared state outside git (``state=``), if any was captured.
+    state: str | None = None
+    #: The state commit this attempt's workspace was resumed from (``resume=True``).
+    resumed_from: str | None = None
+    #: Names this attempt in its record and in a pending move's log line.
+    uid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: Set when the record could not be written (it is completed by the next run).
+    record_problem: str | None = None
+    #: Declared state paths left out of the capture because they look like secrets.
+    state_excluded: list[str] = field(default_factory=list)
+    #: The containment the attempt's commands ran in: ``bwrap`` or ``none (why)``.
+    sandbox: str = ""
+    #: Per-test counts against the base (passed, failed, skipped, new, lost, with the ids).
+    results: dict[str, object] | None = None
+    #: For a graded task: the tree that was graded (and lands, on FULL), and the results of
+    #: the graded tests on the base with the graded files (what a re-test is held to).
+    graded_tree: str | None = None
+    graded_baseline: dict[str, str] | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.workspace.path
+
+    @property
+    def base(self) -> str:
+        return self.workspace.base
+
+    @property
+    def changed_paths(self) -> tuple[str, ...]:
+        return self.snapshot.changed_paths if self.snapshot else ()
+
+    # -- the names of 0.1 -------------------------------------------------------------
+
+    @property
+    def ref(self) -> str | None:
+        """Deprecated: :attr:`record_ref`."""
+        _renamed("Attempt.ref", "Attempt.record_ref")
+        return self.record_ref
+
+    @property
+    def commit(self) -> str | None:
+        """Deprecated: :attr:`change_commit`."""
+        _renamed("Attempt.commit", "Attempt.change_commit")
+        return self.change_commit
+
+    @property
+    def record(self) -> str | None:
+        """Deprecated: :attr:`record_commit`."""
+        _renamed("Attempt.record", "Attempt.record_commit")
+        return self.record_commit
+
+    def as_dict(self) -> dict[str, object]:
+        """The report row (the JSON report, junit properties): stable keys users parse."""
+        return {
+            "uid": self.uid,
+            "task": self.task,
+            "agent": self.agent,
+            "test": self.test,
+            "verdict": self.verdict.status,
+            "reason": self.verdict.reason,
+            "check": self.verdict.check,
+            "base": self.base,
+            "attempt_ref": self.record_ref,
+            "attempt_commit": self.record_commit,
+            "tree": self.snapshot.tree if self.snapshot else None,
+            "target_old": self.move.old if self.move else self.target_before,
+            "target_new": self.move.new if self.move else self.target_before,
+            "promotion": self.move.kind if self.move else None,
+            "retested": bool(self.move and self.move.retested),
+            "retest_skipped": self.retest_skipped,
+            "external_move": self.external_move,
+            "state": self.state,
+            "resumed_from": self.resumed_from,
+            "sandbox": self.sandbox,
+            "results": self.results,
+            "record_problem": self.record_problem,
+            "changed_paths": list(self.changed_paths),
+            "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
+        }
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated and will be removed in 0.3; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )

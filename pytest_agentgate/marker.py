@@ -1,0 +1,122 @@
+"""The ``@pytest.mark.gated(...)`` marker: what it takes, and checking it at collection.
+
+A malformed marker is a collection error that names the test, so a typo never runs an agent
+with a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+MARKER = "gated"
+MARKER_HELP = (
+    "gated(task, *, agent=None, gate=None, checks=(), protect=(), allow_removed=(), "
+    "max_changed_lines=None, "
+    "state=(), resume=False): "
+    "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
+    "test outcome, checks and gate commands, preflight-merged and promoted to the target"
+)
+
+
+class GatedMarker(NamedTuple):
+    """A validated ``@pytest.mark.gated(...)``."""
+
+    task: str
+    agent: str | None = None
+    gate: tuple[str, ...] | None = None
+    checks: tuple[Callable[[Any], Any], ...] = ()
+    protect: tuple[str, ...] = ()
+    max_changed_lines: int | None = None
+    state: tuple[str, ...] = ()
+    resume: bool = False
+    allow_removed: tuple[str, ...] = ()
+    fail_to_pass: tuple[str, ...] = ()
+    pass_to_pass: tuple[str, ...] | None = None
+    tests_from: str | None = None
+
+
+def gated(
+    task: str,
+    *,
+    agent: str | None = None,
+    gate: Any = None,
+    checks: Any = (),
+    protect: Any = (),
+    max_changed_lines: int | None = None,
+    state: Any = (),
+    resume: bool = False,
+    allow_removed: Any = (),
+    fail_to_pass: Any = (),
+    pass_to_pass: Any = None,
+    tests_from: str | None = None,
+) -> GatedMarker:
+    if not isinstance(task, str) or not task.strip():
+        raise TypeError(f"task must be a non-empty string, got {task!r}")
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise TypeError(f"agent must be a non-empty string, got {agent!r}")
+    if agent is not None and any(ord(c) < 32 or ord(c) == 127 for c in agent):
+        raise TypeError(f"agent must be a plain name without control characters, got {agent!r}")
+    if gate is not None:
+        if isinstance(gate, str) or not all(isinstance(c, str) and c.strip() for c in gate):
+            raise TypeError(f"gate must be a list of command strings, got {gate!r}")
+        gate = tuple(gate)
+    if isinstance(checks, str) or not all(callable(c) for c in checks):
+        raise TypeError(f"checks must be a list of callables, got {checks!r}")
+    if isinstance(protect, str) or not all(isinstance(p, str) for p in protect):
+        raise TypeError(f"protect must be a list of glob strings, got {protect!r}")
+    if max_changed_lines is not None and (
+        isinstance(max_changed_lines, bool)
+        or not isinstance(max_changed_lines, int)
+        or max_changed_lines < 0
+    ):
+        raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
+    if isinstance(state, str) or not all(isinstance(p, str) and p.strip() for p in state):
+        raise TypeError(f"state must be a list of paths, got {state!r}")
+    for path in state:
+        if Path(path).is_absolute() or ".." in Path(path).parts:
+            raise TypeError(f"state paths are relative to the workspace, without '..': {path!r}")
+    if not isinstance(resume, bool):
+        raise TypeError(f"resume must be True or False, got {resume!r}")
+    if resume and not state:
+        raise TypeError("resume=True needs state=[...] naming what to resume from")
+    if isinstance(allow_removed, str) or not all(
+        isinstance(t, str) and t.strip() for t in allow_removed
+    ):
+        raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
+    for name, ids in (("fail_to_pass", fail_to_pass), ("pass_to_pass", pass_to_pass or ())):
+        if isinstance(ids, str) or not all(isinstance(t, str) and "::" in t for t in ids):
+            raise TypeError(f"{name} must be a list of pytest node ids (path::test), got {ids!r}")
+    if tests_from is not None and (not isinstance(tests_from, str) or not tests_from.strip()):
+        raise TypeError(f"tests_from must be a revision, got {tests_from!r}")
+    if (pass_to_pass is not None or tests_from) and not fail_to_pass:
+        raise TypeError("pass_to_pass= and tests_from= grade a task: name its fail_to_pass= tests")
+    return GatedMarker(
+        task.strip(),
+        agent,
+        gate,
+        tuple(checks),
+        tuple(protect),
+        max_changed_lines,
+        tuple(state),
+        resume,
+        tuple(allow_removed),
+        tuple(fail_to_pass),
+        None if pass_to_pass is None else tuple(pass_to_pass),
+        tests_from,
+    )
+
+
+def marker_of(item: pytest.Item) -> GatedMarker | None:
+    """The test's validated marker, or None; raises ``TypeError`` naming what is wrong."""
+    mark = item.get_closest_marker(MARKER)
+    if mark is None:
+        return None
+    return gated(*mark.args, **mark.kwargs)
+
+
+#: The name of 0.1.
+MarkerSpec = GatedMarker

@@ -1,0 +1,115 @@
+"""Workspaces for a run: forked fresh, or recycled from an attempt that landed; and the run's
+private directory (gate checkouts, each command's ``/tmp`` and ``$HOME``).
+
+A recycled workspace is reset to the new base with one two-tree checkout, which rewrites
+only what differs: most of a fork's cost on a large repository is writing files.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from . import sandbox, workspace
+from .gate import GateContext
+from .records import slugify
+from .removal import remove_tree
+from .repo import BaseRepo
+from .workspace import Workspace
+
+ISOLATIONS = ("shared", "sealed")
+
+
+class WorkspacePool:
+    """The run's workspaces under ``workdir``, and what each command may see of them."""
+
+    def __init__(
+        self,
+        repo: BaseRepo,
+        workdir: Path,
+        contained: sandbox.Sandbox,
+        settings: sandbox.Settings,
+        *,
+        branch: str,
+        isolation: str = "shared",
+        recycle: bool = True,
+    ) -> None:
+        self.repo = repo
+        self.workdir = workdir
+        self.sandbox = contained
+        self.branch = branch
+        self.isolation = isolation
+        self.recycle = recycle
+        self.agent_role = sandbox.Role(
+            "agent", settings.agent_network == "host", settings.agent_env
+        )
+        self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
+        self._private: Path | None = None
+        self._free: list[Workspace] = []
+
+    def fork(self, at: str, task: str) -> Workspace:
+        """A private workspace at ``at``: a recycled one when there is one, else a fresh one."""
+        name = slugify(task)[:30]
+        while self.recycle and self._free:
+            used = self._free.pop()
+            try:
+                return self._contain(workspace.recycle(used, at, name))
+            except workspace.RecycleFailed:
+                workspace.remove(used)
+        private = self.private_root() / secrets.token_hex(16)
+        private.mkdir(mode=0o700)
+        ws = workspace.fork(
+            self.repo,
+            at,
+            self.branch,
+            self.workdir,
+            name,
+            sealed=self.isolation == "sealed",
+            private=private,
+        )
+        return self._contain(ws)
+
+    def _contain(self, ws: Workspace) -> Workspace:
+        ws.sandbox = self.sandbox_now()
+        ws.role = self.agent_role
+        return ws
+
+    def sandbox_now(self) -> sandbox.Sandbox:
+        """The sandbox with what it must hide: the workdir, the base's git directory and
+        working tree, and the run's private directory."""
+        hidden = [self.workdir, self.repo.git_dir, self.repo.common_dir]
+        if self.repo.worktree is not None:
+            hidden.append(self.repo.worktree)
+        if self._private is not None:
+            hidden.append(self._private)
+        return replace(self.sandbox.with_hidden(*hidden), base_tree=self.repo.worktree)
+
+    def private_root(self) -> Path:
+        """The run's private directory: mode 0700, an unguessable name, under the workdir
+        (hidden in the sandbox with the whole workdir)."""
+        if self._private is None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self._private = Path(tempfile.mkdtemp(prefix=".private-", dir=self.workdir))
+            self._private.chmod(0o700)
+        return self._private
+
+    def gate_context(self) -> GateContext:
+        return GateContext(self.private_root(), self.sandbox_now(), self.gate_role)
+
+    def release(self, ws: Workspace) -> None:
+        """Take a workspace back once its attempt is recorded: kept for reuse, or removed."""
+        if self.recycle:
+            ws.end_processes()
+            self._free.append(ws)
+        else:
+            workspace.remove(ws)
+
+    def close(self) -> None:
+        """Remove the kept workspaces (they hold nothing but a copy of a base)."""
+        while self._free:
+            workspace.remove(self._free.pop())
+        if self._private is not None:
+            remove_tree(self._private)
+            self._private = None

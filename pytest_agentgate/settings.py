@@ -1,0 +1,532 @@
+"""The run's settings: every ``--agentgate-*`` option, resolved once into a frozen object.
+
+Each setting is a command-line flag, an ini key (``agentgate_<name>``) and sometimes an
+environment variable; the command line wins over the environment, which wins over the ini
+file. :meth:`Settings.from_config` reads and checks them all in one place (each bad value is
+a usage error naming the setting and where its value came from), and :meth:`Settings.for_test`
+is the one place a test's marker refines them. The idea is pytest-timeout's ``Settings`` and
+pytest's ``from_config`` constructors; the code is this project's own.
+
+Imported by the plugin at load, so it imports only pytest and the standard library; the
+engine's types are imported when a gate is first built.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import pytest
+
+if TYPE_CHECKING:
+    from .engine import EngineSettings
+    from .gate import GateSpec
+    from .marker import GatedMarker
+    from .repo import BaseRepo
+
+AGENT_ENV = "AGENTGATE_AGENT"
+MODES = ("auto", "bwrap", "none")
+NETWORKS = ("none", "host")
+
+
+class Option(NamedTuple):
+    """One setting: its command-line flag, its ini key, its help and how to parse it."""
+
+    name: str
+    help: str
+    kind: str = "string"  # string, linelist, bool, float, int
+    default: Any = None
+    metavar: str | None = None
+    env: str | None = None  # an environment variable that sets it, below the command line
+
+    @property
+    def flag(self) -> str:
+        return "--agentgate-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "agentgate_" + self.name
+
+
+OPTIONS = (
+    Option(
+        "repo",
+        "the repository the agents edit (default: the one around the rootdir)",
+        metavar="PATH",
+    ),
+    Option(
+        "target",
+        "the branch attempts are promoted to (default: the checked-out branch)",
+        metavar="BRANCH",
+    ),
+    Option(
+        "base", "fork every workspace from this commit instead of the target's tip", metavar="REV"
+    ),
+    Option(
+        "remote",
+        "the target lives on this remote of the repository: promote by push with a lease",
+        metavar="NAME",
+    ),
+    Option(
+        "gate",
+        "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
+        "linelist",
+        metavar="CMD",
+    ),
+    Option(
+        "gate_timeout",
+        "seconds a gate command may run before its process group is killed",
+        "float",
+        600.0,
+        "SECONDS",
+    ),
+    Option(
+        "promote",
+        "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)",
+        "bool",
+        False,
+    ),
+    Option(
+        "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
+    ),
+    Option(
+        "agent",
+        "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
+        metavar="NAME",
+        env=AGENT_ENV,
+    ),
+    Option("report", "write a JSON report of every attempt to this path", metavar="PATH"),
+    Option(
+        "markdown",
+        "append a Markdown table of the attempts to this file (default: $GITHUB_STEP_SUMMARY)",
+        metavar="PATH",
+        env="GITHUB_STEP_SUMMARY",
+    ),
+    Option(
+        "workdir",
+        "where workspaces and gate checkouts are made (default: pytest's temporary directory)",
+        metavar="DIR",
+    ),
+    Option(
+        "exclude",
+        "globs never snapshotted (secrets); one per line in the ini file",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "protect",
+        "a glob of paths an attempt may not change, added to the protected test harness "
+        "(conftest.py, pytest configuration...); 'none' protects nothing; repeatable",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "unprotect",
+        "lift one rule of the protected harness by its name (conftest.py, "
+        "pyproject.toml:[tool.pytest.ini_options], __init__.py, pytest_plugins...); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "rerun_gate",
+        "run a failing gate command again on the same tree up to N times (a test that then "
+        "passes is flaky)",
+        "int",
+        0,
+        "N",
+    ),
+    Option(
+        "flaky",
+        "what a flaky test does to its attempt: reject (default) or accept",
+        default="reject",
+        metavar="POLICY",
+    ),
+    Option(
+        "gate_results",
+        "the JUnit XML file a gate command that is not pytest writes, relative to its checkout",
+        metavar="PATH",
+    ),
+    Option(
+        "keep_runs",
+        "with --agentgate-workdir: how many runs' directories to keep (default 3)",
+        "int",
+        3,
+        "N",
+    ),
+    Option(
+        "fresh_workspaces",
+        "check out every workspace afresh instead of recycling the ones promoted attempts used",
+        "bool",
+        False,
+    ),
+    Option(
+        "sandbox",
+        "contain agent commands and gates: auto (bwrap when it works, else uncontained with a "
+        "warning), bwrap (required), none",
+        default="auto",
+        metavar="MODE",
+        env="AGENTGATE_SANDBOX",
+    ),
+    Option(
+        "sandbox_bind",
+        "a path to make visible in the sandbox, read-only, or writable as PATH:rw; repeatable",
+        "linelist",
+        metavar="PATH[:rw]",
+    ),
+    Option(
+        "agent_network", "network for agent commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "gate_network", "network for gate commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "agent_env",
+        "an environment variable agent commands may see (beyond PATH, locale, TERM, VIRTUAL_ENV, "
+        "PYTHONPATH, PYTHONHASHSEED, AGENTGATE_*); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "gate_env",
+        "an environment variable gate commands may see; repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option("sandbox_pids", "most processes one command may run at once", "int", 512, "N"),
+    Option(
+        "sandbox_file_bytes",
+        "largest file one command may write (its /tmp and its directory)",
+        "int",
+        1 << 30,
+        "BYTES",
+    ),
+    Option(
+        "allow_symlink",
+        "a glob of paths where an attempt may add a symlink that leaves the tree; repeatable",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "isolation",
+        "shared (the agent's .git borrows the base's objects) or sealed (only the base commit's)",
+        default="shared",
+        metavar="MODE",
+    ),
+    Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
+    Option(
+        "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
+    ),
+)
+_BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Every setting as a flag and an ini key."""
+    group = parser.getgroup("agentgate", "gate coding-agent changes behind tests")
+    for option in OPTIONS:
+        if option.kind == "bool":
+            group.addoption(option.flag, action="store_true", default=None, help=option.help)
+        elif option.kind == "linelist":
+            group.addoption(
+                option.flag, action="append", default=None, metavar=option.metavar, help=option.help
+            )
+        else:
+            group.addoption(option.flag, default=None, metavar=option.metavar, help=option.help)
+        ini_type = {"linelist": "linelist", "bool": "bool"}.get(option.kind, "string")
+        parser.addini(option.ini, option.help, type=ini_type, default=None)  # type: ignore[arg-type]
+
+
+def raw_setting(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """One setting's value, parsed by its kind, and where it came from: command line over
+    environment over ini over the default. A value that does not parse is a usage error."""
+    option = _BY_NAME[name]
+    value = config.getoption(option.flag)
+    source = f"command line {option.flag}"
+    if value is None and option.env and os.environ.get(option.env):
+        value, source = os.environ[option.env], f"environment {option.env}"
+    if value is None:
+        try:
+            raw = config.getini(option.ini)
+        except ValueError as exc:
+            raise usage(f"invalid ini {option.ini}: {exc}") from None
+        if raw not in (None, "", []):
+            value, source = raw, f"ini {option.ini}"
+    if value is None:
+        return option.default, "default"
+    if option.kind in ("int", "float"):
+        parse: Callable[[str], Any] = int if option.kind == "int" else float
+        try:
+            value = parse(str(value).strip())
+        except ValueError:
+            raise usage(
+                f"invalid {option.flag} {value!r} (from {source}): expected a "
+                f"{'whole number' if option.kind == 'int' else 'number'}"
+            ) from None
+        if value <= 0:
+            raise usage(f"{option.flag} must be positive, got {value!r} (from {source})")
+    if option.kind == "bool" and isinstance(value, str):
+        value = value.strip().lower() in ("1", "true", "yes", "on")
+    return value, source
+
+
+def usage(message: str) -> pytest.UsageError:
+    return pytest.UsageError(f"agentgate: {message}")
+
+
+def _words(values: Sequence[str] | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in values or () if v.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of the run, checked; made once per pytest run by :meth:`from_config`."""
+
+    rootpath: Path
+    repo: str | None = None
+    target: str | None = None
+    base: str | None = None
+    remote: str | None = None
+    promote: bool = False
+    retest: bool = True
+    agent: str = "agent"
+    gate: tuple[str, ...] = ()
+    gate_timeout: float = 600.0
+    protect: tuple[str, ...] = ()
+    unprotect: tuple[str, ...] = ()
+    rerun_gate: int = 0
+    flaky: str = "reject"
+    gate_results: str | None = None
+    report: Path | None = None
+    markdown: Path | None = None
+    workdir: Path | None = None
+    keep_runs: int = 3
+    exclude: tuple[str, ...] | None = None
+    recycle: bool = True
+    max_files: int = 100_000
+    max_bytes: int = 1 << 30
+    isolation: str = "shared"
+    allow_symlinks: tuple[str, ...] = ()
+    sandbox: str = "auto"
+    sandbox_binds: tuple[str, ...] = ()
+    agent_network: str = "none"
+    gate_network: str = "none"
+    agent_env: tuple[str, ...] = ()
+    gate_env: tuple[str, ...] = ()
+    sandbox_pids: int = 512
+    sandbox_file_bytes: int = 1 << 30
+    #: Where each value came from, for error messages.
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> Settings:
+        """Read and check every setting; a bad value is a usage error (exit code 4)."""
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for option in OPTIONS:
+            values[option.name], sources[option.name] = raw_setting(config, option.name)
+
+        def choice(name: str, allowed: Sequence[str], *, lower: bool = False) -> str:
+            value = str(values[name]) if not lower else str(values[name]).strip().lower()
+            if value not in allowed:
+                expected = " or ".join(allowed) if not lower else "one of " + ", ".join(allowed)
+                raise usage(
+                    f"invalid {_BY_NAME[name].flag} {value!r} (from {sources[name]}): "
+                    f"expected {expected}"
+                )
+            return value
+
+        agent = values["agent"] or "agent"
+        if any(ord(c) < 32 or ord(c) in (127, 0x85, 0x2028, 0x2029) for c in agent):
+            raise usage(
+                f"invalid --agentgate-agent {agent!r} (from {sources['agent']}): it contains a "
+                "control character (a newline, a tab...); use a plain name"
+            )
+        for name in ("report", "markdown"):
+            path = values[name]
+            if path and not _writable_parent(Path(path)):
+                raise usage(
+                    f"cannot write --agentgate-{name} {path!r} (from {sources[name]}): its "
+                    "directory does not exist or is not writable"
+                )
+        workdir = Path(values["workdir"]).expanduser() if values["workdir"] else None
+        if workdir is not None and workdir.exists() and not workdir.is_dir():
+            raise usage(
+                f"--agentgate-workdir {values['workdir']!r} (from {sources['workdir']}) is not a "
+                "directory"
+            )
+        protect, unprotect = _words(values["protect"]), _words(values["unprotect"])
+        if unprotect:
+            from .harness import DEFAULT_HARNESS, unknown_rules
+
+            unknown = unknown_rules(unprotect)
+            if unknown:
+                raise usage(
+                    f"invalid --agentgate-unprotect {unknown[0]!r} (from {sources['unprotect']}): "
+                    f"the rules are {', '.join(DEFAULT_HARNESS)}"
+                )
+        return cls(
+            rootpath=config.rootpath,
+            repo=values["repo"] or None,
+            target=values["target"],
+            base=values["base"] or None,
+            remote=values["remote"] or None,
+            promote=bool(values["promote"]),
+            retest=not values["no_retest"],
+            agent=agent,
+            gate=tuple(c for c in values["gate"] or () if c.strip()),
+            gate_timeout=float(values["gate_timeout"]),
+            protect=protect,
+            unprotect=unprotect,
+            rerun_gate=int(values["rerun_gate"]),
+            flaky=choice("flaky", ("reject", "accept")),
+            gate_results=values["gate_results"] or None,
+            report=Path(values["report"]) if values["report"] else None,
+            markdown=Path(values["markdown"]) if values["markdown"] else None,
+            workdir=workdir,
+            keep_runs=int(values["keep_runs"]),
+            exclude=tuple(values["exclude"]) if values["exclude"] is not None else None,
+            recycle=not values["fresh_workspaces"],
+            max_files=int(values["max_files"]),
+            max_bytes=int(values["max_bytes"]),
+            isolation=choice("isolation", ("shared", "sealed")),
+            allow_symlinks=_words(values["allow_symlink"]),
+            sandbox=choice("sandbox", MODES, lower=True),
+            sandbox_binds=_words(values["sandbox_bind"]),
+            agent_network=choice("agent_network", NETWORKS, lower=True),
+            gate_network=choice("gate_network", NETWORKS, lower=True),
+            agent_env=_env_names(values["agent_env"], "agent_env", sources["agent_env"]),
+            gate_env=_env_names(values["gate_env"], "gate_env", sources["gate_env"]),
+            sandbox_pids=int(values["sandbox_pids"]),
+            sandbox_file_bytes=int(values["sandbox_file_bytes"]),
+            sources=sources,
+        )
+
+    # -- what the engine is given --------------------------------------------------------
+
+    @property
+    def protects_nothing(self) -> bool:
+        return self.protect == ("none",)
+
+    def gate_spec(self) -> GateSpec:
+        """The run's gate (the marker refines it per test, in :meth:`for_test`)."""
+        from .gate import GateSpec
+        from .harness import DEFAULT_HARNESS
+
+        rules = (
+            ()
+            if self.protects_nothing
+            else tuple(r for r in DEFAULT_HARNESS if r not in self.unprotect)
+        )
+        return GateSpec(
+            commands=self.gate,
+            timeout=self.gate_timeout,
+            harness=rules,
+            protect=() if self.protects_nothing else self.protect,
+            results_file=self.gate_results,
+            rerun=self.rerun_gate,
+            flaky=self.flaky,
+        )
+
+    def engine_settings(self, workdir: Path) -> EngineSettings:
+        """What the engine is made with; ``workdir`` is this run's own directory."""
+        from .engine import EngineSettings
+        from .errors import ConfigError
+        from .sandbox import Bind
+        from .sandbox import Settings as SandboxSettings
+
+        try:
+            binds = tuple(
+                Bind.parse(b, self.sources.get("sandbox_bind", "")) for b in self.sandbox_binds
+            )
+        except ConfigError as exc:
+            raise usage(str(exc)) from None
+        contained = SandboxSettings(
+            mode=self.sandbox,
+            binds=binds,
+            agent_network=self.agent_network,
+            gate_network=self.gate_network,
+            agent_env=self.agent_env,
+            gate_env=self.gate_env,
+            pids_max=self.sandbox_pids,
+            file_bytes=self.sandbox_file_bytes,
+        )
+        options: dict[str, Any] = {}
+        if self.exclude is not None:
+            options["exclude"] = self.exclude
+        return EngineSettings(
+            target=self.target,
+            promote=self.promote,
+            remote=self.remote,
+            base=self.base,
+            workdir=workdir,
+            gate=self.gate_spec(),
+            retest=self.retest,
+            max_files=self.max_files,
+            max_bytes=self.max_bytes,
+            agent=self.agent,
+            recycle=self.recycle,
+            sandbox=contained,
+            isolation=self.isolation,
+            allow_symlinks=self.allow_symlinks,
+            **options,
+        )
+
+    def engine_sources(self) -> dict[str, str]:
+        """Where ``repo``/``target``/``base``/``remote`` came from, for the engine's errors."""
+        return {
+            "repo": self.sources.get("repo", "default") if self.repo else "pytest's rootdir",
+            "target": self.sources.get("target", "default"),
+            "base": self.sources.get("base", "default"),
+            "remote": self.sources.get("remote", "default"),
+        }
+
+    def for_test(
+        self, gate: GateSpec, marker: GatedMarker, checks: Sequence[Any], repo: BaseRepo
+    ) -> GateSpec:
+        """The one place a test's marker refines the run's gate."""
+        from dataclasses import replace
+
+        return replace(
+            gate,
+            commands=gate.commands if marker.gate is None else marker.gate,
+            outcome_is_enough=marker.gate == (),
+            checks=tuple(checks),
+            protect=(*gate.protect, *marker.protect),
+            max_changed_lines=marker.max_changed_lines,
+            allow_removed=marker.allow_removed,
+            grading=_grading_for(marker, repo),
+        )
+
+
+def _grading_for(marker: GatedMarker, repo: BaseRepo) -> Any:
+    if not marker.fail_to_pass:
+        return None
+    from .errors import RevisionNotFound
+    from .grading import Grading
+
+    tests_from = None
+    if marker.tests_from:
+        try:
+            tests_from = repo.resolve_commit(marker.tests_from, "tests_from")
+        except RevisionNotFound as exc:
+            raise usage(str(exc)) from exc
+    return Grading(marker.fail_to_pass, marker.pass_to_pass, tests_from)
+
+
+def _env_names(values: Sequence[str] | None, name: str, source: str) -> tuple[str, ...]:
+    names = _words(values)
+    for value in names:
+        if not value.replace("_", "a").isalnum() or value[0].isdigit():
+            raise usage(
+                f"invalid --agentgate-{name.replace('_', '-')} {value!r} (from {source}): "
+                "expected the name of an environment variable"
+            )
+    return names
+
+
+def _writable_parent(path: Path) -> bool:
+    parent = path.resolve().parent
+    return parent.is_dir() and os.access(parent, os.W_OK)

@@ -1,0 +1,488 @@
+"""Where attempts land: a branch here, a scratch ref of a dry run, or a branch on a server.
+
+Three kinds of target, one protocol (:class:`Target`), so the engine and promotion never ask
+which kind they have:
+
+- :class:`LocalBranch`: ``refs/heads/<b>`` of the base repository, moved by ``update-ref NEW
+  OLD``; when it is checked out there, its files follow (journalled, see :mod:`.checkout`).
+- :class:`DryRunRef`: ``refs/agentgate/dryrun/<b>``, reset to its source's tip once per run,
+  so later attempts of a run are judged against what would have landed; no branch moves.
+- :class:`RemoteBranch`: ``refs/heads/<b>`` on a server, moved by a push with a lease (the
+  server's compare-and-swap); judged against the plugin's own tracking ref of it.
+
+A target is given the operations log when it is made and logs every move itself (the idea of
+dulwich's refs container, which is handed its reflog writer), with a ``pending`` line before
+a move that carries a record, so no move is ever without its log line or its record. The
+protocol's shape follows pytest-xdist's scheduler protocol: a small set of methods the caller
+drives, each kind free in how it does them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from . import _faults, checkout, locks, oplog, transport
+from .errors import AgentgateError, ConfigError, GitError, PushRefused, WorktreeBlocked
+from .repo import ZERO, BaseRepo
+
+DRYRUN_PREFIX = "refs/agentgate/dryrun/"
+TRACKING_PREFIX = "refs/agentgate/remote/"
+
+
+@dataclass(frozen=True)
+class MoveNote:
+    """What the operations log says of a move, besides the ref and the ids.
+
+    ``record`` (what the attempt record will say) makes the move write a ``pending`` line
+    before it, settled by the next run if this process dies before the record exists.
+    """
+
+    op: str  # promote, rollback, revert, dryrun-reset
+    agent: str = ""
+    task: str = ""
+    kind: str = ""  # fast-forward, merge, rollback, revert
+    record: Mapping[str, object] | None = None
+    #: The objects the move adds, when the caller knows them (spares counting them).
+    known_objects: Sequence[str] | None = None
+    #: Count the objects and bytes the move adds (a git process, for a merge).
+    measure: bool = True
+    begin: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """A compare-and-swap's outcome: moved or not; and a problem after a move that stands
+    (the checked-out files lag, the log line failed)."""
+
+    moved: bool
+    problem: str | None = None
+
+
+class Target(Protocol):
+    """What the engine needs of wherever attempts land."""
+
+    repo: BaseRepo
+    #: The branch's short name (``main``).
+    branch: str
+    #: The local ref attempts are forked from, judged against and merged onto.
+    ref: str
+    #: Whether a landing is real (a branch moves) or a dry run.
+    promotes: bool
+
+    @property
+    def label(self) -> str:
+        """The target as people read it: ``main``, ``dryrun/main``, ``origin/main``."""
+        ...
+
+    @property
+    def moved_ref(self) -> str:
+        """What a move moves, as the operations log names it."""
+        ...
+
+    def tip(self) -> str | None:
+        """The tip now (fetched from the server for a remote branch); None when it is gone."""
+        ...
+
+    def tip_under_lock(self, guess: str) -> str | None:
+        """The tip to merge onto, with the lock held. A local ref may be presumed at
+        ``guess`` (its compare-and-swap checks that); a remote one is fetched."""
+        ...
+
+    def start(self, run_id: str) -> list[str]:
+        """Begin a run: settle what earlier runs left; reset a dry run's scratch ref once per
+        run. Returns what was settled."""
+        ...
+
+    def lock(self) -> AbstractContextManager[float]:
+        """The plugin's lock for this target; yields the wait in ms."""
+        ...
+
+    def move(
+        self,
+        new: str,
+        old: str,
+        message: str,
+        note: MoveNote,
+        after_move: Callable[[], bool] | None = None,
+    ) -> MoveResult:
+        """Compare-and-swap from ``old`` to ``new``, logged. ``after_move`` runs right after
+        the ref moved, before anything follows (the record is written there); it returns
+        whether the record was written. Raises :class:`PushRefused` when a server refuses."""
+        ...
+
+
+class _LogsMoves:
+    """The operations-log half every target shares: pending lines, move lines."""
+
+    repo: BaseRepo
+    ref: str
+    log: oplog.OpLog
+
+    @property
+    def moved_ref(self) -> str:
+        return self.ref
+
+    def lock(self) -> AbstractContextManager[float]:
+        return locks.ref_lock(self.repo, self.ref)
+
+    def _pending(self, old: str, new: str, note: MoveNote) -> str:
+        """Append the ``pending`` line of a move about to happen; its id ("" for none).
+
+        Raises ``OSError`` when it cannot be written: the move must then not happen.
+        """
+        if note.record is None:
+            return ""
+        uid = uuid.uuid4().hex
+        self.log.append(
+            oplog.OpRecord(
+                op="pending",
+                ref=self.ref,
+                old=old,
+                new=new,
+                agent=note.agent,
+                task=note.task,
+                pending=uid,
+                record={**note.record, "pid": os.getpid()},
+            ),
+            fault="pending",
+        )
+        _faults.point("pending")
+        return uid
+
+    def _settle(self, uid: str, op: str) -> None:
+        """Mark a pending move done or abandoned; best effort (the next run settles it)."""
+        if uid:
+            with contextlib.suppress(OSError):
+                self.log.append(
+                    oplog.OpRecord(op=op, ref=self.ref, old=None, new=None, pending=uid)
+                )
+
+    def _logged(self, old: str, new: str, note: MoveNote, problem: str | None) -> str | None:
+        """Log a move that happened; say why when the line could not be written.
+
+        Counting is best effort, and so is the line: a move is never undone by its log.
+        """
+        objects = size = 0
+        if note.measure:
+            try:
+                if note.known_objects is not None:
+                    objects, size = self.repo.measure([new, *note.known_objects])
+                else:
+                    objects, size = self.repo.count_new_objects(new, old)
+            except AgentgateError:
+                objects, size = -1, -1
+        try:
+            self.log.append(
+                oplog.OpRecord(
+                    op=note.op,
+                    ref=self.moved_ref,
+                    old=old if old != ZERO else None,
+                    new=new,
+                    agent=note.agent,
+                    task=note.task,
+                    objects=objects,
+                    bytes=size,
+                    duration_ms=round((time.perf_counter() - note.begin) * 1000, 3)
+                    if note.measure
+                    else 0.0,
+                    note=note.kind + (f"; {problem}" if problem else ""),
+                )
+            )
+        except OSError as exc:
+            return f"the operations log line of this move could not be written ({exc})"
+        return None
+
+    def _moved(
+        self,
+        old: str,
+        new: str,
+        note: MoveNote,
+        uid: str,
+        recorded: list[bool],
+        problem: str | None,
+    ) -> MoveResult:
+        logged = self._logged(old, new, note, problem)
+        if all(recorded):  # else the next run completes the record from the pending line
+            self._settle(uid, "pending-done")
+        found = [p for p in (problem, logged) if p]
+        return MoveResult(True, "; ".join(found) if found else None)
+
+
+class LocalBranch(_LogsMoves):
+    """A ref of the base repository (a branch, normally): moved by ``update-ref NEW OLD``.
+
+    When the base repository has the branch checked out, its files follow every move, and a
+    move that would lose a person's edit or untracked file is refused before the ref moves.
+    """
+
+    promotes = True
+
+    def __init__(self, repo: BaseRepo, branch: str, log: oplog.OpLog, *, ref: str = "") -> None:
+        self.repo = repo
+        self.branch = branch
+        self.ref = ref or f"refs/heads/{branch}"
+        self.log = log
+
+    @property
+    def label(self) -> str:
+        return self.branch
+
+    def tip(self) -> str | None:
+        return self.repo.ref_value(self.ref)
+
+    def tip_under_lock(self, guess: str) -> str | None:
+        checkout.recover_worktree(self.repo, self.ref)
+        # Optimistic: presume the tip is still ``guess``; the compare-and-swap checks it, so
+        # the common fast-forward costs one git call. A checked-out target is read first:
+        # its files must be checked against the real tip.
+        return self.tip() if checkout.checked_out(self.repo, self.ref) else guess
+
+    def start(self, run_id: str) -> list[str]:
+        # A run killed (or whose disk filled) between moving the target and writing its
+        # record, or updating its checked-out files, left a pending line or a journal:
+        # finish both before anything else moves.
+        from . import pending
+
+        with self.lock():
+            settled = pending.settle(self.repo, self.ref)
+            checkout.recover_worktree(self.repo, self.ref)
+        return settled
+
+    def check_move(self, old: str, new: str) -> bool:
+        """Raise unless the ref can go from ``old`` to ``new`` (a commit or a tree) losing
+        nothing; return whether its files must follow."""
+        return check_move(self.repo, self.ref, old, new)
+
+    def move(
+        self,
+        new: str,
+        old: str,
+        message: str,
+        note: MoveNote,
+        after_move: Callable[[], bool] | None = None,
+    ) -> MoveResult:
+        follow = self.check_move(old, new)
+        uid = self._pending(old, new, note)
+        recorded: list[bool] = []
+        journal = checkout.journal_path(self.repo, self.ref)
+        problem = None
+        with _faults.uninterrupted():
+            if follow:
+                tmp = journal.with_suffix(".tmp")
+                try:
+                    _faults.point("journal")
+                    tmp.write_text(
+                        json.dumps({"ref": self.ref, "old": old, "new": new}), encoding="utf-8"
+                    )
+                    os.replace(tmp, journal)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    self._settle(uid, "pending-abandoned")
+                    raise
+            try:
+                moved = self.repo.update_ref(self.ref, new, old, message, reflog=True)
+            except BaseException:
+                if follow:
+                    journal.unlink(missing_ok=True)
+                self._settle(uid, "pending-abandoned")
+                raise
+            if not moved:
+                if follow:
+                    journal.unlink(missing_ok=True)
+                self._settle(uid, "pending-abandoned")
+                return MoveResult(False)
+            if after_move is not None:
+                _faults.point("moved")
+                recorded.append(after_move())
+            if follow:
+                try:
+                    _faults.point("worktree-sync")
+                    checkout.sync_worktree(self.repo, old, new)
+                    journal.unlink(missing_ok=True)
+                except (AgentgateError, OSError) as exc:
+                    problem = (
+                        f"the checked-out files were not updated ({exc}); the next run finishes it"
+                    )
+        return self._moved(old, new, note, uid, recorded, problem)
+
+
+class DryRunRef(LocalBranch):
+    """``refs/agentgate/dryrun/<b>``: what would have landed this run, and no branch moves.
+
+    Reset to its source's tip (a local or a remote branch) by the first process of a run;
+    every process of the run (pytest-xdist workers pass the same run id) then judges against
+    what it accumulates.
+    """
+
+    promotes = False
+
+    def __init__(
+        self, source: LocalBranch | RemoteBranch, log: oplog.OpLog, *, agent: str = "agent"
+    ) -> None:
+        super().__init__(source.repo, source.branch, log, ref=f"{DRYRUN_PREFIX}{source.branch}")
+        self.source = source
+        #: Who the run's own reset is logged as (the run's agent).
+        self.agent = agent
+
+    @property
+    def label(self) -> str:
+        return f"dryrun/{self.branch}"
+
+    def start(self, run_id: str) -> list[str]:
+        from . import pending
+
+        marker = self.repo.private_dir / "dryrun" / f"{self.branch.replace('/', '%2F')}.run"
+        marker.parent.mkdir(exist_ok=True)
+        with self.lock():
+            try:
+                seen = marker.read_text(encoding="utf-8").strip()
+            except FileNotFoundError:
+                seen = ""
+            if seen == run_id:
+                return []
+            settled = pending.settle(self.repo, self.ref)
+            tip = self.source.tip()
+            if tip is None:
+                raise ConfigError(f"branch {self.branch!r} is gone from {self.source.label}")
+            current = self.tip()
+            if current != tip:
+                result = self.move(
+                    tip,
+                    current or ZERO,
+                    "agentgate dry run starts",
+                    MoveNote("dryrun-reset", agent=self.agent, measure=False),
+                )
+                if not result.moved:
+                    raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
+            marker.write_text(run_id + "\n", encoding="utf-8")
+        return settled
+
+    def check_move(self, old: str, new: str) -> bool:
+        return False  # nobody has a scratch ref checked out
+
+
+class RemoteBranch(_LogsMoves):
+    """``refs/heads/<b>`` on a server, moved by ``push --atomic --force-with-lease``.
+
+    The server moves the branch only if it is still where this process last saw it, so
+    clones on different machines can never overwrite each other's promotions. What the
+    server holds is read with a fetch into ``refs/agentgate/remote/<remote>/<b>`` (the
+    ``ref`` attempts are judged against), never into the user's remote-tracking refs. A
+    push the server refuses on policy (a hook, a protected branch) raises
+    :class:`PushRefused` at once: it is not a race, and trying again cannot help.
+    """
+
+    promotes = True
+
+    def __init__(self, repo: BaseRepo, remote: str, branch: str, log: oplog.OpLog) -> None:
+        self.repo = repo
+        self.remote = remote
+        self.branch = branch
+        self.ref = f"{TRACKING_PREFIX}{remote}/{branch}"
+        self.log = log
+        self._urls: tuple[str, str] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.remote}/{self.branch}"
+
+    @property
+    def moved_ref(self) -> str:
+        return f"{self.remote}:refs/heads/{self.branch}"
+
+    def check(self, source: str = "") -> None:
+        """Raise :class:`ConfigError` unless ``remote`` is a configured remote of the base."""
+        if not self.remote or self.remote.startswith("-") or "/" in self.remote:
+            raise ConfigError(
+                f"{self.remote!r} is not a remote name", value=self.remote, source=source
+            )
+        if not self.repo.config_value(f"remote.{self.remote}.url"):
+            raise ConfigError(
+                f"{self.repo.label} has no remote named {self.remote!r}; add it with "
+                f"'git remote add {self.remote} URL'",
+                value=self.remote,
+                source=source,
+            )
+
+    def urls(self) -> tuple[str, str]:
+        """(fetch URL, push URL): using URLs, not the remote's name, keeps git from updating
+        the user's ``refs/remotes/<remote>/*`` on the side."""
+        if self._urls is None:
+            self._urls = self.repo.remote_urls(self.remote)
+        return self._urls
+
+    def tip(self) -> str | None:
+        return transport.fetch_branch(self.repo, self.urls()[0], self.branch, self.ref)
+
+    def tip_under_lock(self, guess: str) -> str | None:
+        return self.tip()
+
+    def start(self, run_id: str) -> list[str]:
+        from . import pending
+
+        with self.lock():
+            self.tip()
+            return pending.settle(self.repo, self.ref)
+
+    def move(
+        self,
+        new: str,
+        old: str,
+        message: str,
+        note: MoveNote,
+        after_move: Callable[[], bool] | None = None,
+    ) -> MoveResult:
+        uid = self._pending(old, new, note)
+        try:
+            pushed = transport.push(
+                self.repo,
+                self.urls()[1],
+                [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)],
+            )
+        except BaseException:
+            self._settle(uid, "pending-abandoned")
+            raise
+        if not pushed.ok:
+            self._settle(uid, "pending-abandoned")
+            if pushed.refused is not None:
+                raise PushRefused(self.label, pushed.refusal())
+            return MoveResult(False)
+        # Our own view follows; a compare-and-swap, like every ref the plugin moves.
+        self.repo.update_ref(self.ref, new, old, message)
+        recorded = [after_move()] if after_move is not None else []
+        return self._moved(old, new, note, uid, recorded, None)
+
+
+def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
+    """Raise unless ``ref`` can go from ``old`` to ``new`` (a commit or a tree) losing nothing.
+
+    Returns whether the base repository's working tree has ``ref`` checked out (its files
+    must then follow). A dry run of a rollback or revert makes exactly these checks, so it
+    refuses what a real one would refuse.
+    """
+    linked = checkout.linked_checkout(repo, ref)
+    if linked is not None:
+        raise WorktreeBlocked(
+            linked,
+            "checked out elsewhere",
+            message=f"{ref} is checked out in the worktree {str(linked)!r}, whose files a move would "
+            "leave behind; check out another branch there, then run again. Nothing was moved",
+        )
+    follow = checkout.checked_out(repo, ref)
+    if follow:
+        checkout.check_worktree(repo, old, new)
+    return follow
+
+
+def for_ref(repo: BaseRepo, ref: str, log: oplog.OpLog | None = None) -> LocalBranch:
+    """The local target that moves ``ref`` (a branch, or any ref of the base repository)."""
+    branch = ref[len("refs/heads/") :] if ref.startswith("refs/heads/") else ref
+    return LocalBranch(repo, branch, log or oplog.OpLog(repo.common_dir), ref=ref)

@@ -1,0 +1,155 @@
+"""Fetching from and pushing to a server, as named git operations (the git layer).
+
+A push is judged per ref from ``--porcelain``, never from the wording of stderr as a whole:
+each ref the server did not take is classified as a lost race (the lease, our
+compare-and-swap, did not hold: somebody moved the branch), or a refusal (the server's
+policy: a hook, a protected branch, permissions), whose reason is kept with what the server
+said. A run that printed no verdict for a ref (the connection failed) is a :class:`GitError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import _git
+from .errors import GitError
+
+if TYPE_CHECKING:
+    from .repo import BaseRepo
+
+#: How ``push --porcelain`` gives a lost lease, per ref: the branch was not where we expected.
+_LOST_LEASE = ("stale info", "fetch first", "non-fast-forward", "already exists")
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """One ref a push sets: ``new`` (a commit) at ``ref`` on the server, only if it is at
+    ``expect`` there (``None``: no lease; the ZERO id: it must not exist)."""
+
+    ref: str
+    new: str
+    expect: str | None
+
+
+@dataclass(frozen=True)
+class RefStatus:
+    """What the server said about one ref: ``ok``, ``lost`` (a race) or ``refused``."""
+
+    ref: str
+    outcome: str
+    summary: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """Per-ref verdicts of one push, and the server's own messages (``remote:`` lines)."""
+
+    statuses: tuple[RefStatus, ...]
+    server_says: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return all(s.outcome == "ok" for s in self.statuses)
+
+    @property
+    def lost_race(self) -> bool:
+        """Nothing refused, and at least one lease did not hold: try again on the new tip."""
+        return not self.refused and any(s.outcome == "lost" for s in self.statuses)
+
+    @property
+    def refused(self) -> RefStatus | None:
+        """The first ref the server refused on policy, if any."""
+        return next((s for s in self.statuses if s.outcome == "refused"), None)
+
+    def refusal(self) -> str:
+        """The server's reason for a refusal, in its own words where it gave some."""
+        refused = self.refused
+        if refused is None:
+            return ""
+        said = "; ".join(self.server_says)
+        return f"{refused.summary} {refused.reason}".strip() + (f": {said}" if said else "")
+
+
+def fetch_branch(repo: BaseRepo, url: str, branch: str, into: str) -> str | None:
+    """Fetch ``branch`` from ``url`` into the local ref ``into``; its tip, or None if absent.
+
+    The URL, not a remote's name, so git updates no ``refs/remotes/*`` of the user's.
+    """
+    result = repo._run(
+        "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+        "--end-of-options", url, f"+refs/heads/{branch}:{into}",
+        ok=(0, 128),
+    )  # fmt: skip
+    if result.returncode != 0:
+        if "couldn't find remote ref" in result.stderr:
+            return None
+        raise _git.failure(["fetch", url], result.returncode, result.stderr)
+    return repo.ref_value(into)
+
+
+def push(
+    repo: BaseRepo, url: str, updates: Sequence[RefUpdate], *, atomic: bool = True
+) -> PushResult:
+    """Push ``updates`` to ``url`` (all or none with ``atomic``), each with its lease.
+
+    Hooks of this repository never run (``--no-verify``); the server's do, and their refusal
+    comes back as a :class:`RefStatus` with outcome ``refused``.
+    """
+    args = ["push", "--quiet", "--porcelain", "--no-verify"]
+    if atomic:
+        args.append("--atomic")
+    for update in updates:
+        if update.expect is not None:
+            args.append(f"--force-with-lease={update.ref}:{update.expect}")
+    args += ["--end-of-options", url, *(f"{u.new}:{u.ref}" for u in updates)]
+    result = repo._run(*args, ok=(0, 1, 128))
+    found = parse_porcelain(result.out, [u.ref for u in updates])
+    said = tuple(
+        line[len("remote:") :].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("remote:") and line[len("remote:") :].strip()
+    )
+    if result.returncode == 0:
+        return PushResult(tuple(RefStatus(u.ref, "ok") for u in updates), said)
+    if not found:
+        raise _git.failure(["push", url], result.returncode, result.stderr or result.out)
+    return PushResult(tuple(found), said)
+
+
+def parse_porcelain(out: str, refs: Sequence[str]) -> list[RefStatus]:
+    """Per-ref verdicts from ``push --porcelain`` output (``flag TAB from:to TAB summary``).
+
+    A ref rejected only because another in the same atomic push was (``atomic push
+    failed``) takes no blame: it counts as a lost race unless the push has a refusal.
+    """
+    statuses = []
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or len(parts[0]) != 1:
+            continue
+        flag, spec, summary = parts[0], parts[1], parts[2]
+        ref = spec.rsplit(":", 1)[-1]
+        reason = ""
+        if summary.endswith(")") and " (" in summary:
+            summary, _, reason = summary[:-1].partition(" (")
+        if flag != "!":
+            statuses.append(RefStatus(ref, "ok", summary, reason))
+        elif _lost(summary, reason):
+            statuses.append(RefStatus(ref, "lost", summary, reason))
+        else:
+            statuses.append(RefStatus(ref, "refused", summary, reason))
+    known = {s.ref for s in statuses}
+    if statuses and any(r not in known for r in refs):
+        raise GitError(["push"], 1, f"no verdict for every ref in: {out!r}")
+    return statuses
+
+
+def _lost(summary: str, reason: str) -> bool:
+    """A lease that did not hold, or a ref that failed only because another in the same
+    atomic push did: a race, not the server's policy."""
+    if summary == "[rejected]":
+        return reason in _LOST_LEASE or reason == "atomic push failed"
+    return summary.startswith("[remote rejected]") and "atomic" in reason
