@@ -3,6 +3,7 @@ real ``git daemon`` on the loopback interface."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -162,4 +163,35 @@ def test_two_machines_promote_through_git_daemon_and_lose_nothing(
     assert [p.returncode for p in procs] == [0, 0], outputs
     names = set(git(server, "ls-tree", "--name-only", "main").splitlines())
     assert {f"{who}-{n}.txt" for who in ("left", "right") for n in range(4)} <= names
+    fsck(server)
+
+
+def test_a_push_the_server_refuses_is_an_error_after_one_push(
+    pytester: pytest.Pytester, daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """A pre-receive hook that declines is the server's policy, not a race: one push, an
+    ``error`` verdict with the server's own words, the branch where it was, nothing retried."""
+    pushes = tmp_path / "pushes.log"
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text(
+        f"#!/bin/sh\necho push >> {pushes}\n"
+        "echo 'policy: main is protected, open a review instead' >&2\nexit 1\n"
+    )
+    hook.chmod(0o755)
+    before = git(server, "rev-parse", "main")
+    work = clone(daemon, tmp_path / "work")
+    report = tmp_path / "report.json"
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    result = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+        f"--agentgate-report={report}",
+    )  # fmt: skip
+    assert result.ret == 6  # an error verdict: the harness (here the server) stopped it
+    row = json.loads(report.read_text())["attempts"][0]
+    assert row["verdict"] == "error", row
+    assert "refused" in row["reason"] and "pre-receive hook declined" in row["reason"]
+    assert "main is protected, open a review instead" in row["reason"]
+    assert pushes.read_text().splitlines() == ["push"]  # exactly one push, no retries
+    assert git(server, "rev-parse", "main") == before
+    assert row["attempt_ref"]  # the attempt is still recorded, locally
     fsck(server)
