@@ -50,7 +50,7 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
     ``n`` is claimed by compare-and-swap against "does not exist", so two processes never
     get the same number and a number is never reused while its ref exists.
     """
-    taken = [row[0].rsplit("/", 1)[-1] for row in repo.refs(f"{PREFIX}{slug}/")]
+    taken = [name.rsplit("/", 1)[-1] for name in repo.ref_names(f"{PREFIX}{slug}/")]
     n = max((int(x) for x in taken if x.isdigit()), default=0) + 1
     for _ in range(10_000):
         ref = f"{PREFIX}{slug}/{n}"

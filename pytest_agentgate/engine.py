@@ -374,7 +374,9 @@ class Engine:
     def preflight(self, attempt: Attempt) -> MergePreview:
         """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
         assert attempt.change_commit is not None
-        tip = self.repo.resolve_commit(self.target.ref, "target")
+        tip = self.repo.ref_value(self.target.ref)
+        if tip is None:
+            raise RevisionNotFound(self.target.ref, self.repo.label, "target")
         attempt.target_before = tip
         attempt.external_move = self.note_external_move(tip, attempt.agent)
         if tip == attempt.base:  # merging onto its own parent: the attempt's tree, clean

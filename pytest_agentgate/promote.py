@@ -203,7 +203,10 @@ def rollback(
             new,
             tip,
             f"agentgate rollback to {to[:12]} by {agent}",
-            MoveNote("rollback", agent, f"rollback to {to}", "rollback", begin=begin),
+            # The tree is ``to``'s, already stored: the move adds its commit and nothing else.
+            MoveNote(
+                "rollback", agent, f"rollback to {to}", "rollback", known_objects=(), begin=begin
+            ),
         )
         if not result.moved:
             raise RefMoved(ref, tip, repo.ref_value(ref))

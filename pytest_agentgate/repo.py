@@ -13,6 +13,7 @@ and ref containers (typed entries, not text), as ideas; the code is this project
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 ZERO = "0" * 40
 _OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+# Refs read from their files: shared ones (not per-worktree), plain names only.
+_PLAIN_REF = re.compile(r"^refs/(heads|tags|remotes|agentgate)/[A-Za-z0-9._+@%/-]+$")
+_ODD_REF = re.compile(r"(^|/)\.|\.\.|//|/$|\.lock(/|$)")
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,8 @@ class BaseRepo:
         # commit -> tree; commits never change, so this cache is never stale.
         self._trees: dict[str, str] = {}
         self._no_filters: tuple[str, ...] | None = None
+        #: A reftable repository keeps no ref files: every ref question goes to git.
+        self._reftable = (self.common_dir / "reftable").is_dir()
 
     @classmethod
     def open(cls, path: str | Path, source: str = "") -> BaseRepo:
@@ -262,19 +268,92 @@ class BaseRepo:
         return self.resolve_commit(rev, source)
 
     def ref_value(self, ref: str) -> str | None:
-        """What a full ref name points at, or None when it does not exist."""
+        """What a full ref name points at, or None when it does not exist.
+
+        A loose ref is read from its file, as git reads it (git replaces the file whole,
+        by rename, so a reader never sees half of one): a git process less on every fork,
+        preflight and record. Anything else (packed, symbolic, a reftable repository) is
+        git's to answer.
+        """
+        found = self._loose_ref(ref)
+        if found is not None:
+            return found
         result = self._run("rev-parse", "--verify", "--quiet", "--end-of-options", ref, ok=(0, 1))
         return result.out.strip() or None
 
+    def _loose_ref(self, ref: str) -> str | None:
+        if self._reftable or not _PLAIN_REF.match(ref) or _ODD_REF.search(ref):
+            return None
+        try:
+            fd = os.open(self.common_dir / ref, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, 100)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        text = data.decode("ascii", "replace").strip()
+        return text if data.endswith(b"\n") and is_oid(text) else None
+
+    def ref_names(self, prefix: str) -> list[str]:
+        """The names of the refs under ``prefix`` (a folder: ends with ``/``), loose and
+        packed, read from git's files; from ``for-each-ref`` in a reftable repository.
+
+        For guesses that a compare-and-swap then checks (the next free attempt number): a
+        ref created meanwhile only makes the swap fail and the guess move on.
+        """
+        if self._reftable or not prefix.endswith("/") or not _PLAIN_REF.match(prefix + "x"):
+            return [row[0] for row in self.refs(prefix)]
+        names: set[str] = set()
+        for dirpath, _dirs, files in os.walk(self.common_dir / prefix):
+            rel = Path(dirpath).relative_to(self.common_dir).as_posix()
+            names.update(f"{rel}/{name}" for name in files if not name.endswith(".lock"))
+        try:
+            with open(self.common_dir / "packed-refs", "rb") as packed:
+                for line in packed:
+                    if line[:1] in (b"#", b"^"):
+                        continue
+                    name = line.rstrip(b"\n").partition(b" ")[2].decode("utf-8", "surrogateescape")
+                    if name.startswith(prefix):
+                        names.add(name)
+        except OSError:
+            pass
+        return sorted(names)
+
     def tree_of(self, rev: str) -> str:
-        """The tree of a commit (cached for full commit ids, which never change)."""
+        """The tree of a commit (cached for full commit ids, which never change).
+
+        A loose commit (every commit the plugin just wrote) is read from its object file:
+        its first line names the tree. Anything else is asked of git.
+        """
         cached = self._trees.get(rev)
         if cached is not None:
             return cached
-        tree = self._run("rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}").out.strip()
+        tree = self._loose_commit_tree(rev) if is_oid(rev) else None
+        if tree is None:
+            tree = self._run(
+                "rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}"
+            ).out.strip()
         if is_oid(rev):
             self._trees[rev] = tree
         return tree
+
+    def _loose_commit_tree(self, oid: str) -> str | None:
+        import zlib
+
+        try:
+            with open(self.common_dir / "objects" / oid[:2] / oid[2:], "rb") as loose:
+                head = zlib.decompressobj().decompress(loose.read(512), 200)
+        except (OSError, zlib.error):
+            return None
+        kind, _, rest = head.partition(b" ")
+        body = rest.partition(b"\0")[2]
+        if kind != b"commit" or not body.startswith(b"tree "):
+            return None
+        tree = body[5:].partition(b"\n")[0].decode("ascii", "replace")
+        return tree if is_oid(tree) else None
 
     def head_branch(self) -> str | None:
         """The branch HEAD points at (short name), or None when detached.

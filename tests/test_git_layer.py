@@ -1,0 +1,70 @@
+"""The git layer's named operations against real repositories: each answers what git itself
+answers, whatever the names hold, and the shortcuts that read git's files agree with git."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import git
+
+from pytest_agentgate.index import IndexEntry
+from pytest_agentgate.repo import ZERO, Author, BaseRepo
+
+ODD_NAMES = ["a file\nwith a newline.txt", ":colon.txt", "star*.txt", "tab\there.txt", "ü.txt"]
+
+
+@pytest.fixture
+def repo(service: Path) -> BaseRepo:
+    return BaseRepo.open(service)
+
+
+def commit_with(repo: BaseRepo, files: dict[str, bytes], parent: str) -> str:
+    index = repo.index(None, repo.private_dir / "layer-index")
+    index.read_tree(parent)
+    index.stage_entries([IndexEntry("100644", repo.hash_blob(data), p) for p, data in files.items()])
+    return repo.commit_tree(index.write_tree(), [parent], "odd names\n", Author("t", "t@e"))
+
+
+def test_trees_and_diffs_keep_any_name(repo: BaseRepo) -> None:
+    base = repo.resolve_commit("main")
+    new = commit_with(repo, {n: n.replace("\n", " ").encode() for n in ODD_NAMES}, base)
+    changes = repo.diff_tree(base, new)
+    assert sorted(c.path for c in changes) == sorted(ODD_NAMES)
+    assert {c.status for c in changes} == {"A"} and all(c.old_oid == ZERO for c in changes)
+    listed = {e.path for e in repo.ls_tree(repo.tree_of(new))}
+    assert set(ODD_NAMES) <= listed and set(repo.tree_paths(new)) == listed
+    entry = repo.tree_entry(repo.tree_of(new), "star*.txt")
+    assert entry is not None and repo.read_blob(entry.oid) == b"star*.txt"
+    assert repo.tree_entry(repo.tree_of(new), "star") is None  # literal, never a glob
+    assert repo.changed_lines(base, new) == len(ODD_NAMES)
+
+
+def test_loose_ref_reads_agree_with_git(repo: BaseRepo, service: Path) -> None:
+    main = git(service, "rev-parse", "main")
+    assert repo.ref_value("refs/heads/main") == main
+    git(service, "update-ref", "refs/agentgate/attempts/t/1", main)
+    git(service, "update-ref", "refs/agentgate/attempts/t/2", main)
+    git(service, "pack-refs", "--all")  # now both are only in packed-refs
+    git(service, "update-ref", "refs/agentgate/attempts/t/3", main)  # and one loose
+    assert repo.ref_value("refs/agentgate/attempts/t/1") == main  # packed: asked of git
+    assert repo.ref_names("refs/agentgate/attempts/t/") == [
+        f"refs/agentgate/attempts/t/{n}" for n in (1, 2, 3)
+    ]
+    (service / ".git" / "refs" / "agentgate" / "attempts" / "t" / "4.lock").write_text("x")
+    assert len(repo.ref_names("refs/agentgate/attempts/t/")) == 3  # a lock file is no ref
+    git(service, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    assert repo.ref_value("refs/heads/alias") == main  # symbolic: asked of git
+    assert repo.ref_value("refs/heads/missing") is None
+    assert repo.ref_value("refs/heads/../../HEAD") is None
+
+
+def test_loose_commit_trees_agree_with_git(repo: BaseRepo, service: Path) -> None:
+    base = repo.resolve_commit("main")
+    new = commit_with(repo, {"x.txt": b"x"}, base)
+    fresh = BaseRepo.open(service)  # no cache: the object file is read
+    assert fresh.tree_of(new) == git(service, "rev-parse", f"{new}^{{tree}}")
+    git(service, "gc", "-q")
+    packed = BaseRepo.open(service)
+    assert packed.tree_of(base) == git(service, "rev-parse", "main^{tree}")
+    assert packed.tree_of("main") == git(service, "rev-parse", "main^{tree}")
