@@ -33,7 +33,16 @@ from . import state as state_module
 from .attempt import Attempt
 from .baseline import Baselines, HarnessBroken, either_passed
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
-from .gate import Check, CheckResult, GateSpec, Status, Verdict, judge, run_commands
+from .gate import (
+    Check,
+    CheckResult,
+    GateContext,
+    GateSpec,
+    Status,
+    Verdict,
+    judge,
+    run_commands,
+)
 from .pool import ISOLATIONS, WorkspacePool
 from .promote import Move, PromoteOutcome, promote
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
@@ -86,6 +95,13 @@ class EngineSettings:
     def of(cls, **options: Any) -> EngineSettings:
         """Settings from keyword options, with the names of 0.1 (``sandbox_settings``)."""
         if "sandbox_settings" in options:
+            import warnings
+
+            warnings.warn(
+                "sandbox_settings= is deprecated and will be removed in 0.3; use sandbox=",
+                DeprecationWarning,
+                stacklevel=3,
+            )
             found = options.pop("sandbox_settings")
             if found is not None:
                 options["sandbox"] = found
@@ -129,8 +145,26 @@ class Engine:
     """The lifecycle against one base repository and one target."""
 
     def __init__(
-        self, repo: BaseRepo, settings: EngineSettings, *, pinned_base: str | None = None
+        self,
+        repo: BaseRepo,
+        settings: EngineSettings | str,
+        *,
+        pinned_base: str | None = None,
+        **options: Any,
     ) -> None:
+        if isinstance(settings, str):  # Engine(repo, "main", promote=True, ...) of 0.1
+            import warnings
+
+            warnings.warn(
+                "Engine(repo, branch, **options) is deprecated and will be removed in 0.3; use "
+                "Engine(repo, EngineSettings(target=branch, ...)) or Engine.open(...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            pinned_base = pinned_base or options.pop("base", None)
+            settings = EngineSettings.of(target=settings, **options)
+        elif options:
+            raise TypeError(f"unknown argument(s): {', '.join(sorted(options))}")
         if settings.target is None:
             raise ConfigError("the engine needs a target branch", source="target")
         self.repo = repo
@@ -295,7 +329,7 @@ class Engine:
     def private_root(self) -> Path:
         return self.pool.private_root()
 
-    def gate_context(self) -> Any:
+    def gate_context(self) -> GateContext:
         return self.pool.gate_context()
 
     def snapshot(self, ws: Workspace) -> Snapshot:

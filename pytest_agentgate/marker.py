@@ -12,15 +12,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-MARKER = "gated"
-MARKER_HELP = (
-    "gated(task, *, agent=None, gate=None, checks=(), protect=(), allow_removed=(), "
-    "max_changed_lines=None, "
-    "state=(), resume=False): "
-    "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
-    "test outcome, checks and gate commands, preflight-merged and promoted to the target"
-)
+from ._constants import MARKER, MARKER_HELP
 
+__all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "MarkerSpec", "gated", "marker_of"]
 
 class GatedMarker(NamedTuple):
     """A validated ``@pytest.mark.gated(...)``."""

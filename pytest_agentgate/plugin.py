@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ._constants import RUN_MARKER
-from .marker import MARKER, MARKER_HELP, GatedMarker, gated, marker_of
-from .settings import AGENT_ENV, OPTIONS, Option, Settings, add_options, raw_setting
+from ._constants import MARKER, MARKER_HELP, RUN_MARKER
+from .options import AGENT_ENV, OPTIONS, Option, add_options, raw_setting
 
 if TYPE_CHECKING:
     from .attempt import Attempt
     from .engine import Engine
+    from .gate import GateSpec
+    from .marker import GatedMarker
+    from .settings import Settings
     from .workspace import Workspace
 
 __all__ = [
@@ -34,10 +36,7 @@ __all__ = [
     "MARKER",
     "OPTIONS",
     "AgentgateRun",
-    "GatedMarker",
     "Option",
-    "gated",
-    "marker_of",
 ]
 
 ACTIVE_ENV = "AGENTGATE_ACTIVE"
@@ -80,6 +79,8 @@ class AgentgateRun:
         """Every setting, read and checked once (on first use: a run without a gated test
         reads none)."""
         if self._settings is None:
+            from .settings import Settings
+
             self._settings = Settings.from_config(self.config)
         return self._settings
 
@@ -130,7 +131,7 @@ class AgentgateRun:
         except AgentgateError as exc:
             raise pytest.UsageError(f"agentgate: {exc}") from exc
 
-    def gate_for(self, item: pytest.Item, marker: GatedMarker, checks: list[Any]) -> Any:
+    def gate_for(self, item: pytest.Item, marker: GatedMarker, checks: list[Any]) -> GateSpec:
         engine = self.engine()
         return self.settings.for_test(engine.gate, marker, checks, engine.repo)
 
@@ -231,7 +232,7 @@ class AgentgateRun:
 
 
 RUN_KEY = pytest.StashKey[AgentgateRun]()
-MARKER_KEY = pytest.StashKey[GatedMarker]()
+MARKER_KEY = pytest.StashKey["GatedMarker"]()
 WS_KEY = pytest.StashKey["Workspace"]()
 ATTEMPT_KEY = pytest.StashKey["Attempt"]()
 #: The name of 0.1.
@@ -294,8 +295,10 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
         return report
     problems = []
     for node in report.result:
-        if not isinstance(node, pytest.Item):
+        if not isinstance(node, pytest.Item) or node.get_closest_marker(MARKER) is None:
             continue
+        from .marker import marker_of  # only where a test carries the marker
+
         try:
             marker = marker_of(node)
         except TypeError as exc:

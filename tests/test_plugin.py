@@ -493,8 +493,7 @@ def test_loading_the_plugin_is_cheap(
         def test_nothing_heavy_loaded():
             assert "pytest_agentgate.plugin" in sys.modules
             light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs",
-                     "pytest_agentgate._constants", "pytest_agentgate.settings",
-                     "pytest_agentgate.marker"}
+                     "pytest_agentgate._constants", "pytest_agentgate.options"}
             heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
                      or m.startswith("pytest_agentgate") and m not in light]
             assert heavy == []

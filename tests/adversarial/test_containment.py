@@ -45,7 +45,7 @@ def engine(
         promote=promote,
         workdir=repo.parent / "work",
         gate=GateSpec(commands=commands, outcome_is_enough=not commands, timeout=60),
-        sandbox_settings=Settings(mode=mode, **settings),  # type: ignore[arg-type]
+        sandbox=Settings(mode=mode, **settings),  # type: ignore[arg-type]
         **extra,  # type: ignore[arg-type]
     )
 

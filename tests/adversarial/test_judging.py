@@ -30,7 +30,7 @@ def engine(repo: Path, *, harness: tuple[str, ...] | None = None, **spec: object
         gate = replace(gate, harness=harness)
     return Engine.open(
         repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox_settings=Settings(mode="auto"),
+        sandbox=Settings(mode="auto"),
     )  # fmt: skip
 
 
@@ -438,7 +438,7 @@ def _flaky_engine(repo: Path, policy: str) -> Engine:
     )  # fmt: skip
     return Engine.open(
         repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox_settings=Settings(mode="none"),
+        sandbox=Settings(mode="none"),
     )  # fmt: skip
 
 
@@ -502,7 +502,7 @@ def _graded(repo: Path, fix: str, fail_to_pass: tuple[str, ...]) -> Engine:
     gate = GateSpec(commands=(GATE,), timeout=120, grading=Grading(fail_to_pass, None, fix))
     return Engine.open(
         repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox_settings=Settings(mode="auto"),
+        sandbox=Settings(mode="auto"),
     )  # fmt: skip
 
 

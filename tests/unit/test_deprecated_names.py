@@ -49,7 +49,21 @@ def test_the_new_names_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:
 
 
 def test_engine_options_of_0_1() -> None:
-    s = EngineSettings.of(target="main", sandbox_settings=Settings(mode="none"), workdir=None)
+    with pytest.warns(DeprecationWarning, match="use sandbox="):
+        s = EngineSettings.of(target="main", sandbox_settings=Settings(mode="none"), workdir=None)
     assert s.sandbox.mode == "none"
     with pytest.raises(TypeError, match="unknown engine setting"):
         EngineSettings.of(target="main", promte=True)
+
+
+def test_the_engine_constructor_of_0_1(tmp_path: Path) -> None:
+    import subprocess
+
+    from pytest_agentgate import Engine
+
+    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
+    repo = BaseRepo(tmp_path / "r.git", None)
+    with pytest.warns(DeprecationWarning, match=r"Engine\(repo, branch"):
+        engine = Engine(repo, "main", promote=True, workdir=tmp_path / "w")
+    assert engine.target.branch == "main" and engine.target.promotes
+    assert engine.workdir == tmp_path / "w"

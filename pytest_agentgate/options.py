@@ -1,0 +1,265 @@
+"""The ``--agentgate-*`` options: each a flag, an ini key and sometimes an environment
+variable, and how one raw value is read (the command line over the environment over the ini
+file over the default).
+
+Loaded with the plugin in every pytest run, so it holds only the table and the reader; the
+checked :class:`~pytest_agentgate.settings.Settings` of a run are made from them on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import pytest
+
+AGENT_ENV = "AGENTGATE_AGENT"
+MODES = ("auto", "bwrap", "none")
+NETWORKS = ("none", "host")
+
+
+class Option(NamedTuple):
+    """One setting: its command-line flag, its ini key, its help and how to parse it."""
+
+    name: str
+    help: str
+    kind: str = "string"  # string, linelist, bool, float, int
+    default: Any = None
+    metavar: str | None = None
+    env: str | None = None  # an environment variable that sets it, below the command line
+
+    @property
+    def flag(self) -> str:
+        return "--agentgate-" + self.name.replace("_", "-")
+
+    @property
+    def ini(self) -> str:
+        return "agentgate_" + self.name
+
+
+OPTIONS = (
+    Option(
+        "repo",
+        "the repository the agents edit (default: the one around the rootdir)",
+        metavar="PATH",
+    ),
+    Option(
+        "target",
+        "the branch attempts are promoted to (default: the checked-out branch)",
+        metavar="BRANCH",
+    ),
+    Option(
+        "base", "fork every workspace from this commit instead of the target's tip", metavar="REV"
+    ),
+    Option(
+        "remote",
+        "the target lives on this remote of the repository: promote by push with a lease",
+        metavar="NAME",
+    ),
+    Option(
+        "gate",
+        "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
+        "linelist",
+        metavar="CMD",
+    ),
+    Option(
+        "gate_timeout",
+        "seconds a gate command may run before its process group is killed",
+        "float",
+        600.0,
+        "SECONDS",
+    ),
+    Option(
+        "promote",
+        "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)",
+        "bool",
+        False,
+    ),
+    Option(
+        "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
+    ),
+    Option(
+        "agent",
+        "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
+        metavar="NAME",
+        env=AGENT_ENV,
+    ),
+    Option("report", "write a JSON report of every attempt to this path", metavar="PATH"),
+    Option(
+        "markdown",
+        "append a Markdown table of the attempts to this file (default: $GITHUB_STEP_SUMMARY)",
+        metavar="PATH",
+        env="GITHUB_STEP_SUMMARY",
+    ),
+    Option(
+        "workdir",
+        "where workspaces and gate checkouts are made (default: pytest's temporary directory)",
+        metavar="DIR",
+    ),
+    Option(
+        "exclude",
+        "globs never snapshotted (secrets); one per line in the ini file",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "protect",
+        "a glob of paths an attempt may not change, added to the protected test harness "
+        "(conftest.py, pytest configuration...); 'none' protects nothing; repeatable",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "unprotect",
+        "lift one rule of the protected harness by its name (conftest.py, "
+        "pyproject.toml:[tool.pytest.ini_options], __init__.py, pytest_plugins...); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "rerun_gate",
+        "run a failing gate command again on the same tree up to N times (a test that then "
+        "passes is flaky)",
+        "int",
+        0,
+        "N",
+    ),
+    Option(
+        "flaky",
+        "what a flaky test does to its attempt: reject (default) or accept",
+        default="reject",
+        metavar="POLICY",
+    ),
+    Option(
+        "gate_results",
+        "the JUnit XML file a gate command that is not pytest writes, relative to its checkout",
+        metavar="PATH",
+    ),
+    Option(
+        "keep_runs",
+        "with --agentgate-workdir: how many runs' directories to keep (default 3)",
+        "int",
+        3,
+        "N",
+    ),
+    Option(
+        "fresh_workspaces",
+        "check out every workspace afresh instead of recycling the ones promoted attempts used",
+        "bool",
+        False,
+    ),
+    Option(
+        "sandbox",
+        "contain agent commands and gates: auto (bwrap when it works, else uncontained with a "
+        "warning), bwrap (required), none",
+        default="auto",
+        metavar="MODE",
+        env="AGENTGATE_SANDBOX",
+    ),
+    Option(
+        "sandbox_bind",
+        "a path to make visible in the sandbox, read-only, or writable as PATH:rw; repeatable",
+        "linelist",
+        metavar="PATH[:rw]",
+    ),
+    Option(
+        "agent_network", "network for agent commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "gate_network", "network for gate commands: none or host", default="none", metavar="NET"
+    ),
+    Option(
+        "agent_env",
+        "an environment variable agent commands may see (beyond PATH, locale, TERM, VIRTUAL_ENV, "
+        "PYTHONPATH, PYTHONHASHSEED, AGENTGATE_*); repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option(
+        "gate_env",
+        "an environment variable gate commands may see; repeatable",
+        "linelist",
+        metavar="NAME",
+    ),
+    Option("sandbox_pids", "most processes one command may run at once", "int", 512, "N"),
+    Option(
+        "sandbox_file_bytes",
+        "largest file one command may write (its /tmp and its directory)",
+        "int",
+        1 << 30,
+        "BYTES",
+    ),
+    Option(
+        "allow_symlink",
+        "a glob of paths where an attempt may add a symlink that leaves the tree; repeatable",
+        "linelist",
+        metavar="GLOB",
+    ),
+    Option(
+        "isolation",
+        "shared (the agent's .git borrows the base's objects) or sealed (only the base commit's)",
+        default="shared",
+        metavar="MODE",
+    ),
+    Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
+    Option(
+        "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
+    ),
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Every setting as a flag and an ini key."""
+    group = parser.getgroup("agentgate", "gate coding-agent changes behind tests")
+    for option in OPTIONS:
+        if option.kind == "bool":
+            group.addoption(option.flag, action="store_true", default=None, help=option.help)
+        elif option.kind == "linelist":
+            group.addoption(
+                option.flag, action="append", default=None, metavar=option.metavar, help=option.help
+            )
+        else:
+            group.addoption(option.flag, default=None, metavar=option.metavar, help=option.help)
+        ini_type = {"linelist": "linelist", "bool": "bool"}.get(option.kind, "string")
+        parser.addini(option.ini, option.help, type=ini_type, default=None)  # type: ignore[arg-type]
+
+
+def raw_setting(config: pytest.Config, name: str) -> tuple[Any, str]:
+    """One setting's value, parsed by its kind, and where it came from: command line over
+    environment over ini over the default. A value that does not parse is a usage error."""
+    option = BY_NAME[name]
+    value = config.getoption(option.flag)
+    source = f"command line {option.flag}"
+    if value is None and option.env and os.environ.get(option.env):
+        value, source = os.environ[option.env], f"environment {option.env}"
+    if value is None:
+        try:
+            raw = config.getini(option.ini)
+        except ValueError as exc:
+            raise usage(f"invalid ini {option.ini}: {exc}") from None
+        if raw not in (None, "", []):
+            value, source = raw, f"ini {option.ini}"
+    if value is None:
+        return option.default, "default"
+    if option.kind in ("int", "float"):
+        parse: Callable[[str], Any] = int if option.kind == "int" else float
+        try:
+            value = parse(str(value).strip())
+        except ValueError:
+            raise usage(
+                f"invalid {option.flag} {value!r} (from {source}): expected a "
+                f"{'whole number' if option.kind == 'int' else 'number'}"
+            ) from None
+        if value <= 0:
+            raise usage(f"{option.flag} must be positive, got {value!r} (from {source})")
+    if option.kind == "bool" and isinstance(value, str):
+        value = value.strip().lower() in ("1", "true", "yes", "on")
+    return value, source
+
+
+def usage(message: str) -> pytest.UsageError:
+    return pytest.UsageError(f"agentgate: {message}")
+
+
