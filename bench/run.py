@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_agentgate import _git, gate, promote, target, workspace
+from pytest_agentgate import _git, gate, promote, sandbox, target, workspace
 from pytest_agentgate.engine import Engine, EngineSettings
 from pytest_agentgate.gate import GateSpec
 from pytest_agentgate.repo import Author, BaseRepo
@@ -285,7 +285,6 @@ class Bench:
 
     def containment(self) -> None:
         """What the supervisor and the sandbox cost per command (the size does not matter)."""
-        from pytest_agentgate import sandbox
 
         contained = sandbox.resolve(sandbox.Settings())
         uncontained = sandbox.resolve(sandbox.Settings(mode="none"))
@@ -327,7 +326,6 @@ class Bench:
 
     def results_cost(self) -> None:
         """Per-test results (JUnit written and parsed) and a baseline, beside a plain gate run."""
-        from pytest_agentgate import sandbox
 
         tests = "".join(f"def test_{i}():\n    assert {i} == {i}\n\n" for i in range(20))
         commit = self.commit_on_base({"bench_tests/test_bench.py": tests})
@@ -432,24 +430,31 @@ class Bench:
 
     def promote(self) -> None:
         a, b = self.names(2)
-        for kind in ("fast-forward", "merge"):
+        for kind in ("fast-forward", "fast-forward, objects known", "merge"):
 
             def setup(i: int, kind: str = kind) -> dict:
-                ref = f"refs/heads/bench-{kind}-{self.counter}-{i}"
+                ref = f"refs/heads/bench-{kind.replace(', ', '-').replace(' ', '-')}-{self.counter}-{i}"
                 self.counter += 1
                 attempt = self.commit_on_base({b: f"attempt {i}\n"})
                 start = (
                     self.base
-                    if kind == "fast-forward"
+                    if kind.startswith("fast-forward")
                     else self.commit_on_base({a: f"moved {i}\n"})
                 )
                 raw_git(self.repo, "update-ref", ref, start)
-                return {"ref": ref, "attempt": attempt, "start": start}
+                # What a snapshot knows it added (the engine passes it; a direct call may not).
+                known = (
+                    [c.new_oid for c in self.repo.diff_tree(self.base, attempt, trees=True)]
+                    if kind.endswith("known")
+                    else None
+                )
+                return {"ref": ref, "attempt": attempt, "start": start, "known": known}
 
             def plugin(s: dict) -> None:
                 out = promote.promote(
                     target.for_ref(self.repo, s["ref"]), s["attempt"], self.base, author=AGENT, message="merge\n",
                     reflog_message="bench", expected_tip=s["start"],  # what the preflight read
+                    known_objects=s["known"],
                 )  # fmt: skip
                 assert out.move is not None
 
@@ -478,7 +483,7 @@ class Bench:
             p, f = pair(self.runs, setup, plugin, floor, teardown)
             floor_note = (
                 "update-ref NEW OLD"
-                if kind == "fast-forward"
+                if kind.startswith("fast-forward")
                 else "merge-tree + commit-tree + update-ref"
             )
             self.add(f"promote, {kind}", p, f, f"floor: {floor_note}; plugin adds lock + log")
@@ -525,9 +530,10 @@ class Bench:
             raw_git(self.repo, "update-ref", f"refs/heads/{branch}", self.base)
             return {"branch": branch, "i": i, "cleanup": []}
 
-        def plugin(s: dict) -> None:
+        def plugin(s: dict, mode: str = "auto") -> None:
             engine = Engine(self.repo, EngineSettings(target=s["branch"], promote=True, workdir=root,
-                                                      recycle=False, gate=GateSpec(commands=("true",))))  # fmt: skip
+                                                      recycle=False, gate=GateSpec(commands=("true",)),
+                                                      sandbox=sandbox.Settings(mode=mode)))  # fmt: skip
             ws = engine.fork(task="bench")
             (ws.path / name).write_text(f"agent {s['i']}\n")
             attempt = engine.run_attempt(ws, task="bench", agent="bench")
@@ -565,6 +571,9 @@ class Bench:
         p, f = pair(self.runs, setup, plugin, floor, teardown)
         self.add("whole gated test (gate: true)", p, f,
                  "floor: the same git commands in sequence, uncontained; plugin: sandbox auto")  # fmt: skip
+        p, f = pair(self.runs, setup, lambda s: plugin(s, "none"), floor, teardown)
+        self.add("whole gated test, uncontained", p, f,
+                 "the same, plugin with --agentgate-sandbox=none: its own costs over git's")  # fmt: skip
 
 
 # -- whole-process measurements ---------------------------------------------------------

@@ -199,7 +199,7 @@ def _rewrite_truncated(repo: BaseRepo, target: Path, oid: str, mode: str) -> boo
     size = target.stat().st_size
     if size >= repo.blob_size(oid):
         return False
-    blob = repo.read_blob(oid) or b""
+    blob = repo.blob(oid)
     with open(target, "rb") as fh:
         if fh.read() != blob[:size]:
             return False

@@ -16,6 +16,7 @@ from ._constants import MARKER, MARKER_HELP
 
 __all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "MarkerSpec", "gated", "marker_of"]
 
+
 class GatedMarker(NamedTuple):
     """A validated ``@pytest.mark.gated(...)``."""
 

@@ -261,5 +261,3 @@ def raw_setting(config: pytest.Config, name: str) -> tuple[Any, str]:
 
 def usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"agentgate: {message}")
-
-

@@ -76,8 +76,8 @@ class AgentgateRun:
 
     @property
     def settings(self) -> Settings:
-        """Every setting, read and checked once (on first use: a run without a gated test
-        reads none)."""
+        """Every setting, read and checked once, when the engine is made: a run without a
+        gated test checks none (its end reads the few it needs, :meth:`_finish_setting`)."""
         if self._settings is None:
             from .settings import Settings
 
@@ -99,13 +99,7 @@ class AgentgateRun:
 
         chosen = self.settings.workdir
         if chosen is not None:
-            try:
-                return rundirs.run_dir(chosen, self.run_id, self.held)
-            except OSError as exc:
-                raise pytest.UsageError(
-                    f"agentgate: cannot use --agentgate-workdir {str(chosen)!r} (from "
-                    f"{self.settings.sources.get('workdir')}): {exc}"
-                ) from exc
+            return rundirs.run_dir_path(chosen, self.run_id)
         # pytest's tmpdir plugin keeps its factory on the config; there is no public getter.
         factory: pytest.TempPathFactory | None = getattr(self.config, "_tmp_path_factory", None)
         if factory is None:
@@ -118,18 +112,29 @@ class AgentgateRun:
         return root
 
     def _open_engine(self) -> Engine:
+        from . import rundirs
         from .engine import Engine
         from .errors import AgentgateError
 
         settings = self.settings
+        workdir = self._workdir()
         try:
-            return Engine.open(
+            engine = Engine.open(
                 settings.repo or settings.rootpath,
                 sources=settings.engine_sources(),
-                settings=settings.engine_settings(self._workdir()),
+                settings=settings.engine_settings(workdir),
             )
         except AgentgateError as exc:
             raise pytest.UsageError(f"agentgate: {exc}") from exc
+        if settings.workdir is not None:  # made (and held) once the engine stands
+            try:
+                rundirs.run_dir(settings.workdir, self.run_id, self.held)
+            except OSError as exc:
+                raise pytest.UsageError(
+                    f"agentgate: cannot use --agentgate-workdir {str(settings.workdir)!r} (from "
+                    f"{settings.sources.get('workdir')}): {exc}"
+                ) from exc
+        return engine
 
     def gate_for(self, item: pytest.Item, marker: GatedMarker, checks: list[Any]) -> GateSpec:
         engine = self.engine()
@@ -211,24 +216,33 @@ class AgentgateRun:
             row.get("verdict") == "error" for row in self.rows
         ):
             session.exitstatus = EXIT_HARNESS_ERROR
-        settings = self.settings
-        if settings.workdir is not None:
+        workdir = self._finish_setting("workdir")
+        if workdir:
             from .rundirs import prune_old_runs
 
-            prune_old_runs(settings.workdir, settings.keep_runs)
-        if settings.report is not None or settings.markdown is not None:
+            prune_old_runs(Path(workdir), int(self._finish_setting("keep_runs")))
+        json_path, markdown_path = self._finish_setting("report"), self._finish_setting("markdown")
+        if json_path or markdown_path:
             from . import report
 
             report.write_all(
                 self.rows,
-                json_path=settings.report,
-                markdown_path=settings.markdown,
+                json_path=Path(json_path) if json_path else None,
+                markdown_path=Path(markdown_path) if markdown_path else None,
                 meta={
                     "run_id": self.run_id,
-                    "promote": settings.promote,
+                    "promote": bool(self._finish_setting("promote")),
                     "exitstatus": int(session.exitstatus),
                 },
             )
+
+    def _finish_setting(self, name: str) -> Any:
+        """A setting the end of a run needs: from the checked settings when the run made
+        them, else read alone (a run without a gated test checks nothing else)."""
+        if self._settings is not None:
+            value = getattr(self._settings, name)
+            return str(value) if isinstance(value, Path) else value
+        return raw_setting(self.config, name)[0]
 
 
 RUN_KEY = pytest.StashKey[AgentgateRun]()

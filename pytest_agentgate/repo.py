@@ -138,6 +138,7 @@ class BaseRepo:
         self._no_filters: tuple[str, ...] | None = None
         #: A reftable repository keeps no ref files: every ref question goes to git.
         self._reftable = (self.common_dir / "reftable").is_dir()
+        self._oid_length = 64 if _object_format(self.common_dir) == "sha256" else 40
 
     @classmethod
     def open(cls, path: str | Path, source: str = "") -> BaseRepo:
@@ -295,7 +296,8 @@ class BaseRepo:
         finally:
             os.close(fd)
         text = data.decode("ascii", "replace").strip()
-        return text if data.endswith(b"\n") and is_oid(text) else None
+        valid = data.endswith(b"\n") and is_oid(text) and len(text) == self._oid_length
+        return text if valid else None
 
     def ref_names(self, prefix: str) -> list[str]:
         """The names of the refs under ``prefix`` (a folder: ends with ``/``), loose and
@@ -341,14 +343,22 @@ class BaseRepo:
         return tree
 
     def _loose_commit_tree(self, oid: str) -> str | None:
+        """The tree of a loose commit object, read and checked against its id (as git's
+        own reading would find a corrupt object), or None to ask git."""
+        import hashlib
         import zlib
 
+        if len(oid) != self._oid_length:
+            return None
         try:
             with open(self.common_dir / "objects" / oid[:2] / oid[2:], "rb") as loose:
-                head = zlib.decompressobj().decompress(loose.read(512), 200)
+                raw = loose.read(1 << 16)
+            whole = zlib.decompress(raw)
         except (OSError, zlib.error):
             return None
-        kind, _, rest = head.partition(b" ")
+        if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
+            return None
+        kind, _, rest = whole.partition(b" ")
         body = rest.partition(b"\0")[2]
         if kind != b"commit" or not body.startswith(b"tree "):
             return None
@@ -462,6 +472,10 @@ class BaseRepo:
         oid = self._run(*args, env=author.env(), input=message.encode()).out.strip()
         self._trees[oid] = tree
         return oid
+
+    def blob(self, oid: str) -> bytes:
+        """The content of a blob that must exist (:class:`GitError` otherwise)."""
+        return self._run("cat-file", "blob", oid).stdout
 
     def read_blob(self, spec: str) -> bytes | None:
         """The content of a blob (an id, or ``tree:path``), or None when there is none."""
@@ -667,6 +681,16 @@ def init(path: Path, branch: str) -> BaseRepo:
         ["init", "-q", "-b", branch, "--end-of-options", str(path)], git_dir=None, cwd=path.parent
     )
     return BaseRepo(path / ".git", path)
+
+
+def _object_format(common_dir: Path) -> str:
+    """``sha1`` or ``sha256``, from the repository's own configuration file."""
+    try:
+        text = (common_dir / "config").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "sha1"
+    found = re.search(r"(?im)^\s*objectformat\s*=\s*(\w+)", text)
+    return found[1].lower() if found else "sha1"
 
 
 def _tree_entry(item: str) -> TreeEntry:

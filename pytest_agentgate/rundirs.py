@@ -12,6 +12,11 @@ from pathlib import Path
 from ._constants import RUN_MARKER
 
 
+def run_dir_path(root: Path, run_id: str) -> Path:
+    """Where this run's directory is under ``root`` (made by :func:`run_dir`)."""
+    return root.resolve() / f"run-{run_id[:12]}"
+
+
 def run_dir(root: Path, run_id: str, held: list[int]) -> Path:
     """This run's directory under a user-chosen workdir, marked so prune knows it is ours.
 
@@ -20,7 +25,7 @@ def run_dir(root: Path, run_id: str, held: list[int]) -> Path:
     """
     import fcntl
 
-    path = root.resolve() / f"run-{run_id[:12]}"
+    path = run_dir_path(root, run_id)
     path.mkdir(parents=True, exist_ok=True)
     fd = os.open(path / RUN_MARKER, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_SH)

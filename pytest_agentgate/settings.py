@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .marker import GatedMarker
     from .repo import BaseRepo
 
+
 def _words(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in values or () if v.strip())
 

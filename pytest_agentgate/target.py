@@ -362,6 +362,8 @@ class DryRunRef(LocalBranch):
                 )
                 if not result.moved:
                     raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
+                if result.problem:  # the reset stands, but the run must not go on unlogged
+                    raise OSError(result.problem)
             marker.write_text(run_id + "\n", encoding="utf-8")
         return settled
 
@@ -420,7 +422,9 @@ class RemoteBranch(_LogsMoves):
         return self._urls
 
     def tip(self) -> str | None:
-        return transport.fetch_branch(self.repo, self.urls()[0], self.branch, self.ref)
+        return transport.fetch_branch(
+            self.repo, self.urls()[0], self.branch, self.ref, name=self.remote
+        )
 
     def tip_under_lock(self, guess: str) -> str | None:
         return self.tip()
@@ -441,15 +445,15 @@ class RemoteBranch(_LogsMoves):
         after_move: Callable[[], bool] | None = None,
     ) -> MoveResult:
         uid = self._pending(old, new, note)
-        try:
-            pushed = transport.push(
-                self.repo,
-                self.urls()[1],
-                [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)],
-            )
-        except BaseException:
-            self._settle(uid, "pending-abandoned")
-            raise
+        # A push that raises (the connection dropped, the server did not report, Ctrl-C) may
+        # have landed: its pending line stays open, and the next run settles it from what
+        # the server holds.
+        pushed = transport.push(
+            self.repo,
+            self.urls()[1],
+            [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)],
+            name=self.remote,
+        )
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
             if pushed.refused is not None:

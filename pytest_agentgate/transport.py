@@ -4,7 +4,11 @@ A push is judged per ref from ``--porcelain``, never from the wording of stderr 
 each ref the server did not take is classified as a lost race (the lease, our
 compare-and-swap, did not hold: somebody moved the branch), or a refusal (the server's
 policy: a hook, a protected branch, permissions), whose reason is kept with what the server
-said. A run that printed no verdict for a ref (the connection failed) is a :class:`GitError`.
+said. A run that printed no verdict for a ref (the connection failed), or whose outcome the server
+did not report (``[remote failure]``: the update may have happened), is a :class:`GitError`;
+the caller must then not assume that nothing moved.
+
+Error messages name the remote, never its URL (a URL can carry credentials).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ if TYPE_CHECKING:
 
 #: How ``push --porcelain`` gives a lost lease, per ref: the branch was not where we expected.
 _LOST_LEASE = ("stale info", "fetch first", "non-fast-forward", "already exists")
+#: How the server says its own compare-and-swap failed (the ref moved after it advertised it).
+_SERVER_LOST = ("but expected", "reference already exists")
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,13 @@ class PushResult:
         return f"{refused.summary} {refused.reason}".strip() + (f": {said}" if said else "")
 
 
-def fetch_branch(repo: BaseRepo, url: str, branch: str, into: str) -> str | None:
+def fetch_branch(
+    repo: BaseRepo, url: str, branch: str, into: str, *, name: str = "the remote"
+) -> str | None:
     """Fetch ``branch`` from ``url`` into the local ref ``into``; its tip, or None if absent.
 
-    The URL, not a remote's name, so git updates no ``refs/remotes/*`` of the user's.
+    The URL, not a remote's name, so git updates no ``refs/remotes/*`` of the user's;
+    ``name`` is what an error calls it.
     """
     result = repo._run(
         "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
@@ -86,12 +95,17 @@ def fetch_branch(repo: BaseRepo, url: str, branch: str, into: str) -> str | None
     if result.returncode != 0:
         if "couldn't find remote ref" in result.stderr:
             return None
-        raise _git.failure(["fetch", url], result.returncode, result.stderr)
+        raise _git.failure(["fetch", name], result.returncode, result.stderr)
     return repo.ref_value(into)
 
 
 def push(
-    repo: BaseRepo, url: str, updates: Sequence[RefUpdate], *, atomic: bool = True
+    repo: BaseRepo,
+    url: str,
+    updates: Sequence[RefUpdate],
+    *,
+    atomic: bool = True,
+    name: str = "the remote",
 ) -> PushResult:
     """Push ``updates`` to ``url`` (all or none with ``atomic``), each with its lease.
 
@@ -106,7 +120,6 @@ def push(
             args.append(f"--force-with-lease={update.ref}:{update.expect}")
     args += ["--end-of-options", url, *(f"{u.new}:{u.ref}" for u in updates)]
     result = repo._run(*args, ok=(0, 1, 128))
-    found = parse_porcelain(result.out, [u.ref for u in updates])
     said = tuple(
         line[len("remote:") :].strip()
         for line in result.stderr.splitlines()
@@ -114,17 +127,26 @@ def push(
     )
     if result.returncode == 0:
         return PushResult(tuple(RefStatus(u.ref, "ok") for u in updates), said)
-    if not found:
-        raise _git.failure(["push", url], result.returncode, result.stderr or result.out)
+    found = parse_porcelain(result.out, [u.ref for u in updates], said)
+    unknown = [s for s in found if s.outcome == "unknown"]
+    if not found or unknown:
+        why = f"{unknown[0].summary} ({unknown[0].reason})" if unknown else ""
+        raise _git.failure(["push", name], result.returncode, why or result.stderr or result.out)
     return PushResult(tuple(found), said)
 
 
-def parse_porcelain(out: str, refs: Sequence[str]) -> list[RefStatus]:
-    """Per-ref verdicts from ``push --porcelain`` output (``flag TAB from:to TAB summary``).
+def parse_porcelain(out: str, refs: Sequence[str], said: Sequence[str] = ()) -> list[RefStatus]:
+    """Per-ref verdicts from ``push --porcelain`` output (``flag TAB from:to TAB summary``),
+    with what the server said (its ``remote:`` lines).
 
     A ref rejected only because another in the same atomic push was (``atomic push
-    failed``) takes no blame: it counts as a lost race unless the push has a refusal.
+    failed``) takes no blame: it counts as a lost race unless the push has a refusal. The
+    server's own transaction failing (``atomic transaction failed``, ``failed to update
+    ref``) is a lost race only when the server says its compare-and-swap failed ("is at X
+    but expected Y"); a lock left on the server or a full disk there is a refusal, which
+    trying again cannot fix.
     """
+    server_lost = any(text in line for line in said for text in _SERVER_LOST)
     statuses = []
     for line in out.splitlines():
         parts = line.split("\t")
@@ -137,7 +159,9 @@ def parse_porcelain(out: str, refs: Sequence[str]) -> list[RefStatus]:
             summary, _, reason = summary[:-1].partition(" (")
         if flag != "!":
             statuses.append(RefStatus(ref, "ok", summary, reason))
-        elif _lost(summary, reason):
+        elif summary == "[remote failure]":
+            statuses.append(RefStatus(ref, "unknown", summary, reason))
+        elif _lost(summary, reason, server_lost):
             statuses.append(RefStatus(ref, "lost", summary, reason))
         else:
             statuses.append(RefStatus(ref, "refused", summary, reason))
@@ -147,9 +171,15 @@ def parse_porcelain(out: str, refs: Sequence[str]) -> list[RefStatus]:
     return statuses
 
 
-def _lost(summary: str, reason: str) -> bool:
+def _lost(summary: str, reason: str, server_lost: bool) -> bool:
     """A lease that did not hold, or a ref that failed only because another in the same
     atomic push did: a race, not the server's policy."""
     if summary == "[rejected]":
         return reason in _LOST_LEASE or reason == "atomic push failed"
-    return summary.startswith("[remote rejected]") and "atomic" in reason
+    if summary == "[remote rejected]" and reason in _SERVER_TRANSACTION:
+        return server_lost
+    return False
+
+
+#: How the server says that its own ref update failed (for a reason it prints beside).
+_SERVER_TRANSACTION = ("atomic transaction failed", "failed to update ref")

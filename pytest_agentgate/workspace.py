@@ -418,7 +418,7 @@ def _tree_lookup(repo: BaseRepo, tree: str) -> Callable[[str], tuple[str, str] |
             else:
                 target = ""
                 if entry.is_link:
-                    target = (repo.read_blob(entry.oid) or b"").decode("utf-8", "surrogateescape")
+                    target = repo.blob(entry.oid).decode("utf-8", "surrogateescape")
                 cache[path] = (entry.mode, target)
         return cache[path]
 

@@ -68,3 +68,29 @@ def test_loose_commit_trees_agree_with_git(repo: BaseRepo, service: Path) -> Non
     packed = BaseRepo.open(service)
     assert packed.tree_of(base) == git(service, "rev-parse", "main^{tree}")
     assert packed.tree_of("main") == git(service, "rev-parse", "main^{tree}")
+
+
+def test_a_broken_loose_ref_is_git_s_to_judge(repo: BaseRepo, service: Path) -> None:
+    """A SHA-1 repository's ref file holding 64 hex digits is broken: git ignores it, so does
+    the shortcut."""
+    (service / ".git" / "refs" / "heads" / "broken").write_text("ab" * 32 + "\n")
+    assert repo.ref_value("refs/heads/broken") is None
+
+
+def test_a_forged_loose_commit_is_not_believed(repo: BaseRepo, service: Path) -> None:
+    """An object file whose content does not hash to its name is corrupt: the shortcut does
+    not read a tree from it, and git then reports the corruption."""
+    import shutil
+
+    from pytest_agentgate.errors import GitError
+
+    base = repo.resolve_commit("main")
+    real = commit_with(repo, {"real.txt": b"r"}, base)
+    fake = "0" * 39 + "1"
+    target = service / ".git" / "objects" / fake[:2] / fake[2:]
+    target.parent.mkdir(exist_ok=True)
+    shutil.copy(service / ".git" / "objects" / real[:2] / real[2:], target)
+    fresh = BaseRepo.open(service)
+    assert fresh._loose_commit_tree(fake) is None
+    with pytest.raises(GitError):
+        fresh.tree_of(fake)

@@ -901,3 +901,18 @@ def test_a_test_run_again_by_rerunfailures_counts_each_attempt_once(
     assert len({r["attempt_commit"] for r in rows(pytester)}) == 3
     summary = [line for line in result.outlines if line.startswith(("REJECTED", "WOULD PROMOTE"))]
     assert len(summary) == 3
+
+
+def test_a_run_without_a_gated_test_checks_no_setting(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """The plugin loads in every pytest run of the environment (gate commands' runs too): a
+    setting only a gated run uses must not break a run that has none."""
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    report = tmp_path / "report.json"
+    result = pytester.runpytest(
+        "--agentgate-flaky=retry", "--agentgate-sandbox=bwarp", f"--agentgate-report={report}"
+    )
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    assert json.loads(report.read_text())["attempts"] == []  # what it does use still works

@@ -195,3 +195,41 @@ def test_a_push_the_server_refuses_is_an_error_after_one_push(
     assert git(server, "rev-parse", "main") == before
     assert row["attempt_ref"]  # the attempt is still recorded, locally
     fsck(server)
+
+
+def test_a_lock_left_on_the_server_is_an_error_after_one_push(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    """A stale ``main.lock`` on the server fails the server's own ref transaction
+    (``[remote rejected] (atomic transaction failed)``): not a race, so one push and an
+    error naming what the server said, never twenty pushes and a misleading RefMoved."""
+    pushes = tmp_path / "pushes.log"
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text(f"#!/bin/sh\necho push >> {pushes}\nexit 0\n")
+    hook.chmod(0o755)
+    work = clone(str(server), tmp_path / "work")
+    (server / "refs" / "heads" / "main.lock").write_text("")
+    report = tmp_path / "report.json"
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    result = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+        f"--agentgate-report={report}",
+    )  # fmt: skip
+    assert result.ret == 6
+    row = json.loads(report.read_text())["attempts"][0]
+    assert row["verdict"] == "error" and "refused" in row["reason"], row
+    assert "main.lock" in row["reason"] or "cannot lock ref" in row["reason"]
+    assert pushes.read_text().splitlines() == ["push"]
+
+
+def test_a_remote_s_credentials_never_reach_a_message(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    git(service, "remote", "add", "origin", "http://agent:s3cr3t-token@127.0.0.1:9/ledger.git")
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    result = pytester.runpytest(
+        f"--agentgate-repo={service}", "--agentgate-remote=origin", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stdout.str() + result.stderr.str()
+    assert "git fetch origin" in text and "s3cr3t-token" not in text

@@ -213,3 +213,22 @@ def test_a_local_branch_checked_out_refuses_a_move_that_would_lose_an_edit(
         target.move(new, old, "m", MoveNote("promote", record={"uid": "u4"}))
     assert target.tip() == old
     assert not w.lines("pending")  # refused before anything was written
+
+
+def test_a_push_that_fails_without_a_verdict_leaves_its_pending_line_open(
+    service: Path, tmp_path: Path
+) -> None:
+    """The connection failing mid-push may or may not have landed the update: the pending
+    line stays open for the next run to settle from what the server holds."""
+    from pytest_agentgate.errors import GitError
+
+    w = World("remote", service, tmp_path)
+    old = w.target.tip()
+    assert old is not None
+    new = w.child(old, "f.txt")
+    git(w.repo.worktree or tmp_path, "remote", "set-url", "--push", "origin", str(tmp_path / "gone.git"))
+    w.target = RemoteBranch(w.repo, "origin", "main", w.log)  # reads the URLs afresh
+    with pytest.raises(GitError, match="git push origin"):
+        w.target.move(new, old, "m", MoveNote("promote", record={"uid": "u5"}))
+    (line,) = pending.open_lines(w.log.read(), w.target.ref)
+    assert line.new == new
