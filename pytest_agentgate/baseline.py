@@ -74,7 +74,9 @@ def store(repo: BaseRepo, name: str, tree: str, tests: Mapping[str, str]) -> Non
     payload = json.dumps({"tree": tree, "tests": dict(sorted(tests.items()))}, indent=1)
     blob = repo.hash_blob(payload.encode())
     holder = repo.mktree([TreeEntry("100644", "blob", blob, "results.json")])
-    commit = repo.commit_tree(holder, [], f"agentgate baseline of tree {tree}\n", _AUTHOR)
+    from .records import baseline_message
+
+    commit = repo.commit_tree(holder, [], baseline_message(tree), _AUTHOR)
     repo.update_ref(f"{PREFIX}{name}", commit, None, "agentgate baseline")
 
 

@@ -424,7 +424,7 @@ class Engine:
                 self.repo,
                 attempt.path,
                 paths,
-                message=f"agentgate state: {attempt.task}\n",
+                message=records.state_message(attempt.task),
                 author=Author.for_agent(attempt.agent),
                 parent=attempt.resumed_from,
                 exclude=self.settings.exclude,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import _faults, locks
+from . import _faults, locks, records
 from .checkout import recover_worktree
 from .errors import (
     GateFailed,
@@ -22,7 +22,6 @@ from .errors import (
     NothingToRollBack,
     RefMoved,
 )
-from .records import one_line, trailer_lines
 from .repo import Author, BaseRepo
 from .target import LocalBranch, MoveNote, Target, check_move, for_ref
 
@@ -187,11 +186,7 @@ def rollback(
             if actual != tip:
                 raise RefMoved(ref, expect, actual)
             raise NothingToRollBack(ref, tree)
-        message = (
-            f"agentgate rollback to {to[:12]}\n\n"
-            f"Restores the tree of {to} ({tree}).\n\n"
-            + trailer_lines({"Agent": agent, "Rollback-To": to})
-        )
+        message = records.rollback_message(to, tree, agent)
         if dry_run:
             actual = repo.ref_value(ref)
             if actual != tip:
@@ -202,7 +197,7 @@ def rollback(
         result = target.move(
             new,
             tip,
-            f"agentgate rollback to {to[:12]} by {agent}",
+            records.rollback_reflog(to, agent),
             # The tree is ``to``'s, already stored: the move adds its commit and nothing else.
             MoveNote(
                 "rollback", agent, f"rollback to {to}", "rollback", known_objects=(), begin=begin
@@ -240,9 +235,11 @@ def revert(
         if tip is None or (expect is not None and tip != expect):
             raise RefMoved(ref, expect, tip)
         helper = Author("agentgate", "agentgate@localhost")
-        pivot = repo.commit_tree(repo.tree_of(attempt_commit), [], "revert pivot\n", helper)
-        ours = repo.commit_tree(repo.tree_of(tip), [pivot], "revert ours\n", helper)
-        theirs = repo.commit_tree(repo.tree_of(attempt_base), [pivot], "revert theirs\n", helper)
+        pivot = repo.commit_tree(repo.tree_of(attempt_commit), [], records.REVERT_PIVOT, helper)
+        ours = repo.commit_tree(repo.tree_of(tip), [pivot], records.REVERT_OURS, helper)
+        theirs = repo.commit_tree(
+            repo.tree_of(attempt_base), [pivot], records.REVERT_THEIRS, helper
+        )
         preview = repo.merge_preview(ours, theirs)
         if preview.conflicts:
             raise MergeConflict(preview.conflicts, "revert")
@@ -255,15 +252,12 @@ def revert(
         if dry_run:
             check_move(repo, ref, tip, preview.tree)
             return Move(ref, tip, "", "revert", preview.tree)
-        message = (
-            f"agentgate revert: {one_line(task)}\n\nReverts the change of attempt {attempt_commit}.\n\n"
-            + trailer_lines({"Agent": agent, "Reverts": attempt_commit})
-        )
+        message = records.revert_message(task, attempt_commit, agent)
         new = repo.commit_tree(preview.tree, [tip], message, author)
         result = target.move(
             new,
             tip,
-            f"agentgate revert {attempt_commit[:12]} by {agent}",
+            records.revert_reflog(attempt_commit, agent),
             MoveNote("revert", agent, task, "revert", begin=begin),
         )
         if not result.moved:

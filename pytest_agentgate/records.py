@@ -156,6 +156,29 @@ def rollback_message(to: str, tree: str, agent: str) -> str:
     )
 
 
+def rollback_reflog(to: str, agent: str) -> str:
+    return f"agentgate rollback to {to[:12]} by {agent}"
+
+
+def revert_reflog(attempt_commit: str, agent: str) -> str:
+    return f"agentgate revert {attempt_commit[:12]} by {agent}"
+
+
+#: The messages of the three helper commits a revert merges through (never on any branch).
+REVERT_PIVOT = "revert pivot\n"
+REVERT_OURS = "revert ours\n"
+REVERT_THEIRS = "revert theirs\n"
+
+
+def state_message(task: str) -> str:
+    """The message of the commit holding an attempt's declared state."""
+    return f"agentgate state: {one_line(task)}\n"
+
+
+def baseline_message(tree: str) -> str:
+    return f"agentgate baseline of tree {tree}\n"
+
+
 def revert_message(task: str, attempt_commit: str, agent: str) -> str:
     return (
         f"agentgate revert: {one_line(task)}\n\nReverts the change of attempt {attempt_commit}.\n\n"
