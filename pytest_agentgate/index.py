@@ -10,16 +10,31 @@ its parsing here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import _git
 from .errors import GitError, StaleLock
 
-if TYPE_CHECKING:
-    from .repo import BaseRepo
+
+class Repository(Protocol):
+    """What an index needs of its repository (a :class:`~pytest_agentgate.repo.BaseRepo`):
+    its git directory, and its runner of git."""
+
+    @property
+    def git_dir(self) -> Path: ...
+
+    def _run(
+        self,
+        *args: str,
+        work_tree: Path | None = ...,
+        index: Path | None = ...,
+        env: Mapping[str, str] | None = ...,
+        input: bytes | None = ...,
+        ok: Sequence[int] = ...,
+    ) -> _git.GitResult: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +60,7 @@ class Differences:
 class Index:
     """An index file and the work tree it describes (either may be the repository's own)."""
 
-    def __init__(self, repo: BaseRepo, work_tree: Path | None, path: Path | None) -> None:
+    def __init__(self, repo: Repository, work_tree: Path | None, path: Path | None) -> None:
         self.repo = repo
         self.work_tree = work_tree
         self.path = path
