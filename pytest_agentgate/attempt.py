@@ -66,6 +66,8 @@ class Attempt:
     #: the graded tests on the base with the graded files (what a re-test is held to).
     graded_tree: str | None = None
     graded_baseline: dict[str, str] | None = None
+    #: The batch the attempt landed in (``<id> (<k> of <n>)``), when it shared a re-test.
+    batch: str = ""
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -124,6 +126,7 @@ class Attempt:
             "resumed_from": self.resumed_from,
             "sandbox": self.sandbox,
             "results": self.results,
+            "batch": self.batch,
             "record_problem": self.record_problem,
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},

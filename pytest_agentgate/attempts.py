@@ -203,6 +203,7 @@ def write_record(
         results=fields.get("results") or None,
         retest=str(fields.get("retest") or ""),
         graded_tree=str(fields.get("graded_tree") or ""),
+        batch=str(fields.get("batch") or ""),
     )
     begin = time.perf_counter()
     from . import _faults

@@ -45,6 +45,7 @@ from .gate import (
 )
 from .pool import ISOLATIONS, WorkspacePool
 from .promote import Move, PromoteOutcome, promote
+from .queue import LandingQueue
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
@@ -81,6 +82,8 @@ class EngineSettings:
     sandbox: sandbox.Settings = field(default_factory=sandbox.Settings)
     isolation: str = "shared"
     allow_symlinks: tuple[str, ...] = ()
+    #: Most attempts one re-test lands together (1: each merge is tested alone).
+    batch_max: int = 8
 
     def __post_init__(self) -> None:
         records.check_name(self.agent, "agent name", "agent")
@@ -188,6 +191,8 @@ class Engine:
         self.baselines = Baselines(
             repo, self.pool.gate_context, self.sandbox.label, self.pool.gate_role
         )
+        #: Attempts that need a re-tested merge land through it, in batches.
+        self.queue = LandingQueue(repo, self.target, batch_max=settings.batch_max)
         #: What the start of the run completed for earlier runs (records of pending moves).
         self.settled: list[str] = []
         self._known_tips: set[str] = set()
@@ -481,6 +486,7 @@ class Engine:
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Promote the attempt's change commit onto the target (or the dry-run ref)."""
         assert attempt.change_commit is not None
+        self.queue.arrived(attempt.uid)  # judged: no leader need wait for it any more
         retest = None
         if spec.commands and self.settings.retest:
             base_results = (
@@ -504,6 +510,12 @@ class Engine:
             attempt.retest_skipped = True
         promotes = self.target.promotes
         status: Status = "promoted" if promotes else "passed"
+        # The queue is for merges: a target still at the attempt's base (as the preflight
+        # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
+        # target have moved meanwhile, the attempt joins the queue after all.
+        queued = retest is not None and attempt.graded_tree is None
+        if queued and attempt.target_before != attempt.base:
+            return self._land_queued(attempt, spec, status)
 
         def on_moved(move: Move) -> bool:
             """The target moved: write the record now, before the checked-out files follow."""
@@ -519,7 +531,7 @@ class Engine:
                 return False
             return True
 
-        return promote(
+        outcome = promote(
             self.target,
             attempt.change_commit,
             attempt.base,
@@ -535,7 +547,75 @@ class Engine:
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
             pending={**self.record_fields(attempt), "status": status},
             on_moved=on_moved,
+            fast_forward_only=queued,
         )
+        if outcome.needs_queue:
+            return self._land_queued(attempt, spec, status)
+        return outcome
+
+    def _land_queued(self, attempt: Attempt, spec: GateSpec, status: Status) -> PromoteOutcome:
+        """Land through the queue: one re-test for a batch of attempts that share this gate
+        (see :mod:`.queue`); the verdict may come from another process that led."""
+        assert attempt.change_commit is not None
+
+        def batch_retest(tree: str, tip: str, bases: Sequence[str]) -> tuple[bool, str, str]:
+            # Held to what passed on every attempt's base and on the tip: a test another
+            # landing fixed must not break again in the merge.
+            held = self.baselines.of_tip(tip, spec)
+            for base in dict.fromkeys(bases):
+                held = either_passed(self.baselines.of_commit(base, spec), held)
+            result = run_commands(
+                self.repo, tree, spec, self.gate_context(), "retest", baseline=held
+            )
+            if result.ok and result.tests:  # the merged tree is a baseline for free
+                self.baselines.keep(tree, spec, result.tests)
+            return result.ok, result.message, result.output
+
+        gate_s = attempt.timings.get("gate", 0.0) / 1000
+        found = self.queue.land(
+            gather_s=min(30.0, max(0.2, 1.5 * gate_s)),
+            uid=attempt.uid,
+            key=self._batch_key(spec),
+            change_commit=attempt.change_commit,
+            base=attempt.base,
+            agent=attempt.agent,
+            task=attempt.task,
+            record={**self.record_fields(attempt), "status": status},
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
+            retest=batch_retest,
+        )
+        attempt.batch = found.batch
+        if found.status == "conflict":
+            return PromoteOutcome(None, conflicts=tuple(found.conflicts))
+        if found.status == "rejected":
+            return PromoteOutcome(None, retest_failure=found.reason, retest_output=found.output)
+        if found.status == "error":
+            raise AgentgateError(found.reason)
+        if found.kind == "already":
+            return PromoteOutcome(None, already=found.reason)
+        move = Move(
+            self.target.moved_ref,
+            found.old,
+            found.new,
+            found.kind,
+            found.tree,
+            found.retested,
+            found.lock_wait_ms,
+            found.reason or None,
+        )
+        attempt.move = move
+        attempt.record_ref, attempt.record_commit = found.record_ref, found.record_commit
+        attempt.record_problem = found.record_problem
+        return PromoteOutcome(move)
+
+    def _batch_key(self, spec: GateSpec) -> str:
+        """Which attempts may share a re-test: the same gate, environment and sandbox."""
+        import hashlib
+
+        material = repr(
+            (self.baselines.key("batch", spec), spec.timeout, spec.rerun, spec.flaky, spec.env)
+        )
+        return hashlib.sha256(material.encode()).hexdigest()[:24]
 
     def record_fields(self, attempt: Attempt) -> dict[str, object]:
         """What the attempt's record says besides its verdict: enough to write it later."""
@@ -622,6 +702,7 @@ class Engine:
                 "" if moved else "engine",
             )
         finally:
+            self.queue.arrived(attempt.uid)
             clock = time.perf_counter()
             if attempt.target_before is None:  # decided before preflight read it
                 attempt.target_before = self.repo.ref_value(self.target.ref)
@@ -672,6 +753,8 @@ class Engine:
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
         # gate -> verdict
+        if spec.commands and self.settings.retest and spec.grading is None:
+            self.queue.announce(attempt.uid, self._batch_key(spec))  # a leader may wait for it
         gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
         try:
             attempt.checks = self.judge(attempt, gate_spec, extra_checks)
@@ -744,5 +827,7 @@ class Engine:
         attempt.move = outcome.move
         if outcome.move is not None:
             self._known_tips.add(outcome.move.new)
+        if outcome.already is not None:
+            return Verdict("promoted" if self.target.promotes else "passed", outcome.already, "")
         problem = outcome.move.problem if outcome.move else None
         return Verdict("promoted" if self.target.promotes else "passed", problem or "", "")

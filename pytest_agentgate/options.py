@@ -80,6 +80,13 @@ OPTIONS = (
         "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
     ),
     Option(
+        "batch_max",
+        "most attempts one re-test of a merge lands together (1: every merge is tested alone)",
+        "int",
+        8,
+        "N",
+    ),
+    Option(
         "agent",
         "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
         metavar="NAME",

@@ -80,6 +80,10 @@ class PromoteOutcome:
     conflicts: tuple[str, ...] = ()
     retest_failure: str | None = None
     retest_output: str = ""
+    #: Nothing moved and nothing was wrong: its change was already on the target.
+    already: str | None = None
+    #: Nothing moved: the target is no longer at the base, and the caller merges.
+    needs_queue: bool = False
 
 
 def promote(
@@ -97,6 +101,7 @@ def promote(
     known_objects: Sequence[str] | None = None,
     pending: Mapping[str, object] | None = None,
     on_moved: Callable[[Move], bool] | None = None,
+    fast_forward_only: bool = False,
 ) -> PromoteOutcome:
     """Land ``commit`` (whose parent is ``base``) on ``target``: fast-forward or merge.
 
@@ -121,6 +126,9 @@ def promote(
                 raise RefMoved(target.ref, base, None)
             if tip == base:
                 new, kind, tree, retested = commit, "fast-forward", repo.tree_of(commit), False
+            elif fast_forward_only:
+                # The target moved since the preflight: the merge is the queue's to make.
+                return PromoteOutcome(None, needs_queue=True)
             else:
                 preview = repo.merge_preview(tip, commit)
                 if preview.conflicts:

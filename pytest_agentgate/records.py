@@ -71,6 +71,7 @@ def format_message(
     results: Mapping[str, Any] | None = None,
     retest: str = "",
     graded_tree: str = "",
+    batch: str = "",
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -112,6 +113,7 @@ def format_message(
         "Id": uid,
         "Retest": retest,
         "Graded-Tree": graded_tree,
+        "Batch": batch,
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
     }
     return "\n".join(body) + "\n" + trailer_lines(trailers)

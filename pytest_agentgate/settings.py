@@ -45,6 +45,7 @@ class Settings:
     remote: str | None = None
     promote: bool = False
     retest: bool = True
+    batch_max: int = 8
     agent: str = "agent"
     gate: tuple[str, ...] = ()
     gate_timeout: float = 600.0
@@ -129,6 +130,7 @@ class Settings:
             remote=values["remote"] or None,
             promote=bool(values["promote"]),
             retest=not values["no_retest"],
+            batch_max=int(values["batch_max"]),
             agent=agent,
             gate=tuple(c for c in values["gate"] or () if c.strip()),
             gate_timeout=float(values["gate_timeout"]),
@@ -218,6 +220,7 @@ class Settings:
             workdir=workdir,
             gate=self.gate_spec(),
             retest=self.retest,
+            batch_max=self.batch_max,
             max_files=self.max_files,
             max_bytes=self.max_bytes,
             agent=self.agent,

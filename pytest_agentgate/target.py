@@ -48,8 +48,11 @@ class MoveNote:
     op: str  # promote, rollback, revert, dryrun-reset
     agent: str = ""
     task: str = ""
-    kind: str = ""  # fast-forward, merge, rollback, revert
+    kind: str = ""  # fast-forward, merge, rollback, revert, batch
     record: Mapping[str, object] | None = None
+    #: For a batch: one (commit, record) per attempt it lands, the commit being that
+    #: attempt's own place in the chain the move brings (a pending line each).
+    batch: tuple[tuple[str, Mapping[str, object]], ...] = ()
     #: The objects the move adds, when the caller knows them (spares counting them).
     known_objects: Sequence[str] | None = None
     #: Count the objects and bytes the move adds (a git process, for a merge).
@@ -76,6 +79,8 @@ class Target(Protocol):
     ref: str
     #: Whether a landing is real (a branch moves) or a dry run.
     promotes: bool
+    #: Where the target writes the line of every move it makes.
+    log: oplog.OpLog
 
     @property
     def label(self) -> str:
@@ -133,33 +138,44 @@ class _LogsMoves:
     def lock(self) -> AbstractContextManager[float]:
         return locks.ref_lock(self.repo, self.ref)
 
-    def _pending(self, old: str, new: str, note: MoveNote) -> str:
-        """Append the ``pending`` line of a move about to happen; its id ("" for none).
+    def _pending(self, old: str, new: str, note: MoveNote) -> list[str]:
+        """Append the ``pending`` lines of a move about to happen (one per record it
+        carries); their ids.
 
-        Raises ``OSError`` when it cannot be written: the move must then not happen.
+        Raises ``OSError`` when one cannot be written: the move must then not happen (the
+        lines already written are abandoned).
         """
-        if note.record is None:
-            return ""
-        uid = uuid.uuid4().hex
-        self.log.append(
-            oplog.OpRecord(
-                op="pending",
-                ref=self.ref,
-                old=old,
-                new=new,
-                agent=note.agent,
-                task=note.task,
-                pending=uid,
-                record={**note.record, "pid": os.getpid()},
-            ),
-            fault="pending",
-        )
-        _faults.point("pending")
-        return uid
+        wanted = list(note.batch) or ([(new, note.record)] if note.record is not None else [])
+        uids: list[str] = []
+        try:
+            for commit, record in wanted:
+                uid = uuid.uuid4().hex
+                self.log.append(
+                    oplog.OpRecord(
+                        op="pending",
+                        ref=self.ref,
+                        old=old,
+                        new=commit,
+                        agent=str(record.get("agent", note.agent)),
+                        task=str(record.get("task", note.task)),
+                        pending=uid,
+                        # Whose move it is: a waiter's attempt landed by a leader is the
+                        # waiter's (its pid), so settling it waits while the waiter lives.
+                        record={"pid": os.getpid(), **record},
+                    ),
+                    fault="pending",
+                )
+                uids.append(uid)
+        except BaseException:
+            self._settle(uids, "pending-abandoned")
+            raise
+        if uids:
+            _faults.point("pending")
+        return uids
 
-    def _settle(self, uid: str, op: str) -> None:
-        """Mark a pending move done or abandoned; best effort (the next run settles it)."""
-        if uid:
+    def _settle(self, uids: Sequence[str], op: str) -> None:
+        """Mark pending moves done or abandoned; best effort (the next run settles them)."""
+        for uid in uids:
             with contextlib.suppress(OSError):
                 self.log.append(
                     oplog.OpRecord(op=op, ref=self.ref, old=None, new=None, pending=uid)
@@ -205,7 +221,7 @@ class _LogsMoves:
         old: str,
         new: str,
         note: MoveNote,
-        uid: str,
+        uid: Sequence[str],
         recorded: list[bool],
         problem: str | None,
     ) -> MoveResult:

@@ -1,0 +1,566 @@
+"""The landing queue: passed attempts that need a merge wait for one leader, who lands them in
+batches, re-tests each batch once, and bisects a batch that fails.
+
+Per repository and target, across processes and pytest-xdist workers, with nothing but files
+and two ``flock`` locks in the plugin's own directory:
+
+- an attempt *enqueues* itself (an entry file, named by its arrival number, under the short
+  queue lock), then blocks on the target's lock: the kernel wakes it when the holder lets
+  go, so waiting costs no polling and no git;
+- whoever holds the target's lock is the *leader*: it takes every queued attempt whose
+  re-test is the same as its own (the batch key: gate commands, environment, sandbox), in
+  arrival order, up to ``batch_max``; merges them one after another onto the tip it reads
+  now (an attempt that conflicts with the batch so far is set aside and judged alone
+  afterwards); runs the gate once on the top tree; and on a pass moves the target once, to
+  the top of a chain of merge commits, one per attempt;
+- a batch that fails is bisected over its arrival-order prefixes (the tip plus the first
+  k attempts), so what lands is always exactly a tree that was tested: the first attempt
+  whose prefix fails is rejected, the passing prefix lands, the rest stay queued;
+- the leader writes each waiter's verdict to a file beside its entry; a waiter that gets the
+  lock reads it and is done, or, finding none (the leader died, or had another batch key),
+  leads itself. An interrupted waiter withdraws its entry under the lock.
+
+Records first, as for a single promotion: a pending line per attempt (carrying the record,
+and the waiter's pid as its owner) before the move, the records right after it. A leader that
+dies leaves the lock to the next holder, who finishes what the pending lines say landed and
+queues again what did not. The batching follows bors-ng's batches with bisection, as an idea.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from . import _faults, attempts, locks, pending, records
+from .errors import AgentgateError, RefMoved
+from .oplog import OpRecord
+from .repo import Author, BaseRepo
+from .target import MoveNote, Target
+
+MAX_ROUNDS = 20
+
+#: A re-test: (the merged tree, the tip it stands on, the bases of the attempts in it) ->
+#: (passed, why it failed, output tail).
+BatchRetest = Callable[[str, str, Sequence[str]], tuple[bool, str, str]]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queued attempt: what the leader needs to land it and to write its record."""
+
+    seq: int
+    uid: str
+    key: str
+    change_commit: str
+    base: str
+    agent: str
+    task: str
+    #: What the attempt's record says (see ``Engine.record_fields``), with its status.
+    record: dict[str, object]
+    pid: int
+    known_objects: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.task!r} by {self.agent}"
+
+
+@dataclass
+class Outcome:
+    """A queued attempt's verdict, as the leader found it (written to the waiter's file)."""
+
+    status: str  # promoted / passed (landed), rejected, conflict, error
+    reason: str = ""
+    check: str = ""
+    output: str = ""
+    old: str = ""
+    new: str = ""
+    kind: str = ""
+    tree: str = ""
+    retested: bool = False
+    batch: str = ""
+    record_ref: str | None = None
+    record_commit: str | None = None
+    record_problem: str | None = None
+    lock_wait_ms: float = 0.0
+    tested_with: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+class Withdrawn(AgentgateError):
+    """The attempt left the queue before anything landed it (an interrupt, a timeout)."""
+
+
+class LandingQueue:
+    """The queue of one target."""
+
+    def __init__(self, repo: BaseRepo, target: Target, *, batch_max: int = 8) -> None:
+        self.repo = repo
+        self.target = target
+        self.batch_max = max(1, batch_max)
+        self.folder = repo.private_dir / "queue" / target.ref.replace("/", "%2F")
+
+    # -- the waiter's side --------------------------------------------------------------
+
+    def land(
+        self,
+        *,
+        uid: str,
+        key: str,
+        change_commit: str,
+        base: str,
+        agent: str,
+        task: str,
+        record: Mapping[str, object],
+        known_objects: Sequence[str] = (),
+        retest: BatchRetest,
+        gather_s: float = 0.0,
+    ) -> Outcome:
+        """Queue one attempt and wait for its verdict (leading when nobody else does).
+
+        ``key`` says which attempts share a re-test (and so a batch); ``record`` is what its
+        record will say; ``retest`` is the gate this process runs when it leads.
+        """
+        entry = self.enqueue(
+            Entry(
+                seq=0,
+                uid=uid,
+                key=key,
+                change_commit=change_commit,
+                base=base,
+                agent=agent,
+                task=task,
+                record=dict(record),
+                pid=os.getpid(),
+                known_objects=tuple(known_objects),
+            )
+        )
+        try:
+            while True:
+                with self.target.lock() as waited:
+                    found = self.verdict(entry.uid)
+                    if found is None:
+                        self.lead(key, retest, gather_s=gather_s)
+                        found = self.verdict(entry.uid)
+                    if found is not None:
+                        found.lock_wait_ms = waited
+                        self._forget(entry)
+                        return found
+        except BaseException:
+            # Interrupted (Ctrl-C, a timeout) or failed: under the lock, either the leader
+            # already landed it (its verdict stands: the record says so), or it leaves the
+            # queue now, so nothing lands after its test reports.
+            with contextlib.suppress(BaseException), self.target.lock():
+                if self.verdict(entry.uid) is None:
+                    self._forget(entry)
+            raise
+
+    def enqueue(self, new: Entry) -> Entry:
+        """Give ``new`` the next arrival number and write its entry (under the queue lock)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self._queue_lock():
+            seq_file = self.folder / "seq"
+            try:
+                seq = int(seq_file.read_text(encoding="ascii").strip() or 0) + 1
+            except (FileNotFoundError, ValueError):
+                seq = 1
+            _write(seq_file, str(seq))
+            entry = replace(new, seq=seq)
+            _write(self._entry_path(entry.seq, entry.uid), json.dumps(asdict(entry)))
+        return entry
+
+    def verdict(self, uid: str) -> Outcome | None:
+        """The verdict the leader left for ``uid``, if it has one yet."""
+        try:
+            data = json.loads((self.folder / f"{uid}.verdict").read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return None
+        return Outcome(**data)
+
+    def _forget(self, entry: Entry) -> None:
+        with self._queue_lock():
+            self._entry_path(entry.seq, entry.uid).unlink(missing_ok=True)
+            (self.folder / f"{entry.uid}.verdict").unlink(missing_ok=True)
+
+    # -- attempts on their way ------------------------------------------------------------
+
+    def announce(self, uid: str, key: str) -> None:
+        """An attempt of ``key`` is being judged and may soon need a merge: a leader making
+        a batch waits for it, a bounded time, rather than re-testing without it."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _write(self.folder / f"{uid}.intent", json.dumps({"key": key, "pid": os.getpid()}))
+
+    def arrived(self, uid: str) -> None:
+        """The attempt is judged (queued, landed or rejected): nobody need wait for it."""
+        (self.folder / f"{uid}.intent").unlink(missing_ok=True)
+
+    def _in_flight(self, key: str) -> int:
+        count = 0
+        for path in self.folder.glob("*.intent"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if data.get("key") != key:
+                continue
+            if _alive(int(data.get("pid", 0))):
+                count += 1
+            else:
+                path.unlink(missing_ok=True)  # a process that died judging
+        return count
+
+    def _gather(self, key: str, have: int, limit_s: float) -> None:
+        """Wait (at most ``limit_s``) for attempts still being judged to join this batch."""
+        deadline = time.monotonic() + limit_s
+        while have < self.batch_max and time.monotonic() < deadline and self._in_flight(key):
+            time.sleep(0.01)
+            have = sum(1 for e in self.entries() if e.key == key)
+
+    # -- the leader's side --------------------------------------------------------------
+
+    def lead(self, key: str, retest: BatchRetest, *, gather_s: float = 0.0) -> None:
+        """Land every queued attempt of this batch key, batch after batch. Call with the
+        target's lock held (:meth:`land` does). With ``gather_s``, a batch with room first
+        waits that long at most for attempts of the same key still being judged."""
+        for _ in range(MAX_ROUNDS * 4):
+            queued = [e for e in self.entries() if e.key == key]
+            if not queued:
+                return
+            if gather_s > 0 and len(queued) < self.batch_max:
+                self._gather(key, len(queued), gather_s)
+                queued = [e for e in self.entries() if e.key == key]
+            queued = self._settle_dead_leaders(queued)
+            if queued:
+                self._batch(queued[: self.batch_max], retest)
+
+    def entries(self) -> list[Entry]:
+        """The queued attempts that have no verdict yet, in arrival order."""
+        with self._queue_lock():
+            found = []
+            for path in sorted(self.folder.glob("*.entry")):
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    entry = Entry(**{**data, "known_objects": tuple(data["known_objects"])})
+                except (OSError, ValueError, TypeError, KeyError):
+                    continue
+                if not (self.folder / f"{entry.uid}.verdict").exists():
+                    found.append(entry)
+            return sorted(found, key=lambda e: e.seq)
+
+    def _settle_dead_leaders(self, queued: list[Entry]) -> list[Entry]:
+        """Entries an earlier leader died landing: finish them from its pending lines.
+
+        With the target's lock held no mover is at work, so an open pending line for one of
+        these entries is a dead leader's: on the target, the attempt landed (its record is
+        written now); not on it, nothing moved and the entry stays queued.
+        """
+        log = self.target.log
+        open_lines = {
+            str(line.record.get("uid")): line
+            for line in pending.open_lines(log.read(), self.target.ref)
+        }
+        left = []
+        tip = self.target.tip()
+        for entry in queued:
+            line = open_lines.get(entry.uid)
+            if line is None:
+                left.append(entry)
+                continue
+            if line.new and tip and self.repo.is_ancestor(line.new, tip):
+                ref, commit = attempts.write_record(
+                    self.repo,
+                    line.record,
+                    status=str(line.record.get("status", "promoted")),
+                    landed=line.new if self.target.promotes else None,
+                )
+                log.append(
+                    OpRecord("pending-done", self.target.ref, None, None, pending=line.pending)
+                )
+                self._decide(
+                    entry,
+                    Outcome(
+                        str(line.record.get("status", "promoted")),
+                        "landed by a leader that then stopped; completed by the next",
+                        new=line.new,
+                        old=line.old or "",
+                        kind="merge",
+                        record_ref=ref,
+                        record_commit=commit,
+                    ),
+                )
+            else:
+                log.append(
+                    OpRecord("pending-abandoned", self.target.ref, None, None, pending=line.pending)
+                )
+                left.append(entry)
+        return left
+
+    def _batch(self, batch: list[Entry], retest: BatchRetest) -> None:
+        """Land ``batch`` (arrival order) onto the tip, re-tested once, bisected on failure."""
+        for _ in range(MAX_ROUNDS):
+            tip = self.target.tip()  # read now, under the lock: never a stale tip
+            if tip is None:
+                raise RefMoved(self.target.ref, None, None)
+            chain, aside, already = self._chain(tip, batch)
+            for entry in already:
+                self._decide(
+                    entry,
+                    Outcome(
+                        str(entry.record.get("status", "promoted")),
+                        f"its change was already on the target, at {tip[:12]}: nothing moved",
+                        old=tip,
+                        new=tip,
+                        kind="already",
+                        tree=self.repo.tree_of(tip),
+                    ),
+                )
+            if chain:
+                landed = self._test_and_land(tip, chain, retest)
+                if landed is None:
+                    continue  # the target moved under us: merge the same batch again
+            for entry in aside:  # judged alone, onto whatever landed
+                self._batch_alone(entry, retest)
+            return
+
+    def _batch_alone(self, entry: Entry, retest: BatchRetest) -> None:
+        for _ in range(MAX_ROUNDS):
+            tip = self.target.tip()
+            assert tip is not None
+            chain, aside, already = self._chain(tip, [entry])
+            if already:
+                self._decide(
+                    entry,
+                    Outcome(
+                        str(entry.record.get("status", "promoted")),
+                        f"its change was already on the target, at {tip[:12]}: nothing moved",
+                        old=tip,
+                        new=tip,
+                        kind="already",
+                    ),
+                )
+                return
+            if aside:
+                preview = self.repo.merge_preview(tip, entry.change_commit)
+                self._decide(
+                    entry,
+                    Outcome(
+                        "conflict",
+                        f"merge conflicts in: {', '.join(preview.conflicts)}",
+                        "promote",
+                        conflicts=list(preview.conflicts),
+                    ),
+                )
+                return
+            if self._test_and_land(tip, chain, retest) is not None:
+                return
+
+    def _chain(
+        self, tip: str, batch: Sequence[Entry]
+    ) -> tuple[list[tuple[Entry, str, str, str]], list[Entry], list[Entry]]:
+        """Merge ``batch`` one after another onto ``tip``: (the chain of (entry, commit,
+        tree, kind)), the entries set aside (conflicts), the entries already on the tip)."""
+        chain: list[tuple[Entry, str, str, str]] = []
+        aside: list[Entry] = []
+        already: list[Entry] = []
+        head = tip
+        for entry in batch:
+            if head == entry.base:
+                chain.append(
+                    (
+                        entry,
+                        entry.change_commit,
+                        self.repo.tree_of(entry.change_commit),
+                        "fast-forward",
+                    )
+                )
+                head = entry.change_commit
+                continue
+            preview = self.repo.merge_preview(head, entry.change_commit)
+            if preview.conflicts:
+                aside.append(entry)
+                continue
+            if preview.tree == self.repo.tree_of(head):
+                # Nothing to land is not a merge: on the tip already, or (an identical
+                # change earlier in this batch) judged alone once the batch has landed.
+                (already if head == tip else aside).append(entry)
+                continue
+            merge = self.repo.commit_tree(
+                preview.tree,
+                [head, entry.change_commit],
+                records.merge_message(entry.task, entry.agent),
+                Author.for_agent(entry.agent),
+            )
+            chain.append((entry, merge, preview.tree, "merge"))
+            head = merge
+        return chain, aside, already
+
+    def _test_and_land(
+        self, tip: str, chain: list[tuple[Entry, str, str, str]], retest: BatchRetest
+    ) -> str | None:
+        """Re-test the chain's top (bisecting on failure) and land the longest passing
+        prefix; the new tip, or None when the target moved meanwhile."""
+        batch_id = uuid.uuid4().hex[:12]
+        tested: dict[int, tuple[bool, str, str]] = {}
+
+        def passes(k: int) -> bool:
+            """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
+            if k == 0:
+                return True
+            if all(kind == "fast-forward" for _, _, _, kind in chain[:k]):
+                return True  # exactly the attempt's own tree, judged by its own gate
+            if k not in tested:
+                bases = [entry.base for entry, _, _, _ in chain[:k]]
+                tested[k] = retest(chain[k - 1][2], tip, bases)
+            return tested[k][0]
+
+        n = len(chain)
+        good = n
+        if not passes(n):
+            lo, hi = 0, n  # prefix lo passes, prefix hi fails
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if passes(mid):
+                    lo = mid
+                else:
+                    hi = mid
+            good = lo
+            culprit = chain[hi - 1][0]
+            _, why, output = tested[hi]
+            others = [e.label for e, _, _, _ in chain[: hi - 1]]
+            self._decide(
+                culprit,
+                Outcome(
+                    "rejected",
+                    why + (f" (merged after {', '.join(others)})" if others else ""),
+                    "retest",
+                    output,
+                    retested=True,
+                    batch=batch_id,
+                    tested_with=others,
+                ),
+            )
+            # The attempts after the culprit stay queued, for the next batch.
+        if good == 0:
+            return tip
+        landing = chain[:good]
+        top = landing[-1][1]
+        retested = any(k in tested and tested[k][0] for k in range(1, good + 1))
+        records_of = [
+            (commit, {**e.record, "pid": e.pid, "batch": f"{batch_id} ({i + 1} of {good})"})
+            for i, (e, commit, _, _) in enumerate(landing)
+        ]
+        written: dict[str, tuple[str, str]] = {}
+        problems: dict[str, str] = {}
+
+        def after_move() -> bool:
+            ok = True
+            for i, (entry, commit, _tree, kind) in enumerate(landing):
+                top_tested = i == good - 1 and retested
+                fields = {
+                    **entry.record,
+                    "batch": f"{batch_id} ({i + 1} of {good})" if good > 1 else "",
+                    # The top of a batch was tested; a merge below it was not, by itself.
+                    "retest": "passed"
+                    if top_tested
+                    else "batched"
+                    if kind == "merge"
+                    else entry.record.get("retest", ""),
+                }
+                try:
+                    written[entry.uid] = attempts.write_record(
+                        self.repo,
+                        fields,
+                        status=str(entry.record.get("status", "promoted")),
+                        landed=commit if self.target.promotes else None,
+                        known_objects=entry.known_objects,
+                    )
+                except (AgentgateError, OSError) as exc:
+                    problems[entry.uid] = (
+                        f"the target moved, but its attempt record could not be written ({exc}); "
+                        "the next run or agentgate command completes it"
+                    )
+                    ok = False
+            return ok
+
+        note = MoveNote(
+            "promote",
+            agent=landing[-1][0].agent,
+            task=f"batch of {good}: " + "; ".join(e.task for e, _, _, _ in landing)[:200],
+            kind="batch" if good > 1 else landing[0][3],
+            batch=tuple(records_of),
+        )
+        _faults.point("merge-written")
+        result = self.target.move(
+            top,
+            tip,
+            records.landing_reflog(
+                f"batch of {good}" if good > 1 else landing[0][0].task,
+                landing[-1][0].agent,
+                dry_run=not self.target.promotes,
+            )
+            + f" ({note.kind})",
+            note,
+            after_move,
+        )
+        if not result.moved:
+            return None
+        for i, (entry, commit, tree, kind) in enumerate(landing):
+            ref_commit = written.get(entry.uid)
+            self._decide(
+                entry,
+                Outcome(
+                    str(entry.record.get("status", "promoted")),
+                    result.problem or "",
+                    old=tip if i == 0 else landing[i - 1][1],
+                    new=commit,
+                    kind=kind,
+                    tree=tree,
+                    retested=retested,
+                    batch=f"{batch_id} ({i + 1} of {good})" if good > 1 else "",
+                    record_ref=ref_commit[0] if ref_commit else None,
+                    record_commit=ref_commit[1] if ref_commit else None,
+                    record_problem=problems.get(entry.uid),
+                    tested_with=[e.label for e, _, _, _ in landing if e is not entry],
+                ),
+            )
+        return top
+
+    def _decide(self, entry: Entry, outcome: Outcome) -> None:
+        """Give the waiter its verdict (the leader's own included)."""
+        _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _entry_path(self, seq: int, uid: str) -> Path:
+        return self.folder / f"{seq:012d}-{uid}.entry"
+
+    @contextmanager
+    def _queue_lock(self) -> Iterator[None]:
+        with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
+            yield
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write(path: Path, text: str) -> None:
+    """Write a file whole (a rename), so a reader never sees half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

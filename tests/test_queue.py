@@ -1,0 +1,360 @@
+"""The landing queue: batches share one re-test, a failing batch is bisected to its culprit,
+a leader that dies loses nothing, an interrupted waiter withdraws; against real repositories,
+real processes and real pytest runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git, spawn_pytest, wait_for
+
+from pytest_agentgate import oplog
+from pytest_agentgate.attempts import list_attempts
+from pytest_agentgate.index import IndexEntry
+from pytest_agentgate.queue import Entry, LandingQueue, Outcome
+from pytest_agentgate.repo import Author, BaseRepo
+from pytest_agentgate.target import LocalBranch
+
+KEY = "same-gate"
+AUTHOR = Author("queue-test", "q@agentgate.invalid")
+
+
+class Bench:
+    """A bare repository, its target, its queue, and attempts made as change commits."""
+
+    def __init__(self, service: Path, tmp_path: Path, batch_max: int = 8) -> None:
+        self.path = tmp_path / "bare.git"
+        git(tmp_path, "clone", "-q", "--bare", str(service), str(self.path))
+        self.repo = BaseRepo(self.path, None)
+        self.target = LocalBranch(self.repo, "main", oplog.OpLog(self.repo.common_dir))
+        self.queue = LandingQueue(self.repo, self.target, batch_max=batch_max)
+        self.base = self.repo.resolve_commit("refs/heads/main")
+        self.retests: list[str] = []
+
+    def attempt(self, name: str, files: dict[str, str]) -> Entry:
+        index = self.repo.index(None, self.repo.private_dir / f"idx-{name}")
+        index.read_tree(self.base)
+        index.stage_entries(
+            [IndexEntry("100644", self.repo.hash_blob(t.encode()), p) for p, t in files.items()]
+        )
+        commit = self.repo.commit_tree(index.write_tree(), [self.base], f"{name}\n", AUTHOR)
+        return Entry(
+            seq=0, uid=f"uid-{name}", key=KEY, change_commit=commit, base=self.base, agent=name,
+            task=f"task {name}",
+            record={"uid": f"uid-{name}", "task": f"task {name}", "agent": name, "test": "",
+                    "base": self.base, "tree": self.repo.tree_of(commit), "status": "promoted"},
+            pid=os.getpid(),
+        )  # fmt: skip
+
+    def retest(self, fails_with: Sequence[str] = ()) -> object:
+        """A re-test that passes unless the tree holds every path of ``fails_with``."""
+
+        def run(tree: str, tip: str, bases: Sequence[str]) -> tuple[bool, str, str]:
+            self.retests.append(tree)
+            paths = set(self.repo.tree_paths(tree))
+            if fails_with and set(fails_with) <= paths:
+                return False, "tests failed: test_together", "E  assert 1 == 2"
+            return True, "", ""
+
+        return run
+
+    def lead(self, entries: Sequence[Entry], fails_with: Sequence[str] = ()) -> list[Outcome]:
+        queued = [self.queue.enqueue(e) for e in entries]
+        with self.target.lock():
+            self.queue.lead(KEY, self.retest(fails_with))  # type: ignore[arg-type]
+        found = [self.queue.verdict(e.uid) for e in queued]
+        assert all(f is not None for f in found)
+        return found  # type: ignore[return-value]
+
+    def first_parents(self) -> list[str]:
+        return git(self.path, "log", "--first-parent", "--format=%s", f"{self.base}..main").splitlines()
+
+
+def test_a_batch_shares_one_retest_and_lands_one_commit_per_attempt(
+    service: Path, tmp_path: Path
+) -> None:
+    b = Bench(service, tmp_path)
+    # Attempt 0 lands first, on its own: the other seven then need merges.
+    moved = b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    assert moved[0].kind == "fast-forward" and b.retests == []
+    outcomes = b.lead([b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in range(1, 8)])
+    assert [o.status for o in outcomes] == ["promoted"] * 7
+    assert len(b.retests) == 1  # one gate run for seven merges
+    assert [o.batch.split(" ", 1)[1] for o in outcomes] == [f"({k} of 7)" for k in range(1, 8)]
+    # One merge commit per attempt, in arrival order: git log and revert stay per attempt.
+    assert b.first_parents() == [f"agentgate: merge task a{i}" for i in range(7, 0, -1)] + ["a0"]
+    assert outcomes[-1].new == b.repo.ref_value("refs/heads/main")
+    records = {a.task: a for a in list_attempts(b.repo)}
+    assert records["task a7"].trailers["Batch"].endswith("(7 of 7)")
+    assert records["task a7"].trailers["Retest"] == "passed"
+    assert records["task a3"].trailers["Retest"] == "batched"  # below the top: not tested alone
+    moves = [r for r in b.target.log.read() if r.op == "promote"]
+    assert [m.note for m in moves] == ["fast-forward", "batch"]
+    fsck(b.path)
+
+
+def test_a_failing_batch_is_bisected_to_its_culprit(service: Path, tmp_path: Path) -> None:
+    """a5 breaks the tests only together with a2: bisection over arrival-order prefixes finds
+    a5 in about log2(8) extra runs; the prefix before it lands; the rest land next."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    outcomes = b.lead(
+        [b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in range(1, 9)],
+        fails_with=("a2.txt", "a5.txt"),
+    )
+    verdicts = {o.batch or o.status: o for o in outcomes}
+    assert [o.status for o in outcomes] == ["promoted"] * 4 + ["rejected"] + ["promoted"] * 3
+    culprit = outcomes[4]
+    assert culprit.check == "retest" and "test_together" in culprit.reason
+    assert "merged after 'task a1' by a1, 'task a2' by a2" in culprit.reason
+    assert len(b.retests) <= 1 + 3 + 1  # the batch, log2(8) prefixes, then the rest
+    on_main = set(git(b.path, "ls-tree", "--name-only", "main").splitlines())
+    assert {f"a{i}.txt" for i in range(9) if i != 5} <= on_main and "a5.txt" not in on_main
+    assert verdicts  # every attempt has its verdict
+    fsck(b.path)
+
+
+def test_a_conflict_is_set_aside_and_judged_alone(service: Path, tmp_path: Path) -> None:
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    outcomes = b.lead(
+        [
+            b.attempt("x", {"same.txt": "x\n"}),
+            b.attempt("y", {"same.txt": "y\n"}),  # conflicts with x
+            b.attempt("z", {"z.txt": "z\n"}),
+        ]
+    )
+    assert [o.status for o in outcomes] == ["promoted", "conflict", "promoted"]
+    assert "same.txt" in outcomes[1].reason
+    assert len(b.retests) == 1
+
+
+def test_nothing_to_land_is_not_a_merge(service: Path, tmp_path: Path) -> None:
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    b.lead([b.attempt("same", {"s.txt": "s"})])
+    tip = b.repo.ref_value("refs/heads/main")
+    retests = len(b.retests)
+    (outcome,) = b.lead([b.attempt("again", {"s.txt": "s"})])  # the very same change
+    assert outcome.status == "promoted" and outcome.kind == "already"
+    assert "already on the target" in outcome.reason and tip and tip[:12] in outcome.reason
+    assert b.repo.ref_value("refs/heads/main") == tip and len(b.retests) == retests
+
+
+def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) -> None:
+    b = Bench(service, tmp_path, batch_max=1)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    outcomes = b.lead([b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in range(1, 5)])
+    assert [o.status for o in outcomes] == ["promoted"] * 4
+    assert len(b.retests) == 4 and all(not o.batch for o in outcomes)
+
+
+LEADER = """
+import sys
+from pathlib import Path
+from pytest_agentgate import oplog
+from pytest_agentgate.queue import LandingQueue
+from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.target import LocalBranch
+repo = BaseRepo(Path(sys.argv[1]), None)
+target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+queue = LandingQueue(repo, target)
+with target.lock():
+    queue.lead("same-gate", lambda tree, tip, bases: (True, "", ""))
+"""
+
+
+@pytest.mark.parametrize("point", ["merge-written", "pending", "moved"])
+def test_a_leader_killed_mid_batch_loses_nothing(
+    service: Path, tmp_path: Path, point: str
+) -> None:
+    """A leader SIGKILLed before the move, between its pending lines and the move, or right
+    after the move: the next holder lands each attempt exactly once, with its record."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    entries = [b.queue.enqueue(b.attempt(f"k{i}", {f"k{i}.txt": str(i)})) for i in range(3)]
+    env = {**os.environ, "AGENTGATE_FAULT": point}
+    died = subprocess.run([sys.executable, "-c", LEADER, str(b.path)], env=env, check=False)
+    assert died.returncode == -signal.SIGKILL
+    with b.target.lock():
+        b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
+    outcomes = [b.queue.verdict(e.uid) for e in entries]
+    assert [o.status if o else None for o in outcomes] == ["promoted"] * 3
+    on_main = git(b.path, "ls-tree", "--name-only", "main").splitlines()
+    assert {"k0.txt", "k1.txt", "k2.txt"} <= set(on_main)
+    merges = [s for s in b.first_parents() if s.startswith("agentgate: merge task k")]
+    assert sorted(merges) == [f"agentgate: merge task k{i}" for i in range(3)]  # once each
+    recorded = [a.task for a in list_attempts(b.repo)]
+    assert sorted(t for t in recorded if t.startswith("task k")) == ["task k0", "task k1", "task k2"]
+    fsck(b.path)
+
+
+WAITER = """
+import sys
+from pathlib import Path
+from pytest_agentgate import oplog
+from pytest_agentgate.queue import LandingQueue
+from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.target import LocalBranch
+repo = BaseRepo(Path(sys.argv[1]), None)
+target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+queue = LandingQueue(repo, target)
+try:
+    queue.land(uid="w", key="same-gate", change_commit=sys.argv[2], base=sys.argv[3], agent="w",
+               task="waiter", record={"uid": "w", "task": "waiter", "agent": "w"},
+               retest=lambda tree, tip, bases: (True, "", ""))
+except KeyboardInterrupt:
+    sys.exit(42)
+"""
+
+
+def test_an_interrupted_waiter_withdraws_before_it_reports(service: Path, tmp_path: Path) -> None:
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    tip = b.repo.ref_value("refs/heads/main")
+    mine = b.attempt("w", {"w.txt": "w"})
+    with b.target.lock():  # a leader busy elsewhere
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(b.path), mine.change_commit, b.base]
+        )
+        wait_for(lambda: any(e.uid == "w" for e in b.queue.entries()), what="the waiter's entry")
+        waiter.send_signal(signal.SIGINT)
+    assert waiter.wait(timeout=30) == 42
+    assert not any(e.uid == "w" for e in b.queue.entries())
+    assert b.repo.ref_value("refs/heads/main") == tip  # nothing landed after it gave up
+
+
+# -- whole runs -------------------------------------------------------------------------
+
+AGENT = """
+import pathlib, time
+import pytest
+
+@pytest.mark.gated(task="change {n}")
+def test_change_{n}(agent_workspace):
+    (agent_workspace.path / "change-{n}.txt").write_text("{n}\\n")
+    # The agents finish together, {together} at a time (as agents started at once would): a
+    # barrier, so the test does not depend on how fast this machine starts processes.
+    barrier = pathlib.Path({barrier!r})
+    arrived = len(list(barrier.iterdir()))  # in rounds of {together}: wait for this round
+    (barrier / "{n}").touch()
+    deadline = time.monotonic() + 30
+    need = {together} * (arrived // {together} + 1)
+    while len(list(barrier.iterdir())) < need and time.monotonic() < deadline:
+        time.sleep(0.01)
+"""
+
+
+def agent(n: int, tmp_path: Path, together: int) -> str:
+    barrier = tmp_path / "barrier"
+    barrier.mkdir(exist_ok=True)
+    return AGENT.format(n=n, barrier=str(barrier), together=together)
+
+GATE = (
+    f"{sys.executable} -c \"import pathlib, os, time; "
+    "p = pathlib.Path(os.environ['GATE_LOG']); time.sleep(0.3); "
+    "p.open('a').write('run\\\\n')\""
+)
+
+
+def logs(tmp_path: Path) -> Path:
+    """The gate's run log, in a directory bound writable into the sandbox."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    return folder / "gate.log"
+
+
+def _gate_runs(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_eight_processes_land_everything_with_few_retests(
+    service: Path, tmp_path: Path
+) -> None:
+    log = logs(tmp_path)
+    procs = []
+    for n in range(8):
+        suite = tmp_path / f"suite-{n}"
+        suite.mkdir()
+        (suite / "test_agent.py").write_text(agent(n, tmp_path, 8))
+        procs.append(
+            spawn_pytest(
+                suite, f"--agentgate-repo={service}", "--agentgate-promote",
+                f"--agentgate-gate={GATE}", "--agentgate-gate-env=GATE_LOG",
+                f"--agentgate-sandbox-bind={log.parent}:rw",
+                f"--basetemp={tmp_path / f'tmp-{n}'}", env={"GATE_LOG": str(log)},
+            )
+        )
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outputs
+    on_main = set(git(service, "ls-tree", "--name-only", "main").splitlines())
+    assert {f"change-{n}.txt" for n in range(8)} <= on_main
+    assert _gate_runs(log) <= 8 + 4, f"{_gate_runs(log)} gate runs"
+    assert git(service, "status", "--porcelain") == ""
+    fsck(service)
+
+
+def test_xdist_workers_share_the_queue(pytester: pytest.Pytester, service: Path, tmp_path: Path) -> None:
+    log = logs(tmp_path)
+    pytester.makepyfile(**{f"test_agent_{n}": agent(n, tmp_path, 4) for n in range(8)})
+    os.environ["GATE_LOG"] = str(log)
+    try:
+        result = pytester.runpytest_subprocess(
+            "-n", "4", f"--agentgate-repo={service}", "--agentgate-promote",
+            f"--agentgate-gate={GATE}", "--agentgate-gate-env=GATE_LOG",
+            f"--agentgate-sandbox-bind={log.parent}:rw",
+            "--agentgate-report=" + str(tmp_path / "report.json"),
+        )  # fmt: skip
+    finally:
+        del os.environ["GATE_LOG"]
+    result.assert_outcomes(passed=8)
+    rows = json.loads((tmp_path / "report.json").read_text())["attempts"]
+    assert sorted(r["verdict"] for r in rows) == ["promoted"] * 8
+    assert _gate_runs(log) <= 8 + 4, f"{_gate_runs(log)} gate runs"
+    fsck(service)
+
+
+def test_one_culprit_among_eight_processes(service: Path, tmp_path: Path) -> None:
+    """Change 5 breaks the tests only together with change 2: it alone is rejected."""
+    check = tmp_path / "check.py"
+    check.write_text(
+        textwrap.dedent(
+            """
+            import os, pathlib, sys, time
+            pathlib.Path(os.environ["GATE_LOG"]).open("a").write("run\\n")
+            time.sleep(0.3)
+            here = pathlib.Path(".")
+            sys.exit(1 if (here / "change-2.txt").exists() and (here / "change-5.txt").exists() else 0)
+            """
+        )
+    )
+    log = logs(tmp_path)
+    procs = []
+    for n in range(8):
+        suite = tmp_path / f"suite-{n}"
+        suite.mkdir()
+        (suite / "test_agent.py").write_text(agent(n, tmp_path, 8))
+        procs.append(
+            spawn_pytest(
+                suite, f"--agentgate-repo={service}", "--agentgate-promote",
+                f"--agentgate-gate={sys.executable} {check}", "--agentgate-gate-env=GATE_LOG",
+                f"--agentgate-sandbox-bind={check}", f"--agentgate-sandbox-bind={log.parent}:rw",
+                f"--basetemp={tmp_path / f'tmp-{n}'}", env={"GATE_LOG": str(log)},
+            )
+        )
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    codes = [p.returncode for p in procs]
+    on_main = set(git(service, "ls-tree", "--name-only", "main").splitlines())
+    assert not {"change-2.txt", "change-5.txt"} <= on_main
+    landed = {n for n in range(8) if f"change-{n}.txt" in on_main}
+    assert len(landed) == 7, outputs
+    assert sorted(codes) == [0] * 7 + [1], outputs
+    fsck(service)
