@@ -44,3 +44,19 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     ):
         assert line in proc.stdout
     assert "161-183 ms" in proc.stdout  # the article's figures, labelled, beside ours
+
+
+def test_quick_queue_benchmark_runs() -> None:
+    """bench/queue.py --quick: four agents land, nothing is lost (it asserts no timing)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("queue.py")), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[2:] if line.strip()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row[0] == "4" and row[-3:] == ["4", "0", "0"]  # landed, rejected, lost

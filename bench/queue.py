@@ -1,0 +1,169 @@
+"""How many agents can land at once: the merge queue against N agents, each a distinct passing
+change, with a gate that sleeps 1 s.
+
+For N = 4, 8 and 16 agents, as N separate pytest processes started together and as one run
+under pytest-xdist (``-n 2``, ``-n 4``), it prints the wall time from the first process's start
+to the last one's exit, in gate durations; the gate runs (each agent's own first run, and the
+re-tests of merges); the landings; and the attempts lost (always 0: an attempt is landed,
+rejected, or reported). A last row puts one culprit among the separate processes: an agent
+whose change breaks the gate only together with another's. No test asserts any of it.
+
+    python bench/queue.py            # the table, a few minutes
+    python bench/queue.py --quick    # 4 agents, separate processes and -n 2 (CI's smoke run)
+"""
+
+from __future__ import annotations
+
+import sys
+
+# This file is named as the issue names it, like the standard library's queue module: keep
+# its own folder off the import path, so nothing imported below takes it for that module.
+sys.path[:] = [p for p in sys.path if p and not p.rstrip("/").endswith("bench")]
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+GATE_S = 1.0
+
+GATE = textwrap.dedent(
+    """
+    import os, pathlib, sys, time
+    pathlib.Path(os.environ["QUEUE_BENCH_LOG"]).open("a").write("run\\n")
+    time.sleep({gate_s})
+    here = pathlib.Path(".")
+    culprit = os.environ.get("QUEUE_BENCH_CULPRIT")
+    if culprit:
+        a, b = culprit.split(",")
+        sys.exit(1 if (here / f"agent-{{a}}.txt").exists() and (here / f"agent-{{b}}.txt").exists() else 0)
+    """
+)
+
+AGENT = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.gated(task="agent {n}", agent="agent-{n}")
+    def test_agent_{n}(agent_workspace):
+        (agent_workspace.path / "agent-{n}.txt").write_text("{n}\\n")
+    """
+)
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@e",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@e"}  # fmt: skip
+    out = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, check=True)
+    return out.stdout.decode().strip()
+
+
+def setup(root: Path, n: int) -> tuple[Path, Path, Path]:
+    """A small repository, the gate script, and a suite of ``n`` agent tests."""
+    repo = root / "service"
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.txt").write_text("a small service\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "start")
+    git(repo, "checkout", "-q", "--detach")  # promotion moves main; nothing checked out follows
+    gate = root / "gate.py"
+    gate.write_text(GATE.format(gate_s=GATE_S))
+    suite = root / "suite"
+    suite.mkdir()
+    for i in range(n):
+        (suite / f"test_agent_{i}.py").write_text(AGENT.format(n=i))
+    return repo, gate, suite
+
+
+def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="agentgate-queue-") as tmp:
+        root = Path(tmp)
+        repo, gate, suite = setup(root, n)
+        logs = root / "logs"
+        logs.mkdir()
+        log = logs / "gate.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+        env["QUEUE_BENCH_LOG"] = str(log)
+        if culprit:
+            env["QUEUE_BENCH_CULPRIT"] = f"{culprit[0]},{culprit[1]}"
+        common = [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            f"--agentgate-repo={repo}", "--agentgate-target=main", "--agentgate-promote",
+            f"--agentgate-gate={sys.executable} {gate}",
+            "--agentgate-gate-env=QUEUE_BENCH_LOG", "--agentgate-gate-env=QUEUE_BENCH_CULPRIT",
+            f"--agentgate-sandbox-bind={gate}", f"--agentgate-sandbox-bind={logs}:rw",
+        ]  # fmt: skip
+        begin = time.perf_counter()
+        if mode == "separate":
+            procs = [
+                subprocess.Popen(
+                    [*common, f"test_agent_{i}.py", f"--basetemp={root / f'tmp-{i}'}"],
+                    cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+                for i in range(n)
+            ]
+            codes = [p.wait(timeout=900) for p in procs]
+        else:
+            codes = [
+                subprocess.run(
+                    [*common, "-n", mode.rsplit(maxsplit=1)[-1], f"--basetemp={root / 'tmp'}"],
+                    cwd=suite, env=env, capture_output=True, check=False, timeout=900,
+                ).returncode
+            ]  # fmt: skip
+        wall = time.perf_counter() - begin
+        on_main = set(git(repo, "ls-tree", "--name-only", "main").splitlines())
+        landed = sum(1 for i in range(n) if f"agent-{i}.txt" in on_main)
+        # Every attempt has a record; those not on main were rejected.
+        attempts = len(
+            git(repo, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/").splitlines()
+        )
+        runs = len(log.read_text().splitlines()) if log.exists() else 0
+        git(repo, "fsck", "--strict", "--no-progress")
+        return {
+            "agents": n,
+            "wall_s": wall,
+            "gate_durations": wall / GATE_S,
+            "gate_runs": runs,
+            "retests": runs - n,
+            "landed": landed,
+            "rejected": attempts - landed,
+            "lost": n - attempts,
+            "failed_processes": sum(1 for c in codes if c != 0),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="4 agents only: a smoke run")
+    args = parser.parse_args(argv)
+    sizes = [4] if args.quick else [4, 8, 16]
+    modes = ["separate", "-n 2"] if args.quick else ["separate", "-n 2", "-n 4"]
+    print(f"merge queue: agents landing distinct passing changes, gate = sleep {GATE_S:.0f} s; "
+          f"{os.cpu_count()} cores")  # fmt: skip
+    print(f"{'agents':>6}  {'how':<24} {'wall s':>7} {'in gates':>9} {'gate runs':>10} "
+          f"{'re-tests':>9} {'landed':>7} {'rejected':>9} {'lost':>5}")  # fmt: skip
+    plan = [(n, mode, None) for n in sizes for mode in modes]
+    if not args.quick:
+        plan.append((16, "separate", (3, 11)))
+    for n, mode, culprit in plan:
+        row = run(n, mode, culprit)
+        how = mode if mode != "separate" else "separate processes"
+        if culprit:
+            how += ", one culprit"
+        print(
+            f"{n:>6}  {how:<24} {row['wall_s']:>7.1f} {row['gate_durations']:>9.1f} "
+            f"{row['gate_runs']:>10} {row['retests']:>9} {row['landed']:>7} {row['rejected']:>9} "
+            f"{row['lost']:>5}"
+        )
+        if row["lost"]:
+            print("LOST ATTEMPTS: the queue lost work", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
