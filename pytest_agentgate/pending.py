@@ -39,6 +39,13 @@ def _writer_alive(line: oplog.OpRecord) -> bool:
     pid = line.record.get("pid")
     if line.host != socket.gethostname() or not isinstance(pid, int):
         return False
+    return pid_alive(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this machine runs under ``pid`` (ours counts)."""
+    if pid <= 0:
+        return False
     if pid == os.getpid():
         return True
     try:

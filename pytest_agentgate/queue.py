@@ -210,7 +210,7 @@ class LandingQueue:
                 continue
             if data.get("key") != key:
                 continue
-            if _alive(int(data.get("pid", 0))):
+            if pending.pid_alive(int(data.get("pid", 0))):
                 count += 1
             else:
                 path.unlink(missing_ok=True)  # a process that died judging
@@ -310,17 +310,7 @@ class LandingQueue:
                 raise RefMoved(self.target.ref, None, None)
             chain, aside, already = self._chain(tip, batch)
             for entry in already:
-                self._decide(
-                    entry,
-                    Outcome(
-                        str(entry.record.get("status", "promoted")),
-                        f"its change was already on the target, at {tip[:12]}: nothing moved",
-                        old=tip,
-                        new=tip,
-                        kind="already",
-                        tree=self.repo.tree_of(tip),
-                    ),
-                )
+                self._already(entry, tip)
             if chain:
                 landed = self._test_and_land(tip, chain, retest)
                 if landed is None:
@@ -335,16 +325,7 @@ class LandingQueue:
             assert tip is not None
             chain, aside, already = self._chain(tip, [entry])
             if already:
-                self._decide(
-                    entry,
-                    Outcome(
-                        str(entry.record.get("status", "promoted")),
-                        f"its change was already on the target, at {tip[:12]}: nothing moved",
-                        old=tip,
-                        new=tip,
-                        kind="already",
-                    ),
-                )
+                self._already(entry, tip)
                 return
             if aside:
                 preview = self.repo.merge_preview(tip, entry.change_commit)
@@ -532,6 +513,20 @@ class LandingQueue:
             )
         return top
 
+    def _already(self, entry: Entry, tip: str) -> None:
+        """Nothing to land is not a merge: no commit, no move, no re-test."""
+        self._decide(
+            entry,
+            Outcome(
+                str(entry.record.get("status", "promoted")),
+                f"its change was already on the target, at {tip[:12]}: nothing moved",
+                old=tip,
+                new=tip,
+                kind="already",
+                tree=self.repo.tree_of(tip),
+            ),
+        )
+
     def _decide(self, entry: Entry, outcome: Outcome) -> None:
         """Give the waiter its verdict (the leader's own included)."""
         _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
@@ -545,18 +540,6 @@ class LandingQueue:
     def _queue_lock(self) -> Iterator[None]:
         with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
             yield
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write(path: Path, text: str) -> None:
