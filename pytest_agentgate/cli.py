@@ -396,6 +396,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(f"{verb} {ref}")
     for ref, why in report.kept_landed:
         print(f"kept {ref} ({why})")
+    for ref in report.scratch:
+        print(f"{verb} {ref} (an old dry run's scratch ref)")
     for path in report.workspaces:
         print(f"{verb} workspace run {path}")
     if report.rotated:

@@ -23,6 +23,7 @@ import dataclasses
 import sqlite3
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -65,7 +66,8 @@ class EngineSettings:
 
     #: The branch attempts land on (``None``: the one checked out in the repository).
     target: str | None = None
-    #: Move the target for real; without it, a dry run onto ``refs/agentgate/dryrun/<b>``.
+    #: Move the target for real; without it, a dry run onto this run's scratch ref
+    #: (``refs/agentgate/dryruns/<run>/<b>``).
     promote: bool = False
     #: The target lives on this remote of the repository: promote by push with a lease.
     remote: str | None = None
@@ -84,6 +86,8 @@ class EngineSettings:
     allow_symlinks: tuple[str, ...] = ()
     #: Most attempts one re-test lands together (1: each merge is tested alone).
     batch_max: int = 8
+    #: Names this run (every process of one run shares it): a dry run's scratch ref is its own.
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def __post_init__(self) -> None:
         records.check_name(self.agent, "agent name", "agent")
@@ -141,7 +145,7 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
     )
     if settings.promote:
         return source
-    return DryRunRef(source, log, agent=settings.agent)
+    return DryRunRef(source, log, agent=settings.agent, run_id=settings.run_id)
 
 
 class Engine:
@@ -309,9 +313,7 @@ class Engine:
         if self._started:
             return
         self._started = True
-        import uuid
-
-        self.settled = self.target.start(run_id or uuid.uuid4().hex)
+        self.settled = self.target.start(run_id or self.settings.run_id)
 
     def close(self) -> None:
         """Remove the kept workspaces and the run's private directory."""

@@ -72,7 +72,7 @@ OPTIONS = (
     ),
     Option(
         "promote",
-        "move the target for real (default: a dry run onto refs/agentgate/dryrun/<target>)",
+        "move the target for real (default: a dry run onto a scratch ref of the run's own)",
         "bool",
         False,
     ),

@@ -122,7 +122,7 @@ class AgentgateRun:
             engine = Engine.open(
                 settings.repo or settings.rootpath,
                 sources=settings.engine_sources(),
-                settings=settings.engine_settings(workdir),
+                settings=settings.engine_settings(workdir, self.run_id),
             )
         except AgentgateError as exc:
             raise pytest.UsageError(f"agentgate: {exc}") from exc

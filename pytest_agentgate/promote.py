@@ -54,10 +54,6 @@ class Move:
         return self.moved_ref
 
 
-def target_ref(branch: str, dry_run: bool) -> str:
-    return f"refs/agentgate/dryrun/{branch}" if dry_run else f"refs/heads/{branch}"
-
-
 @contextmanager
 def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
     """The plugin's lock for ``ref`` (see :mod:`.locks`); yields the wait in ms."""

@@ -7,6 +7,7 @@ objects stay until git's own gc decides, so a mistaken prune is undone from the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ class PruneReport:
     kept: int = 0
     rotated: str | None = None
     workspaces: list[Path] = field(default_factory=list)
+    #: Old dry runs' scratch refs removed.
+    scratch: list[str] = field(default_factory=list)
 
 
 def _landed_on(repo: BaseRepo, commit: str) -> str | None:
@@ -76,6 +79,7 @@ def prune(
                 ),
             )  # fmt: skip
         report.removed.append(attempt.record_ref)
+    _prune_scratch_refs(repo, cutoff, dry_run, agent, report)
     report.rotated = _rotate(repo, rotate_bytes, dry_run)
     if workspaces is not None:
         report.workspaces = old_runs(workspaces, keep_runs)
@@ -83,6 +87,42 @@ def prune(
             for path in report.workspaces:
                 remove_tree(path)
     return report
+
+
+#: A scratch ref used this recently may belong to a run still going: never pruned.
+SCRATCH_GRACE_S = 600
+
+
+def _prune_scratch_refs(
+    repo: BaseRepo, cutoff: datetime, dry_run: bool, agent: str, report: PruneReport
+) -> None:
+    """Remove dry runs' scratch refs last used before ``cutoff`` (and not in the last ten
+    minutes): each run's (``refs/agentgate/dryruns/``) and the one of 0.1."""
+    from .target import DRYRUN_PREFIX, OLD_DRYRUN_PREFIX
+
+    last_used: dict[str, datetime] = {}
+    for line in oplog.read(repo.common_dir):
+        if line.ref.startswith((DRYRUN_PREFIX, OLD_DRYRUN_PREFIX)) and line.time:
+            with contextlib.suppress(ValueError):
+                last_used[line.ref] = max(
+                    last_used.get(line.ref, datetime.min.replace(tzinfo=UTC)),
+                    datetime.fromisoformat(line.time),
+                )
+    recent = datetime.now(UTC).timestamp() - SCRATCH_GRACE_S
+    for prefix in (DRYRUN_PREFIX, OLD_DRYRUN_PREFIX):
+        for ref, value in repo.refs(prefix):
+            used = last_used.get(ref)
+            if used is not None and (used >= cutoff or used.timestamp() >= recent):
+                continue
+            if not dry_run:
+                if not repo.delete_ref(ref, value, "agentgate prune: an old dry run"):
+                    continue
+                oplog.append(
+                    repo.common_dir,
+                    oplog.OpRecord(op="prune", ref=ref, old=value, new=None, agent=agent,
+                                   task="an old dry run's scratch ref"),
+                )  # fmt: skip
+            report.scratch.append(ref)
 
 
 def _rotate(repo: BaseRepo, limit: int, dry_run: bool) -> str | None:

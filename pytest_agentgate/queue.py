@@ -105,7 +105,11 @@ class LandingQueue:
         self.repo = repo
         self.target = target
         self.batch_max = max(1, batch_max)
-        self.folder = repo.private_dir / "queue" / target.ref.replace("/", "%2F")
+
+    @property
+    def folder(self) -> Path:
+        """The queue's directory (named by the target's ref, which a dry run sets at start)."""
+        return self.repo.private_dir / "queue" / self.target.ref.replace("/", "%2F")
 
     # -- the waiter's side --------------------------------------------------------------
 

@@ -186,7 +186,7 @@ class Settings:
             flaky=self.flaky,
         )
 
-    def engine_settings(self, workdir: Path) -> EngineSettings:
+    def engine_settings(self, workdir: Path, run_id: str = "") -> EngineSettings:
         """What the engine is made with; ``workdir`` is this run's own directory."""
         from .engine import EngineSettings
         from .errors import ConfigError
@@ -212,6 +212,8 @@ class Settings:
         options: dict[str, Any] = {}
         if self.exclude is not None:
             options["exclude"] = self.exclude
+        if run_id:
+            options["run_id"] = run_id
         return EngineSettings(
             target=self.target,
             promote=self.promote,

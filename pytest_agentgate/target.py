@@ -33,7 +33,17 @@ from . import _faults, checkout, locks, oplog, transport
 from .errors import AgentgateError, ConfigError, GitError, PushRefused, WorktreeBlocked
 from .repo import ZERO, BaseRepo
 
-DRYRUN_PREFIX = "refs/agentgate/dryrun/"
+#: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
+DRYRUN_PREFIX = "refs/agentgate/dryruns/"
+#: The one scratch ref per branch of 0.1, which ``agentgate prune`` still removes.
+OLD_DRYRUN_PREFIX = "refs/agentgate/dryrun/"
+
+
+def dryrun_ref(branch: str, run_id: str) -> str:
+    """The scratch ref of one run's dry run of ``branch``."""
+    return f"{DRYRUN_PREFIX}{(run_id or 'none')[:16]}/{branch}"
+
+
 TRACKING_PREFIX = "refs/agentgate/remote/"
 
 
@@ -331,21 +341,29 @@ class LocalBranch(_LogsMoves):
 
 
 class DryRunRef(LocalBranch):
-    """``refs/agentgate/dryrun/<b>``: what would have landed this run, and no branch moves.
+    """``refs/agentgate/dryruns/<run>/<b>``: what would have landed this run; no branch moves.
 
-    Reset to its source's tip (a local or a remote branch) by the first process of a run;
-    every process of the run (pytest-xdist workers pass the same run id) then judges against
-    what it accumulates.
+    Each run has a scratch ref of its own, made from its source's tip (a local or a remote
+    branch) by the first process of the run; every process of the run (pytest-xdist workers
+    pass the same run id) then judges against what it accumulates, and two dry runs at once
+    never reset each other's. (Before 0.2 one ``refs/agentgate/dryrun/<b>`` served every run:
+    git refuses ``dryrun/<b>/<run>`` beside it, hence ``dryruns/``; ``agentgate prune``
+    removes old scratch refs of either layout.)
     """
 
     promotes = False
 
     def __init__(
-        self, source: LocalBranch | RemoteBranch, log: oplog.OpLog, *, agent: str = "agent"
+        self,
+        source: LocalBranch | RemoteBranch,
+        log: oplog.OpLog,
+        *,
+        agent: str = "agent",
+        run_id: str = "",
     ) -> None:
-        super().__init__(source.repo, source.branch, log, ref=f"{DRYRUN_PREFIX}{source.branch}")
+        super().__init__(source.repo, source.branch, log, ref=dryrun_ref(source.branch, run_id))
         self.source = source
-        #: Who the run's own reset is logged as (the run's agent).
+        #: Who the run's own start is logged as (the run's agent).
         self.agent = agent
 
     @property
@@ -353,34 +371,27 @@ class DryRunRef(LocalBranch):
         return f"dryrun/{self.branch}"
 
     def start(self, run_id: str) -> list[str]:
+        """Make this run's scratch ref at the source's tip, unless a process of the run did."""
         from . import pending
 
-        marker = self.repo.private_dir / "dryrun" / f"{self.branch.replace('/', '%2F')}.run"
-        marker.parent.mkdir(exist_ok=True)
+        self.ref = dryrun_ref(self.branch, run_id)
         with self.lock():
-            try:
-                seen = marker.read_text(encoding="utf-8").strip()
-            except FileNotFoundError:
-                seen = ""
-            if seen == run_id:
-                return []
             settled = pending.settle(self.repo, self.ref)
+            if self.tip() is not None:
+                return settled  # another process of this run made it
             tip = self.source.tip()
             if tip is None:
                 raise ConfigError(f"branch {self.branch!r} is gone from {self.source.label}")
-            current = self.tip()
-            if current != tip:
-                result = self.move(
-                    tip,
-                    current or ZERO,
-                    "agentgate dry run starts",
-                    MoveNote("dryrun-reset", agent=self.agent, measure=False),
-                )
-                if not result.moved:
-                    raise GitError(["update-ref", self.ref], 1, "scratch ref moved while resetting")
-                if result.problem:  # the reset stands, but the run must not go on unlogged
-                    raise OSError(result.problem)
-            marker.write_text(run_id + "\n", encoding="utf-8")
+            result = self.move(
+                tip,
+                ZERO,
+                "agentgate dry run starts",
+                MoveNote("dryrun-reset", agent=self.agent, measure=False),
+            )
+            if not result.moved:
+                raise GitError(["update-ref", self.ref], 1, "scratch ref made meanwhile")
+            if result.problem:  # the ref stands, but the run must not go on unlogged
+                raise OSError(result.problem)
         return settled
 
     def check_move(self, old: str, new: str) -> bool:

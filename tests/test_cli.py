@@ -406,3 +406,17 @@ def test_audit_does_not_count_a_merge_no_gate_ran_on(
     assert git(service, "rev-list", "--count", "--merges", f"{start}..main") == "1"
     assert main(["audit", "--repo", str(service), "--since", start, "--json"]) == 1
     assert [r["commit"] for r in json.loads(capsys.readouterr().out)] == [merge]
+
+
+def test_prune_removes_old_scratch_refs_and_keeps_a_recent_one(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    land(service, {"y.txt": "y\n"}, task="dry one", promote=False)  # a run's scratch ref, now
+    main = git(service, "rev-parse", "main")
+    git(service, "update-ref", "refs/agentgate/dryrun/main", main)  # the one of 0.1
+    code, out, _ = agentgate(capsys, "prune", "--repo", str(service), "--older-than", "0s")
+    assert code == 0
+    assert "removed refs/agentgate/dryrun/main (an old dry run's scratch ref)" in out
+    assert git(service, "for-each-ref", "refs/agentgate/dryrun/") == ""
+    # Used minutes ago, so perhaps by a run still going: kept whatever the cutoff.
+    assert len(git(service, "for-each-ref", "refs/agentgate/dryruns/").splitlines()) == 1

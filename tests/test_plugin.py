@@ -114,19 +114,62 @@ def test_dry_run_moves_only_the_scratch_ref(pytester: pytest.Pytester, service: 
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["WOULD PROMOTE*dryrun/main: *"])
     assert git(service, "rev-parse", "main") == before
-    scratch = git(service, "rev-parse", "refs/agentgate/dryrun/main")
-    assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
-    # A new run starts the scratch ref again from the target's tip (same change, so the
-    # same commit lands on it again: the log shows the reset).
+    (first,) = scratch_refs(service)
+    assert first.startswith("refs/agentgate/dryruns/") and first.endswith("/main")
+    assert git(service, "rev-parse", f"{first}^") == before
+    # A new run has a scratch ref of its own, started from the target's tip.
     result = run(pytester, service, "--agentgate-gate=true")
     result.assert_outcomes(passed=1)
-    assert git(service, "rev-parse", "refs/agentgate/dryrun/main^") == before
+    (second,) = set(scratch_refs(service)) - {first}
+    assert git(service, "rev-parse", f"{second}^") == before
     log = [
         json.loads(line)
         for line in (service / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     ]
     resets = [r for r in log if r["op"] == "dryrun-reset"]
-    assert [(r["old"], r["new"]) for r in resets] == [(None, before), (scratch, before)]
+    assert [(r["ref"], r["old"], r["new"]) for r in resets] == [
+        (first, None, before),
+        (second, None, before),
+    ]
+
+
+def scratch_refs(service: Path) -> list[str]:
+    """The dry runs' scratch refs, one per run."""
+    out = git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/dryruns/")
+    return out.splitlines()
+
+
+def test_two_dry_runs_at_once_keep_their_own_scratch_refs(
+    service: Path, tmp_path: Path
+) -> None:
+    """Two dry runs at the same time: neither resets the other's scratch ref; each judges
+    its later attempts against what it accumulated itself."""
+    from helpers import spawn_pytest
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_two.py").write_text(
+        "import pytest, time\n\n"
+        "@pytest.mark.gated(task='first', gate=[])\n"
+        "def test_1(agent_workspace):\n"
+        "    (agent_workspace.path / 'one.txt').write_text(agent_workspace.base)\n"
+        "    time.sleep(0.5)\n\n"
+        "@pytest.mark.gated(task='second', gate=[])\n"
+        "def test_2(agent_workspace):\n"
+        "    assert (agent_workspace.path / 'one.txt').exists()  # forked from this run's ref\n"
+        "    (agent_workspace.path / 'two.txt').write_text('2')\n"
+    )
+    procs = [
+        spawn_pytest(suite, f"--agentgate-repo={service}", f"--basetemp={tmp_path / f't{i}'}")
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    refs = scratch_refs(service)
+    assert len(refs) == 2
+    for ref in refs:
+        names = git(service, "ls-tree", "--name-only", ref).splitlines()
+        assert {"one.txt", "two.txt"} <= set(names)
 
 
 def test_protect_and_max_changed_lines(pytester: pytest.Pytester, service: Path) -> None:
@@ -731,7 +774,8 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
     result.stdout.fnmatch_lines(["*= agentgate =*"])
     rows = json.loads(report.read_text())["attempts"]
     assert len(rows) == 8 and {r["verdict"] for r in rows} == {"passed"}
-    names = git(service, "ls-tree", "--name-only", "refs/agentgate/dryrun/main").splitlines()
+    (scratch,) = scratch_refs(service)  # one run, one scratch ref, for every worker
+    names = git(service, "ls-tree", "--name-only", scratch).splitlines()
     assert {f"f{n}.txt" for n in range(8)} <= set(names)
     log = [
         json.loads(x)

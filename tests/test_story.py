@@ -131,7 +131,10 @@ def test_five_agents_dry_run(pytester: pytest.Pytester, service: Path) -> None:
     expected = {k: ("passed" if v == "promoted" else v) for k, v in EXPECTED.items()}
     assert {name: row["verdict"] for name, row in rows.items()} == expected
     assert git(service, "rev-parse", "main") == base
-    dryrun = git(service, "rev-parse", "refs/agentgate/dryrun/main")
+    (scratch,) = git(
+        service, "for-each-ref", "--format=%(refname)", "refs/agentgate/dryruns/"
+    ).splitlines()
+    dryrun = git(service, "rev-parse", scratch)
     assert dryrun == rows["test_3_independent_change"]["target_new"]
     assert git(service, "status", "--porcelain") == ""
     fsck(service)

@@ -160,18 +160,22 @@ class TestTargetContract:
 # -- what one kind does that the others do not ------------------------------------------
 
 
-def test_a_dry_run_resets_its_scratch_ref_once_per_run(service: Path, tmp_path: Path) -> None:
+def test_each_dry_run_has_its_scratch_ref_made_once(service: Path, tmp_path: Path) -> None:
     w = World("dryrun", service, tmp_path)
     tip = w.target.tip()
-    assert tip == git(service, "rev-parse", "main")
+    first = w.target.ref
+    assert tip == git(service, "rev-parse", "main") and "/run-1/" in first
     moved = w.child(tip or ZERO, "scratch.txt")
     assert w.target.move(moved, tip or ZERO, "m", MoveNote("promote")).moved
     assert w.target.start("run-1") == [] and w.target.tip() == moved  # same run: kept
-    w.target.start("run-2")  # a new run starts from the branch again
-    assert w.target.tip() == git(service, "rev-parse", "main")
+    w.target.start("run-2")  # another run: a scratch ref of its own, from the branch
+    assert w.target.ref != first and w.target.tip() == tip
+    assert w.repo.ref_value(first) == moved  # the first run's is untouched
     assert git(service, "rev-parse", "main") == tip  # the branch itself never moved
-    # Two resets: the scratch ref made at the first start, then put back at the second.
-    assert [(r.old, r.new) for r in w.lines("dryrun-reset")] == [(None, tip), (moved, tip)]
+    assert [(r.ref, r.old, r.new) for r in w.lines("dryrun-reset")] == [
+        (first, None, tip),
+        (w.target.ref, None, tip),
+    ]
 
 
 def test_a_refused_push_raises_and_settles_its_pending_line(
