@@ -324,6 +324,38 @@ class Bench:
             self.add(f"gate command, {label}", p, f, "floor: checkout + subprocess.run + rm")
         workspace.remove(ws)
 
+    def gate_checkouts(self) -> None:
+        """A gate command on a reused checkout (reset to the next tree) beside a fresh one."""
+        from pytest_agentgate.checkouts import GateCheckouts
+
+        uncontained = sandbox.resolve(sandbox.Settings(mode="none"))
+        spec = GateSpec(commands=("true",))
+        trees = [
+            self.repo.tree_of(self.commit_on_base({n: f"reuse {i}\n" for n in self.names(10)}))
+            for i in range(2)
+        ]
+        for where, root in (("disk", self.disk), ("tmpfs", self.memory)):
+            if root is None:
+                continue
+            gate_root = Path(tempfile.mkdtemp(dir=root))
+            kept = GateCheckouts(self.repo, gate_root)
+            reused = gate.GateContext(gate_root, uncontained, checkouts=kept)
+            fresh = gate.GateContext(gate_root, uncontained)
+            # One run first, so every measured run finds a checkout to reuse.
+            assert gate.run_commands(self.repo, trees[1], spec, reused).ok
+
+            def plugin(s: dict, context: gate.GateContext = reused) -> None:
+                assert gate.run_commands(self.repo, trees[s["i"] % 2], spec, context).ok
+
+            def floor(s: dict, context: gate.GateContext = fresh) -> None:
+                assert gate.run_commands(self.repo, trees[s["i"] % 2], spec, context).ok
+
+            p, f = pair(self.runs, lambda i: {"i": i}, plugin, floor)
+            self.add(f"gate command, reused checkout ({where})", p, f,
+                     "floor: the same gate on a fresh checkout; targets <= 25% disk, <= 50% tmpfs")  # fmt: skip
+            kept.close()
+            shutil.rmtree(gate_root, ignore_errors=True)
+
     def results_cost(self) -> None:
         """Per-test results (JUnit written and parsed) and a baseline, beside a plain gate run."""
 
@@ -728,6 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                 steps += [bench.containment, bench.results_cost]
             for step in (
                 *steps,
+                bench.gate_checkouts,
                 bench.snapshot,
                 bench.preflight,
                 bench.promote,

@@ -8,6 +8,7 @@ check that fails decides; later ones are not run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import secrets
@@ -24,6 +25,7 @@ from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 from .workspace import changed_lines, checkout_tree
 
 if TYPE_CHECKING:
+    from .checkouts import GateCheckouts
     from .repo import BaseRepo
     from .workspace import Snapshot
 
@@ -122,6 +124,8 @@ class GateContext:
     private_root: Path
     sandbox: Sandbox = UNCONTAINED
     role: Role = field(default_factory=lambda: Role("gate"))
+    #: Checkouts kept from earlier gate runs (None: a fresh checkout for every command).
+    checkouts: GateCheckouts | None = None
 
 
 def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
@@ -306,7 +310,27 @@ def _run_one(
 ) -> tuple[CheckResult | None, dict[str, str] | None]:
     """One run of one gate command in a fresh checkout: (the failure or None, its results)."""
     name = secrets.token_hex(16)
-    checkout = checkout_tree(repo, tree, context.private_root, name=name)
+    with contextlib.ExitStack() as stack:
+        if context.checkouts is not None:
+            checkout = stack.enter_context(context.checkouts.checkout(tree, name))
+        else:
+            checkout = checkout_tree(repo, tree, context.private_root, name=name)
+            stack.callback(remove_tree, checkout)
+        return _run_in(checkout, name, spec, context, label, command, baseline, collect, fault)
+
+
+def _run_in(
+    checkout: Path,
+    name: str,
+    spec: GateSpec,
+    context: GateContext,
+    label: str,
+    command: results.Command,
+    baseline: Mapping[str, str] | None,
+    collect: bool,
+    fault: bool,
+) -> tuple[CheckResult | None, dict[str, str] | None]:
+    """One run of one gate command in ``checkout`` (clean, exactly the tree judged)."""
     private = context.private_root / f"{name}.private"
     argv = results.argv_of(command)
     junit: Path | None = None
@@ -342,7 +366,6 @@ def _run_one(
         )
         found = _read_results(junit)
     finally:
-        remove_tree(checkout)
         remove_tree(private)
     where = f"{label}: {results.display(command)}"
     if result.launch_error:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import sandbox, workspace
+from .checkouts import GateCheckouts
 from .gate import GateContext
 from .records import slugify
 from .removal import remove_tree
@@ -48,6 +49,7 @@ class WorkspacePool:
         self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
         self._private: Path | None = None
         self._free: list[Workspace] = []
+        self._checkouts: GateCheckouts | None = None
 
     def fork(self, at: str, task: str) -> Workspace:
         """A private workspace at ``at``: a recycled one when there is one, else a fresh one."""
@@ -96,7 +98,12 @@ class WorkspacePool:
         return self._private
 
     def gate_context(self) -> GateContext:
-        return GateContext(self.private_root(), self.sandbox_now(), self.gate_role)
+        """Where gate commands run: the private directory, the sandbox, the gate role, and
+        the checkouts earlier gate runs left (reused when ``recycle`` is on)."""
+        root = self.private_root()
+        if self.recycle and self._checkouts is None:
+            self._checkouts = GateCheckouts(self.repo, root)
+        return GateContext(root, self.sandbox_now(), self.gate_role, self._checkouts)
 
     def release(self, ws: Workspace) -> None:
         """Take a workspace back once its attempt is recorded: kept for reuse, or removed."""
@@ -110,6 +117,9 @@ class WorkspacePool:
         """Remove the kept workspaces (they hold nothing but a copy of a base)."""
         while self._free:
             workspace.remove(self._free.pop())
+        if self._checkouts is not None:
+            self._checkouts.close()
+            self._checkouts = None
         if self._private is not None:
             remove_tree(self._private)
             self._private = None

@@ -527,6 +527,11 @@ def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> 
     return path
 
 
+def checkout_with_index(repo: BaseRepo, tree: str, root: Path, name: str) -> tuple[Path, Path]:
+    """A clean checkout of ``tree`` and the private index that describes it (for reuse)."""
+    return _checkout(repo, tree, root, name)
+
+
 def _new_dir(root: Path, name: str) -> Path:
     """A new, uniquely named directory under ``root``, named after ``name``."""
     root.mkdir(parents=True, exist_ok=True)
@@ -573,6 +578,30 @@ class RecycleFailed(AgentgateError):
         super().__init__(f"cannot recycle {path}: {reason}")
 
 
+def reset_checkout(repo: BaseRepo, path: Path, index: Path, rev: str) -> None:
+    """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
+
+    ``read-tree --reset -u`` rewrites the paths whose blob or mode differs and every path
+    whose stat (ctime included) no longer matches; then one pass over the tree removes
+    everything untracked or ignored (a ``.pyc`` one run left must never run in the next
+    tree), nested ``.git`` entries and FIFOs, and resets directory modes; and the result is
+    verified as a snapshot would see it. :class:`RecycleFailed` when anything still differs.
+    """
+    checkout = repo.index(path, index)
+    checkout.read_tree(rev, update=True)
+    # A tracked path still modified or missing after the reset means it could not be fixed.
+    found = checkout.differences(ignored_too=True)
+    if found.changed:
+        raise RecycleFailed(
+            path, f"still differs from {rev[:12]} at {', '.join(found.changed[:5])}"
+        )
+    for rel in found.untracked:
+        remove_under(path, rel.rstrip("/"))
+    _scrub(path)
+    if checkout.write_tree() != repo.tree_of(rev):
+        raise RecycleFailed(path, "its index does not hold the tree it was reset to")
+
+
 def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
     """Bring a used workspace to ``base`` by rewriting only what differs, then prove it.
 
@@ -600,20 +629,7 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
             with contextlib.suppress(FileNotFoundError):
                 remove_under(ws.private, folder)
     try:
-        _index(ws).read_tree(base, update=True)
-        # One pass over the tree: untracked and ignored paths are removed; a tracked path
-        # still modified or missing after the reset means the checkout could not fix it.
-        found = _index(ws).differences(ignored_too=True)
-        untracked, changed = list(found.untracked), list(found.changed)
-        if changed:
-            raise RecycleFailed(
-                ws.path, f"still differs from {base[:12]} at {', '.join(changed[:5])}"
-            )
-        for rel in untracked:
-            remove_under(ws.path, rel.rstrip("/"))
-        _scrub(ws.path)
-        if _index(ws).write_tree() != repo.tree_of(base):
-            raise RecycleFailed(ws.path, "its index does not hold the base's tree")
+        reset_checkout(repo, ws.path, ws.index, base)
         make_agent_git(repo, ws.path, ws.branch, base, ws.index, sealed=ws.objects is None)
         if name is not None:
             fresh = _new_dir(ws.path.parent, name)

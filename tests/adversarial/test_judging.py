@@ -704,3 +704,34 @@ def test_shadowing_covers_the_folders_the_configuration_puts_on_sys_path(service
     verdict = attempt(engine(service), cheat).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected"
     assert "src/xml (shadows the module 'xml')" in verdict.reason
+
+
+def test_a_reused_gate_checkout_carries_nothing_from_the_last_gate(service: Path) -> None:
+    """Gate checkouts are reused from one gate run to the next: whatever a gate left (an
+    untracked file, bytecode, an ignored cache, an edit to a tracked file, a new directory
+    mode) is gone before the next gate runs, and the next gate sees exactly its tree."""
+    from pytest_agentgate import Engine, GateSpec
+
+    gate = (
+        "sh -c 'test ! -e left-behind.txt && test ! -e __pycache__/store.cpython-311.pyc "
+        "&& ! grep -q tampered ledger/store.py && test ! -e .pytest_cache "
+        "&& touch left-behind.txt && mkdir -p __pycache__ .pytest_cache "
+        "&& echo x > __pycache__/store.cpython-311.pyc && echo tampered >> ledger/store.py "
+        "&& chmod 0777 ledger'"
+    )
+    (service / ".gitignore").write_text(".pytest_cache/\n")
+    git(service, "add", ".gitignore")
+    git(service, "commit", "-qm", "ignore the cache")
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,), timeout=60),
+    )  # fmt: skip
+    for n in range(3):
+        ws = e.fork(task=f"change {n}")
+        (ws.path / f"c{n}.txt").write_text(f"{n}\n")
+        attempt = e.run_attempt(ws, task=f"change {n}")
+        assert attempt.verdict.status == "promoted", attempt.verdict
+        e.release(ws)
+    assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
+    assert "tampered" not in git(service, "show", "main:ledger/store.py")
+    e.close()
