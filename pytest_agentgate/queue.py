@@ -147,7 +147,7 @@ class LandingQueue:
             )
         )
         try:
-            while True:
+            for _ in range(MAX_ROUNDS):
                 with self.target.lock() as waited:
                     found = self.verdict(entry.uid)
                     if found is None:
@@ -157,6 +157,9 @@ class LandingQueue:
                         found.lock_wait_ms = waited
                         self._forget(entry)
                         return found
+            raise AgentgateError(
+                f"the queue gave no verdict for {entry.label} after {MAX_ROUNDS} turns"
+            )
         except BaseException:
             # Interrupted (Ctrl-C, a timeout) or failed: under the lock, either the leader
             # already landed it (its verdict stands: the record says so), or it leaves the
@@ -240,9 +243,20 @@ class LandingQueue:
             if gather_s > 0 and len(queued) < self.batch_max:
                 self._gather(key, len(queued), gather_s)
                 queued = [e for e in self.entries() if e.key == key]
-            queued = self._settle_dead_leaders(queued)
+            queued = self._without_dead_owners(self._settle_dead_leaders(queued))
             if queued:
                 self._batch(queued[: self.batch_max], retest)
+
+    def _without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
+        """Drop the entries whose process is gone: nobody would report them, so nothing of
+        theirs lands (what a dead leader already landed was finished just before)."""
+        alive = []
+        for entry in queued:
+            if pending.pid_alive(entry.pid):
+                alive.append(entry)
+            else:
+                self._forget(entry)
+        return alive
 
     def entries(self) -> list[Entry]:
         """The queued attempts that have no verdict yet, in arrival order."""
@@ -356,35 +370,51 @@ class LandingQueue:
         already: list[Entry] = []
         head = tip
         for entry in batch:
-            if head == entry.base:
-                chain.append(
-                    (
-                        entry,
-                        entry.change_commit,
-                        self.repo.tree_of(entry.change_commit),
-                        "fast-forward",
-                    )
+            try:
+                head = self._link(tip, head, entry, chain, aside, already)
+            except AgentgateError as exc:  # one entry that cannot merge must not stop the rest
+                self._decide(
+                    entry, Outcome("error", f"the queue could not merge it: {exc}", "promote")
                 )
-                head = entry.change_commit
-                continue
-            preview = self.repo.merge_preview(head, entry.change_commit)
-            if preview.conflicts:
-                aside.append(entry)
-                continue
-            if preview.tree == self.repo.tree_of(head):
-                # Nothing to land is not a merge: on the tip already, or (an identical
-                # change earlier in this batch) judged alone once the batch has landed.
-                (already if head == tip else aside).append(entry)
-                continue
-            merge = self.repo.commit_tree(
-                preview.tree,
-                [head, entry.change_commit],
-                records.merge_message(entry.task, entry.agent),
-                Author.for_agent(entry.agent),
-            )
-            chain.append((entry, merge, preview.tree, "merge"))
-            head = merge
         return chain, aside, already
+
+    def _link(
+        self,
+        tip: str,
+        head: str,
+        entry: Entry,
+        chain: list[tuple[Entry, str, str, str]],
+        aside: list[Entry],
+        already: list[Entry],
+    ) -> str:
+        """Add ``entry`` to the chain that ends at ``head`` (or set it aside); the new head."""
+        if head == entry.base:
+            chain.append(
+                (
+                    entry,
+                    entry.change_commit,
+                    self.repo.tree_of(entry.change_commit),
+                    "fast-forward",
+                )
+            )
+            return entry.change_commit
+        preview = self.repo.merge_preview(head, entry.change_commit)
+        if preview.conflicts:
+            aside.append(entry)
+            return head
+        if preview.tree == self.repo.tree_of(head):
+            # Nothing to land is not a merge: on the tip already, or (an identical
+            # change earlier in this batch) judged alone once the batch has landed.
+            (already if head == tip else aside).append(entry)
+            return head
+        merge = self.repo.commit_tree(
+            preview.tree,
+            [head, entry.change_commit],
+            records.merge_message(entry.task, entry.agent),
+            Author.for_agent(entry.agent),
+        )
+        chain.append((entry, merge, preview.tree, "merge"))
+        return merge
 
     def _test_and_land(
         self, tip: str, chain: list[tuple[Entry, str, str, str]], retest: BatchRetest

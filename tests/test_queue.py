@@ -358,3 +358,35 @@ def test_one_culprit_among_eight_processes(service: Path, tmp_path: Path) -> Non
     assert len(landed) == 7, outputs
     assert sorted(codes) == [0] * 7 + [1], outputs
     fsck(service)
+
+
+def test_an_entry_that_cannot_merge_does_not_stop_the_queue(
+    service: Path, tmp_path: Path
+) -> None:
+    """A queued change the leader cannot merge (its commit is gone) gets an error; the
+    attempts behind it still land."""
+    from dataclasses import replace
+
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    broken = replace(b.attempt("gone", {"g.txt": "g"}), change_commit="1" * 40)
+    outcomes = b.lead([broken, b.attempt("fine", {"f.txt": "f"})])
+    assert outcomes[0].status == "error" and "could not merge" in outcomes[0].reason
+    assert outcomes[1].status == "promoted"
+
+
+def test_an_entry_whose_process_is_gone_never_lands(service: Path, tmp_path: Path) -> None:
+    """Nobody would report it: a queued attempt whose process died is dropped, not landed."""
+    from dataclasses import replace
+
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    orphan = b.queue.enqueue(replace(b.attempt("orphan", {"o.txt": "o"}), pid=int(dead.stdout)))
+    (mine,) = b.lead([b.attempt("mine", {"m.txt": "m"})])
+    assert mine.status == "promoted"
+    assert b.queue.verdict(orphan.uid) is None and not any(
+        e.uid == orphan.uid for e in b.queue.entries()
+    )
+    assert "o.txt" not in git(b.path, "ls-tree", "--name-only", "main")
