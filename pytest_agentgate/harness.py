@@ -54,6 +54,7 @@ DEFAULT_HARNESS = (
     "__pycache__",
     "*.pyc",
     "shadowing",
+    ".gitattributes",
 )
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
 _TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
@@ -84,7 +85,9 @@ def violations(
     """
     found: list[str] = []
     components = [
-        r for r in rules if not _SECTION.match(r) and r not in ("__init__.py", "pytest_plugins")
+        r
+        for r in rules
+        if not _SECTION.match(r) and r not in ("__init__.py", "pytest_plugins", ".gitattributes")
     ]
     sections = [_SECTION.match(r) for r in rules if _SECTION.match(r)]
     for path in changed:
@@ -106,6 +109,12 @@ def violations(
                 ):
                     found.append(f"{path}:[{match['section']}]")
         if (
+            ".gitattributes" in rules
+            and name.lower() == ".gitattributes"
+            and _conversions(read(base_tree, path)) != _conversions(read(tree, path))
+        ):
+            found.append(f"{path} (.gitattributes: how files are written out)")
+        if (
             "pytest_plugins" in rules
             and _TEST_MODULE.search(path)
             and _plugins_line(read(base_tree, path)) != _plugins_line(read(tree, path))
@@ -121,6 +130,24 @@ def violations(
                 folder = path.rpartition("/")[0]
                 if folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES:
                     found.append(f"{path} (__init__.py of a test directory)")
+    return found
+
+
+#: Attributes that change the bytes a checkout writes (filters are never run: see repo.py).
+_CONVERTING = frozenset({"text", "eol", "crlf", "working-tree-encoding", "ident"})
+
+
+def _conversions(data: bytes | None) -> set[tuple[str, str]]:
+    """The (pattern, attribute) pairs of a ``.gitattributes`` that change how a checkout
+    writes a file's bytes: an attempt that sets one could make the gate test bytes that are
+    not its tree's (``working-tree-encoding=UTF-7`` turns ``+`` into ``+-``)."""
+    found: set[tuple[str, str]] = set()
+    for line in (data or b"").decode("utf-8", "replace").splitlines():
+        words = line.split("#", 1)[0].split() if not line.lstrip().startswith("#") else []
+        for word in words[1:]:
+            name = word.lstrip("-!").split("=", 1)[0].lower()
+            if name in _CONVERTING:
+                found.add((words[0], word))
     return found
 
 

@@ -581,13 +581,19 @@ class RecycleFailed(AgentgateError):
 def reset_checkout(repo: BaseRepo, path: Path, index: Path, rev: str) -> None:
     """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
 
-    ``read-tree --reset -u`` rewrites the paths whose blob or mode differs and every path
-    whose stat (ctime included) no longer matches; then one pass over the tree removes
-    everything untracked or ignored (a ``.pyc`` one run left must never run in the next
-    tree), nested ``.git`` entries and FIFOs, and resets directory modes; and the result is
-    verified as a snapshot would see it. :class:`RecycleFailed` when anything still differs.
+    Everything untracked or ignored is removed first (a ``.pyc`` one run left must never
+    run in the next tree, and a ``.gitattributes`` it left would change how git writes the
+    next tree's files); ``read-tree --reset -u`` then rewrites the paths whose blob or mode
+    differs and every path whose stat (ctime included) no longer matches; one more pass
+    removes what is left, nested ``.git`` entries and FIFOs, and resets directory modes; and
+    the result is verified as a snapshot would see it. :class:`RecycleFailed` when anything
+    still differs.
     """
     checkout = repo.index(path, index)
+    # First remove what the last run left: git reads a ``.gitattributes`` from the work
+    # tree while it writes files, so one left behind would change the bytes of the next.
+    for rel in checkout.differences(ignored_too=True).untracked:
+        remove_under(path, rel.rstrip("/"))
     checkout.read_tree(rev, update=True)
     # A tracked path still modified or missing after the reset means it could not be fixed.
     found = checkout.differences(ignored_too=True)

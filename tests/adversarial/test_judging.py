@@ -735,3 +735,39 @@ def test_a_reused_gate_checkout_carries_nothing_from_the_last_gate(service: Path
     assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
     assert "tampered" not in git(service, "show", "main:ledger/store.py")
     e.close()
+
+
+def test_a_gitattributes_one_gate_leaves_does_not_rewrite_the_next_tree(service: Path) -> None:
+    """Found by a trial: attempt A's test writes a ``.gitattributes`` into its gate's checkout
+    (``working-tree-encoding=UTF-7`` turns ``+`` into ``+-``). When the checkout is reused for
+    attempt B, git must not write B's files through it: B's broken helper must fail its gate."""
+    plant = (
+        "import pathlib\n"
+        "def test_plant():\n"
+        "    (pathlib.Path.cwd() / '.gitattributes').write_text("
+        "'ledger/sign.py working-tree-encoding=UTF-7\\n')\n"
+    )
+    e = engine(service)
+    first = attempt(e, {"tests/test_plant.py": plant}, task="plant attributes")
+    assert first.verdict.status == "promoted", first.verdict  # type: ignore[attr-defined]
+    # Broken as written (x - 2); right only if '+' became '+-' on the way out (x - 0).
+    store = GOOD_STORE.replace("self._rows.append(amount)", "self._rows.append(ident(amount))")
+    files = {
+        "ledger/sign.py": "def ident(x):\n    return x-(1 +1)\n",
+        "ledger/store.py": "from ledger.sign import ident\n\n\n" + store,
+    }
+    second = attempt(e, files, task="broken helper")
+    assert second.verdict.status == "rejected", second.verdict  # type: ignore[attr-defined]
+    assert "sign.py" not in git(service, "ls-tree", "-r", "--name-only", "main")
+
+
+def test_an_attempt_may_not_change_how_files_are_written_out(service: Path) -> None:
+    """A tracked ``.gitattributes`` that converts bytes on checkout (encoding, line ends,
+    ident) is the harness: the gate would test bytes the tree does not hold."""
+    e = engine(service)
+    found = attempt(e, {".gitattributes": "ledger/*.py working-tree-encoding=UTF-7\n"}, "attrs")
+    assert found.verdict.status == "rejected"  # type: ignore[attr-defined]
+    assert ".gitattributes" in found.verdict.reason  # type: ignore[attr-defined]
+    e2 = engine(service)
+    fine = attempt(e2, {".gitattributes": "*.bin binary\ndocs/* linguist-documentation\n"}, "ok")
+    assert fine.verdict.status == "promoted", fine.verdict  # type: ignore[attr-defined]
