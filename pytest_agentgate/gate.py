@@ -107,6 +107,8 @@ class GateSpec:
     #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
     outcome_is_enough: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    #: How many gate commands of one attempt run at once, each in its own checkout.
+    jobs: int = 1
 
     @property
     def has_gate(self) -> bool:
@@ -242,12 +244,16 @@ def run_commands(
     if isinstance(context, Path):
         context = GateContext(context)
     fault = collect if harness_fault is None else harness_fault
-    tests: dict[str, str] = {}
-    flaky: list[str] = []
-    reported = False
-    for command in spec.commands:
+
+    def judge_command(
+        command: results.Command,
+    ) -> tuple[CheckResult | None, dict[str, str] | None, list[str]]:
+        """One command, run again while it fails (``spec.rerun``): (its failure or None,
+        what it reported, the tests it found flaky)."""
         history: dict[str, list[str]] = {}
         runs = 0
+        failure: CheckResult | None = None
+        found: dict[str, str] | None = None
         while runs <= spec.rerun:
             runs += 1
             failure, found = _run_one(
@@ -264,15 +270,32 @@ def run_commands(
             t for t, seen in history.items()
             if seen[-1] == results.PASSED and any(o in (results.FAILED, results.ERROR) for o in seen)
         )  # fmt: skip
+        if failure is None and runs > 1 and not now_flaky and not collect:
+            now_flaky = [f"{label}: {results.display(command)}"]  # it failed, then passed
+        return failure, found, now_flaky
+
+    if spec.jobs > 1 and len(spec.commands) > 1:
+        # At once, each in its own checkout; judged below in the commands' order, so the
+        # first failing command decides, as when they run one after another.
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=spec.jobs, thread_name_prefix="agentgate-gate") as pool:
+            outcomes = list(pool.map(judge_command, spec.commands))
+    else:
+        outcomes = []
+        for command in spec.commands:
+            outcomes.append(judge_command(command))
+            if outcomes[-1][0] is not None:
+                break
+    tests: dict[str, str] = {}
+    flaky: list[str] = []
+    reported = False
+    for command, (failure, found, now_flaky) in zip(spec.commands, outcomes, strict=False):
         if found is not None:
             reported = True
             tests.update(found)
             if collect:
                 tests.update({t: results.FLAKY for t in now_flaky})
-        if failure is None and runs > 1 and not now_flaky and not collect:
-            now_flaky = [
-                f"{label}: {results.display(command)}"
-            ]  # the command itself failed, then passed
         flaky += now_flaky
         if failure is not None:
             return dataclasses.replace(

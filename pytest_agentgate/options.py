@@ -71,6 +71,13 @@ OPTIONS = (
         "SECONDS",
     ),
     Option(
+        "gate_jobs",
+        "how many gate commands of one attempt run at once, each in its own checkout",
+        "int",
+        1,
+        "N",
+    ),
+    Option(
         "promote",
         "move the target for real (default: a dry run onto a scratch ref of the run's own)",
         "bool",

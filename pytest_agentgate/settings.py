@@ -49,6 +49,7 @@ class Settings:
     agent: str = "agent"
     gate: tuple[str, ...] = ()
     gate_timeout: float = 600.0
+    gate_jobs: int = 1
     protect: tuple[str, ...] = ()
     unprotect: tuple[str, ...] = ()
     rerun_gate: int = 0
@@ -134,6 +135,7 @@ class Settings:
             agent=agent,
             gate=tuple(c for c in values["gate"] or () if c.strip()),
             gate_timeout=float(values["gate_timeout"]),
+            gate_jobs=int(values["gate_jobs"]),
             protect=protect,
             unprotect=unprotect,
             rerun_gate=int(values["rerun_gate"]),
@@ -184,6 +186,7 @@ class Settings:
             results_file=self.gate_results,
             rerun=self.rerun_gate,
             flaky=self.flaky,
+            jobs=self.gate_jobs,
         )
 
     def engine_settings(self, workdir: Path, run_id: str = "") -> EngineSettings:

@@ -771,3 +771,31 @@ def test_an_attempt_may_not_change_how_files_are_written_out(service: Path) -> N
     e2 = engine(service)
     fine = attempt(e2, {".gitattributes": "*.bin binary\ndocs/* linguist-documentation\n"}, "ok")
     assert fine.verdict.status == "promoted", fine.verdict  # type: ignore[attr-defined]
+
+
+def test_gate_commands_run_at_once_with_gate_jobs(service: Path, tmp_path: Path) -> None:
+    """Two gate commands that each wait for the other to start: they pass only when they run
+    at the same time (each in its own checkout), and the first failing command decides."""
+    meet = tmp_path / "meet"
+    meet.mkdir()
+
+    def waits_for(me: str, other: str) -> str:
+        return (
+            f"{sys.executable} -c \"import pathlib, time, sys; d = pathlib.Path({str(meet)!r}); "
+            f"(d / {me!r}).touch(); end = time.monotonic() + 20\n"
+            f"while not (d / {other!r}).exists() and time.monotonic() < end: time.sleep(0.01)\n"
+            f"sys.exit(0 if (d / {other!r}).exists() else 1)\""
+        )
+
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(waits_for("a", "b"), waits_for("b", "a")), timeout=60, jobs=2),
+        sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    assert attempt(e, {"x.txt": "x\n"}, task="together").verdict.status == "promoted"  # type: ignore[attr-defined]
+    from pytest_agentgate import gate as gate_module
+
+    spec = GateSpec(commands=("sh -c 'exit 3'", "sh -c 'exit 4'"), jobs=2)
+    tree = git(service, "rev-parse", "main^{tree}")
+    found = gate_module.run_commands(e.repo, tree, spec, e.gate_context())
+    assert not found.ok and "exited 3" in found.message  # the first command's failure decides
