@@ -13,7 +13,7 @@ import dataclasses
 import fnmatch
 import secrets
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -22,7 +22,7 @@ from . import harness, results
 from .grading import Grading
 from .removal import remove_tree
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
-from .workspace import changed_lines, checkout_tree
+from .workspace import checkout_tree
 
 if TYPE_CHECKING:
     from .checkouts import GateCheckouts
@@ -148,7 +148,7 @@ def check_limits(repo: BaseRepo, snap: Snapshot, spec: GateSpec) -> CheckResult:
             False, f"changes protected paths: {', '.join(what)}{note}", name="protect"
         )
     if spec.max_changed_lines is not None:
-        lines = changed_lines(repo, snap.base_tree, snap.tree)
+        lines = repo.changed_lines(snap.base_tree, snap.tree)
         if lines > spec.max_changed_lines:
             return CheckResult(
                 False,
@@ -320,6 +320,21 @@ def run_commands(
     )
 
 
+@contextlib.contextmanager
+def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) -> Iterator[Path]:
+    """A clean checkout of exactly ``tree`` for one command: a kept one reset to it (see
+    :mod:`.checkouts`), or a fresh one removed afterwards."""
+    if context.checkouts is not None:
+        with context.checkouts.checkout(tree, name) as path:
+            yield path
+        return
+    path = checkout_tree(repo, tree, context.private_root, name=name)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
 def _run_one(
     repo: BaseRepo,
     tree: str,
@@ -331,65 +346,45 @@ def _run_one(
     collect: bool,
     fault: bool,
 ) -> tuple[CheckResult | None, dict[str, str] | None]:
-    """One run of one gate command in a fresh checkout: (the failure or None, its results)."""
+    """One run of one gate command in a clean checkout: (the failure or None, its results)."""
     name = secrets.token_hex(16)
-    with contextlib.ExitStack() as stack:
-        if context.checkouts is not None:
-            checkout = stack.enter_context(context.checkouts.checkout(tree, name))
-        else:
-            checkout = checkout_tree(repo, tree, context.private_root, name=name)
-            stack.callback(remove_tree, checkout)
-        return _run_in(checkout, name, spec, context, label, command, baseline, collect, fault)
-
-
-def _run_in(
-    checkout: Path,
-    name: str,
-    spec: GateSpec,
-    context: GateContext,
-    label: str,
-    command: results.Command,
-    baseline: Mapping[str, str] | None,
-    collect: bool,
-    fault: bool,
-) -> tuple[CheckResult | None, dict[str, str] | None]:
-    """One run of one gate command in ``checkout`` (clean, exactly the tree judged)."""
-    private = context.private_root / f"{name}.private"
-    argv = results.argv_of(command)
-    junit: Path | None = None
-    env = dict(spec.env)
-    if argv is not None and results.is_pytest(argv):
-        junit = private / "tmp" / "agentgate-results.xml"
-        inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
-        # xunit1: its test cases name their file, so results are keyed by pytest's node ids.
-        argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit1"]
-        for plugin in environment_plugins():
-            argv += ["-p", plugin]
-        # Naming a plugin and its submodule (xdist, xdist.looponfail) warns that the module
-        # was imported before it could be rewritten: a base with filterwarnings=error would
-        # then fail its own gate for the plugin's way of loading, not for its tests.
-        argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    elif spec.results_file:
-        junit = checkout / spec.results_file
-    # What the gate runs is the agent's code: give its git no inherited repository to
-    # reach, and no way up out of the checkout (which has no .git of its own).
-    env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
-    env["AGENTGATE_CHECKOUT"] = str(checkout)
-    env["AGENTGATE_ACTIVE"] = "1"
-    try:
-        result = run_contained(
-            context.sandbox,
-            context.role,
-            argv if argv is not None else results.display(command),
-            cwd=checkout,
-            private=private,
-            timeout=spec.timeout,
-            env=env,
-        )
-        found = _read_results(junit)
-    finally:
-        remove_tree(private)
+    with _checkout_for(repo, tree, context, name) as checkout:
+        private = context.private_root / f"{name}.private"
+        argv = results.argv_of(command)
+        junit: Path | None = None
+        env = dict(spec.env)
+        if argv is not None and results.is_pytest(argv):
+            junit = private / "tmp" / "agentgate-results.xml"
+            inside = "/tmp/agentgate-results.xml" if context.sandbox.active else str(junit)
+            # xunit1: its test cases name their file, so results are keyed by pytest's node ids.
+            argv = [*argv, f"--junitxml={inside}", "-o", "junit_family=xunit1"]
+            for plugin in environment_plugins():
+                argv += ["-p", plugin]
+            # Naming a plugin and its submodule (xdist, xdist.looponfail) warns that the module
+            # was imported before it could be rewritten: a base with filterwarnings=error would
+            # then fail its own gate for the plugin's way of loading, not for its tests.
+            argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        elif spec.results_file:
+            junit = checkout / spec.results_file
+        # What the gate runs is the agent's code: give its git no inherited repository to
+        # reach, and no way up out of the checkout (which has no .git of its own).
+        env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
+        env["AGENTGATE_CHECKOUT"] = str(checkout)
+        env["AGENTGATE_ACTIVE"] = "1"
+        try:
+            result = run_contained(
+                context.sandbox,
+                context.role,
+                argv if argv is not None else results.display(command),
+                cwd=checkout,
+                private=private,
+                timeout=spec.timeout,
+                env=env,
+            )
+            found = _read_results(junit)
+        finally:
+            remove_tree(private)
     where = f"{label}: {results.display(command)}"
     if result.launch_error:
         return CheckResult(

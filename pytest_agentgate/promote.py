@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import _faults, locks, records
+from . import _faults, records
 from .checkout import recover_worktree
 from .errors import (
     GateFailed,
@@ -52,13 +51,6 @@ class Move:
             stacklevel=2,
         )
         return self.moved_ref
-
-
-@contextmanager
-def target_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
-    """The plugin's lock for ``ref`` (see :mod:`.locks`); yields the wait in ms."""
-    with locks.ref_lock(repo, ref) as waited:
-        yield waited
 
 
 # -- promotion ------------------------------------------------------------------------

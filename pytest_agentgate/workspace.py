@@ -515,11 +515,6 @@ def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], 
     return tuple(changes), tuple(objects)
 
 
-def changed_lines(repo: BaseRepo, old: str, new: str) -> int:
-    """Added plus deleted lines between two trees (binary files count as one line each)."""
-    return repo.changed_lines(old, new)
-
-
 def checkout_tree(repo: BaseRepo, tree: str, root: Path, name: str = "gate") -> Path:
     """A clean checkout of exactly ``tree`` in a new directory (nothing untracked in it)."""
     path, index = _checkout(repo, tree, root, name)
