@@ -112,6 +112,40 @@ def _terminate_as_exit() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class Running:
+    """The supervisors of commands run at once (one per thread), so that an interrupt in
+    the thread waiting for them ends them all instead of waiting for each to finish."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self.ended = False
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            ended = self.ended
+        if ended:  # the run was interrupted while this command was starting
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        # Popen signals only a child it has not reaped: a finished one's pid, reused by
+        # then, is never signalled, whenever this runs.
+        with self._lock:
+            self._procs.discard(proc)
+
+    def end_all(self) -> None:
+        """Ask every supervisor still running to end its command (each sweeps its own
+        processes and reports); commands not yet started will not start."""
+        with self._lock:
+            self.ended = True
+            procs = list(self._procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+
 def run_command(
     command: str | Iterable[str],
     *,
@@ -122,6 +156,7 @@ def run_command(
     wrap: Callable[[list[str]], list[str]] | None = None,
     pids_max: int | None = None,
     fsize_max: int | None = None,
+    running: Running | None = None,
 ) -> CommandResult:
     """Run ``command`` (a shell string or an argument list) and wait at most ``timeout`` s.
 
@@ -169,6 +204,8 @@ def run_command(
             os.close(status_w)
         if started is not None:
             started.append(proc.pid)
+        if running is not None:
+            running.add(proc)
         assert proc.stdin is not None
         proc.stdin.write(marshal.dumps(config))
         proc.stdin.close()
@@ -185,6 +222,8 @@ def run_command(
                     data = b""
                 proc.wait()
         finally:
+            if running is not None:
+                running.discard(proc)
             os.close(status_r)
             # Whatever is still in the command's cgroup (its supervisor was killed before it
             # could sweep) goes now.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import os
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import harness, results
+from ._proc import Running
 from .grading import Grading
 from .removal import remove_tree
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
@@ -246,7 +248,7 @@ def run_commands(
     fault = collect if harness_fault is None else harness_fault
 
     def judge_command(
-        command: results.Command,
+        command: results.Command, running: Running | None = None
     ) -> tuple[CheckResult | None, dict[str, str] | None, list[str]]:
         """One command, run again while it fails (``spec.rerun``): (its failure or None,
         what it reported, the tests it found flaky)."""
@@ -255,9 +257,11 @@ def run_commands(
         failure: CheckResult | None = None
         found: dict[str, str] | None = None
         while runs <= spec.rerun:
+            if running is not None and running.ended:
+                raise KeyboardInterrupt  # the gate was interrupted: start nothing more
             runs += 1
             failure, found = _run_one(
-                repo, tree, spec, context, label, command, baseline, collect, fault
+                repo, tree, spec, context, label, command, baseline, collect, fault, running
             )
             for test, outcome in (found or {}).items():
                 history.setdefault(test, []).append(outcome)
@@ -277,10 +281,7 @@ def run_commands(
     if spec.jobs > 1 and len(spec.commands) > 1:
         # At once, each in its own checkout; judged below in the commands' order, so the
         # first failing command decides, as when they run one after another.
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=spec.jobs, thread_name_prefix="agentgate-gate") as pool:
-            outcomes = list(pool.map(judge_command, spec.commands))
+        outcomes = _at_once(judge_command, spec.commands, spec.jobs)
     else:
         outcomes = []
         for command in spec.commands:
@@ -320,6 +321,63 @@ def run_commands(
     )
 
 
+_Judged = tuple[CheckResult | None, dict[str, str] | None, list[str]]
+
+
+def _at_once(
+    judge: Callable[[results.Command, Running], _Judged],
+    commands: Sequence[results.Command],
+    jobs: int,
+) -> list[_Judged]:
+    """Judge ``commands`` at once, ``jobs`` at a time, each in its own thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    running = Running()
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="agentgate-gate")
+    try:
+        outcomes = list(pool.map(lambda c: judge(c, running), commands))
+    except BaseException:
+        # Ctrl-C, a timeout of the test: end the commands still running (each sweeps its
+        # processes) rather than wait for each to finish, and start no more.
+        running.end_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return outcomes
+
+
+#: What stops pytest's search for a configuration at the folder that holds the checkouts:
+#: a ``pytest.ini`` is a configuration even when it sets nothing.
+_BOUNDARY_INI = (
+    "# Written by pytest-agentgate: a gate reads only its checkout's configuration.\n[pytest]\n"
+)
+
+
+def _confined_to(checkout: Path, argv: Sequence[str]) -> list[str]:
+    """The options that keep a pytest gate to the configuration its checkout holds.
+
+    pytest looks for an ini file, and loads ``conftest.py`` files, in every folder up from
+    its arguments: when the tree has no configuration at its root, whatever lies above the
+    checkout (written there by an uncontained agent, or a user's own project) would be the
+    gate's. A boundary ``pytest.ini`` in the checkouts' folder (rewritten before each run,
+    so nothing left there counts) ends the search; ``--rootdir`` keeps node ids relative to
+    the checkout when that boundary is what pytest found, and ``--confcutdir`` loads no
+    ``conftest.py`` above it. A gate that names its own keeps them.
+    """
+    # Replaced, never opened: a link left in its place is not followed, and a gate running
+    # beside this one (--agentgate-gate-jobs) never finds the file missing or half written.
+    fresh = checkout.parent / f".pytest.ini.{secrets.token_hex(8)}"
+    fresh.write_text(_BOUNDARY_INI, encoding="utf-8")
+    os.replace(fresh, checkout.parent / "pytest.ini")
+    given = {arg.split("=", 1)[0] for arg in argv}
+    extra = []
+    if "--rootdir" not in given:
+        extra.append(f"--rootdir={checkout}")
+    if "--confcutdir" not in given:
+        extra.append(f"--confcutdir={checkout}")
+    return extra
+
+
 @contextlib.contextmanager
 def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) -> Iterator[Path]:
     """A clean checkout of exactly ``tree`` for one command: a kept one reset to it (see
@@ -345,6 +403,7 @@ def _run_one(
     baseline: Mapping[str, str] | None,
     collect: bool,
     fault: bool,
+    running: Running | None = None,
 ) -> tuple[CheckResult | None, dict[str, str] | None]:
     """One run of one gate command in a clean checkout: (the failure or None, its results)."""
     name = secrets.token_hex(16)
@@ -364,6 +423,7 @@ def _run_one(
             # was imported before it could be rewritten: a base with filterwarnings=error would
             # then fail its own gate for the plugin's way of loading, not for its tests.
             argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+            argv += _confined_to(checkout, argv)
             env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         elif spec.results_file:
             junit = checkout / spec.results_file
@@ -381,6 +441,7 @@ def _run_one(
                 private=private,
                 timeout=spec.timeout,
                 env=env,
+                running=running,
             )
             found = _read_results(junit)
         finally:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from ._proc import CommandResult
+    from ._proc import CommandResult, Running
 
 MODES = ("auto", "bwrap", "none")
 NETWORKS = ("none", "host")
@@ -401,6 +401,7 @@ def run_contained(
     env: Mapping[str, str] | None = None,
     objects: Path | None = None,
     started: list[int] | None = None,
+    running: Running | None = None,
 ) -> CommandResult:
     """Run ``command`` in ``cwd`` as ``role``: contained when the sandbox is active.
 
@@ -429,6 +430,7 @@ def run_contained(
         env=run_env,
         timeout=timeout,
         started=started,
+        running=running,
         wrap=wrap,
         pids_max=sandbox.settings.pids_max,
         fsize_max=sandbox.settings.file_bytes,

@@ -799,3 +799,97 @@ def test_gate_commands_run_at_once_with_gate_jobs(service: Path, tmp_path: Path)
     tree = git(service, "rev-parse", "main^{tree}")
     found = gate_module.run_commands(e.repo, tree, spec, e.gate_context())
     assert not found.ok and "exited 3" in found.message  # the first command's failure decides
+
+
+@pytest.mark.parametrize("config", ["pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"])
+def test_configuration_planted_above_the_gate_checkout_is_never_read(
+    service: Path, config: str
+) -> None:
+    """Uncontained, an agent can write beside its workspace, above the gate's checkouts: a
+    pytest configuration and a conftest.py found there would be the gate's (pytest looks for
+    both in every directory up from its arguments when the checkout has none of its own)."""
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(GATE,), timeout=120), sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    section = {
+        "pytest.ini": "[pytest]\n",
+        "tox.ini": "[pytest]\n",
+        "setup.cfg": "[tool:pytest]\n",
+        "pyproject.toml": "[tool.pytest.ini_options]\n",
+    }[config]
+    ws = e.fork(task="plant")
+    write(ws.path, {"ledger/store.py": BROKEN_STORE})
+    planted = []
+    for folder in [ws.path.parent, *ws.path.parent.parents][:4]:
+        for name, text in ((config, section), ("conftest.py", PASS_EVERY_REPORT)):
+            path = folder / name
+            if not path.exists():
+                path.write_text(text)
+                planted.append(path)
+    try:
+        verdict = e.run_attempt(ws, task="plant").verdict
+    finally:
+        for path in planted:
+            path.unlink()
+    assert verdict.status == "rejected", verdict
+    assert "test_ledger" in verdict.reason
+
+
+def test_an_interrupt_ends_gate_commands_running_at_once(service: Path, tmp_path: Path) -> None:
+    """Ctrl-C while two gate commands run at once (--agentgate-gate-jobs): both are ended at
+    once, not waited for until their timeout, and nothing of theirs outlives the run."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    sleeper = (
+        f"{sys.executable} -c \"import os, pathlib, time; "
+        f"pathlib.Path({str(marks)!r}, str(os.getpid())).touch(); time.sleep(120)\""
+    )
+    script = tmp_path / "interrupted.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            from pathlib import Path
+            from pytest_agentgate import gate, sandbox
+            from pytest_agentgate.gate import GateContext, GateSpec
+            from pytest_agentgate.repo import BaseRepo
+
+            repo = BaseRepo(Path({str(service / ".git")!r}), None)
+            tree = repo.tree_of("main")
+            spec = GateSpec(commands=({sleeper!r}, {sleeper!r}), jobs=2, timeout=300)
+            root = Path({str(tmp_path / "gate")!r})
+            root.mkdir()
+            context = GateContext(root, sandbox.resolve(sandbox.Settings(mode="none")))
+            try:
+                gate.run_commands(repo, tree, spec, context)
+            except KeyboardInterrupt:
+                sys.exit(130)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)])
+    deadline = time.monotonic() + 60
+    while len(list(marks.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = [int(p.name) for p in marks.iterdir()]
+    assert len(started) == 2, "the two gate commands did not start"
+    begin = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    assert time.monotonic() - begin < 15  # not the commands' 120 s
+    for pid in started:
+        gone = False
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                gone = True
+                break
+            time.sleep(0.05)
+        assert gone, f"gate command {pid} outlived the interrupted run"
