@@ -28,7 +28,8 @@ class GateCheckouts:
         self.repo = repo
         self.root = root
         self.keep = keep
-        self._free: list[tuple[Path, Path]] = []
+        #: Kept checkouts: the folder, its index, and the tree it was last brought to.
+        self._free: list[tuple[Path, Path, str]] = []
         self._lock = threading.Lock()
         #: How many checkouts were reused rather than made afresh (for the benchmark).
         self.reused = 0
@@ -38,14 +39,16 @@ class GateCheckouts:
         """A clean checkout of exactly ``tree`` for one command; kept afterwards for reuse
         unless the command's run raised (then removed)."""
         with self._lock:
-            taken = self._free.pop() if self._free else None
-        if taken is not None:
+            found = self._free.pop() if self._free else None
+        taken: tuple[Path, Path] | None = None
+        if found is not None:
+            path, index, current = found
             try:
-                reset_checkout(self.repo, taken[0], taken[1], tree)
+                reset_checkout(self.repo, path, index, tree, current=current)
+                taken = (path, index)
                 self.reused += 1
             except (RecycleFailed, GitError, OSError):
-                _remove(taken)
-                taken = None
+                _remove((path, index))
         if taken is None:
             taken = checkout_with_index(self.repo, tree, self.root, name)
         kept = False
@@ -53,7 +56,7 @@ class GateCheckouts:
             yield taken[0]
             with self._lock:
                 if len(self._free) < self.keep:
-                    self._free.append(taken)
+                    self._free.append((*taken, tree))
                     kept = True
         finally:
             if not kept:
@@ -63,8 +66,8 @@ class GateCheckouts:
         """Remove every kept checkout."""
         with self._lock:
             free, self._free = self._free, []
-        for taken in free:
-            _remove(taken)
+        for path, index, _tree in free:
+            _remove((path, index))
 
 
 def _remove(taken: tuple[Path, Path]) -> None:

@@ -93,20 +93,22 @@ class Index:
             found.append(IndexEntry(mode, oid, path))
         return found
 
-    def differences(self, *, ignored_too: bool = False) -> Differences:
+    def differences(self, *, ignored_too: bool = False, tracked: bool = True) -> Differences:
         """Untracked paths, and tracked ones modified or deleted, in one pass.
 
         Ignore rules are honoured unless ``ignored_too``, which also lists a directory git
-        need not enter as one entry (``dir/``) rather than every file in it.
+        need not enter as one entry (``dir/``) rather than every file in it. Without
+        ``tracked`` only the untracked are listed: no tracked file is examined (a racily
+        clean one, written in the second its index was, would be read whole).
         """
-        args = ["ls-files", "-z", "-t", "--others", "--modified"]
+        args = ["ls-files", "-z", "-t", "--others"] + (["--modified"] if tracked else [])
         args.append("--directory" if ignored_too else "--exclude-standard")
         others: dict[str, None] = {}
-        tracked: dict[str, None] = {}
+        changed: dict[str, None] = {}
         for item in _git.split_z(self._run(*args).stdout):
             tag, _, rel = item.partition(" ")
-            (others if tag == "?" else tracked)[rel] = None
-        return Differences(tuple(others), tuple(tracked))
+            (others if tag == "?" else changed)[rel] = None
+        return Differences(tuple(others), tuple(changed))
 
     def changed_since(self, rev: str) -> list[str]:
         """Tracked paths whose staged or checked-out content differs from ``rev``."""

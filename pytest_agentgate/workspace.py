@@ -573,7 +573,9 @@ class RecycleFailed(AgentgateError):
         super().__init__(f"cannot recycle {path}: {reason}")
 
 
-def reset_checkout(repo: BaseRepo, path: Path, index: Path, rev: str) -> None:
+def reset_checkout(
+    repo: BaseRepo, path: Path, index: Path, rev: str, *, current: str | None = None
+) -> None:
     """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
 
     Everything untracked or ignored is removed first (a ``.pyc`` one run left must never
@@ -583,15 +585,30 @@ def reset_checkout(repo: BaseRepo, path: Path, index: Path, rev: str) -> None:
     removes what is left, nested ``.git`` entries and FIFOs, and resets directory modes; and
     the result is verified as a snapshot would see it. :class:`RecycleFailed` when anything
     still differs.
+
+    With ``current`` (the tree the checkout was last brought to), git first rewrites only
+    the paths that differ between the two trees, with no stat pass of its own; the
+    verification's pass then finds any other file changed, and only then is every path
+    reset and verified again.
     """
     checkout = repo.index(path, index)
     # First remove what the last run left: git reads a ``.gitattributes`` from the work
     # tree while it writes files, so one left behind would change the bytes of the next.
-    for rel in checkout.differences(ignored_too=True).untracked:
+    for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
         remove_under(path, rel.rstrip("/"))
-    checkout.read_tree(rev, update=True)
+    found = None
+    if current is not None:
+        try:
+            checkout.merge_trees(current, rev)
+            found = checkout.differences(ignored_too=True)
+        except GitError:
+            found = None  # a changed file was in the way: reset every path below
+        if found is not None and found.changed:
+            found = None
+    if found is None:
+        checkout.read_tree(rev, update=True)
+        found = checkout.differences(ignored_too=True)
     # A tracked path still modified or missing after the reset means it could not be fixed.
-    found = checkout.differences(ignored_too=True)
     if found.changed:
         raise RecycleFailed(
             path, f"still differs from {rev[:12]} at {', '.join(found.changed[:5])}"

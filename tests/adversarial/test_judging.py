@@ -893,3 +893,39 @@ def test_an_interrupt_ends_gate_commands_running_at_once(service: Path, tmp_path
                 break
             time.sleep(0.05)
         assert gone, f"gate command {pid} outlived the interrupted run"
+
+
+def test_a_same_size_edit_with_its_time_restored_is_undone_in_a_reused_checkout(
+    service: Path, tmp_path: Path
+) -> None:
+    """A reused checkout is first brought over by the paths that differ between the two
+    trees; a file the last gate edited in place (same size, its mtime put back), in a path
+    both trees share, must still be found and rewritten before the next gate runs."""
+    tamper = tmp_path / "tamper.py"
+    tamper.write_text(
+        textwrap.dedent(
+            """
+            import os, pathlib, sys
+            p = pathlib.Path("ledger/api.py")
+            text = p.read_text()
+            if "TAMPERED" in text:
+                sys.exit(1)  # the last gate's edit is still here
+            st = p.stat()
+            p.write_text("#TAMPERED" + text[9:])  # the same size
+            os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+            """
+        )
+    )
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(f"{sys.executable} {tamper}",), timeout=60),
+        sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    for n in range(3):
+        ws = e.fork(task=f"change {n}")
+        (ws.path / f"c{n}.txt").write_text(f"{n}\n")
+        found = e.run_attempt(ws, task=f"change {n}")
+        assert found.verdict.status == "promoted", found.verdict
+        e.release(ws)
+    assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
+    e.close()
