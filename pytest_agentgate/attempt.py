@@ -68,6 +68,8 @@ class Attempt:
     graded_baseline: dict[str, str] | None = None
     #: The batch the attempt landed in (``<id> (<k> of <n>)``), when it shared a re-test.
     batch: str = ""
+    #: When its own gate began (seconds since the epoch; 0: not announced to the queue).
+    gate_began: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
 
     @property

@@ -575,7 +575,8 @@ class Engine:
 
         gate_s = attempt.timings.get("gate", 0.0) / 1000
         found = self.queue.land(
-            gather_s=min(30.0, max(0.2, 1.5 * gate_s)),
+            gate_s=gate_s,
+            began=attempt.gate_began,
             uid=attempt.uid,
             key=self._batch_key(spec),
             change_commit=attempt.change_commit,
@@ -756,7 +757,8 @@ class Engine:
             return Verdict("error", NO_GATE, "gate")
         # gate -> verdict
         if spec.commands and self.settings.retest and spec.grading is None:
-            self.queue.announce(attempt.uid, self._batch_key(spec))  # a leader may wait for it
+            # A leader may wait for it.
+            attempt.gate_began = self.queue.announce(attempt.uid, self._batch_key(spec))
         gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
         try:
             attempt.checks = self.judge(attempt, gate_spec, extra_checks)

@@ -45,6 +45,9 @@ from .repo import Author, BaseRepo
 from .target import MoveNote, Target
 
 MAX_ROUNDS = 20
+#: How much later than a batch's own (as a share of a gate's duration) an attempt's gate may
+#: have begun for the batch's leader to wait for it.
+GATHER_SHARE = 0.3
 
 #: A re-test: (the merged tree, the tip it stands on, the bases of the attempts in it) ->
 #: (passed, why it failed, output tail).
@@ -66,6 +69,8 @@ class Entry:
     record: dict[str, object]
     pid: int
     known_objects: tuple[str, ...] = ()
+    #: When the attempt's own gate began (seconds since the epoch; 0: unknown).
+    began: float = 0.0
 
     @property
     def label(self) -> str:
@@ -125,7 +130,8 @@ class LandingQueue:
         record: Mapping[str, object],
         known_objects: Sequence[str] = (),
         retest: BatchRetest,
-        gather_s: float = 0.0,
+        gate_s: float = 0.0,
+        began: float = 0.0,
     ) -> Outcome:
         """Queue one attempt and wait for its verdict (leading when nobody else does).
 
@@ -144,6 +150,7 @@ class LandingQueue:
                 record=dict(record),
                 pid=os.getpid(),
                 known_objects=tuple(known_objects),
+                began=began,
             )
         )
         try:
@@ -151,7 +158,7 @@ class LandingQueue:
                 with self.target.lock() as waited:
                     found = self.verdict(entry.uid)
                     if found is None:
-                        self.lead(key, retest, gather_s=gather_s)
+                        self.lead(key, retest, gate_s=gate_s)
                         found = self.verdict(entry.uid)
                     if found is not None:
                         found.lock_wait_ms = waited
@@ -198,17 +205,22 @@ class LandingQueue:
 
     # -- attempts on their way ------------------------------------------------------------
 
-    def announce(self, uid: str, key: str) -> None:
+    def announce(self, uid: str, key: str) -> float:
         """An attempt of ``key`` is being judged and may soon need a merge: a leader making
-        a batch waits for it, a bounded time, rather than re-testing without it."""
+        a batch of attempts whose gates began with this one's waits for it, rather than
+        re-testing without it. Returns when its gate began (for :meth:`land`)."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        _write(self.folder / f"{uid}.intent", json.dumps({"key": key, "pid": os.getpid()}))
+        began = time.time()
+        intent = {"key": key, "pid": os.getpid(), "since": began}
+        _write(self.folder / f"{uid}.intent", json.dumps(intent))
+        return began
 
     def arrived(self, uid: str) -> None:
         """The attempt is judged (queued, landed or rejected): nobody need wait for it."""
         (self.folder / f"{uid}.intent").unlink(missing_ok=True)
 
-    def _in_flight(self, key: str) -> int:
+    def _in_flight(self, key: str, began_by: float) -> int:
+        """How many attempts of ``key`` are being judged whose gate began by ``began_by``."""
         count = 0
         for path in self.folder.glob("*.intent"):
             try:
@@ -217,31 +229,44 @@ class LandingQueue:
                 continue
             if data.get("key") != key:
                 continue
-            if pending.pid_alive(int(data.get("pid", 0))):
-                count += 1
-            else:
+            if not pending.pid_alive(int(data.get("pid", 0))):
                 path.unlink(missing_ok=True)  # a process that died judging
+            elif float(data.get("since", 0)) <= began_by:
+                count += 1
         return count
 
-    def _gather(self, key: str, have: int, limit_s: float) -> None:
-        """Wait (at most ``limit_s``) for attempts still being judged to join this batch."""
-        deadline = time.monotonic() + limit_s
-        while have < self.batch_max and time.monotonic() < deadline and self._in_flight(key):
+    def _gather(self, queued: list[Entry], gate_s: float) -> None:
+        """Wait (a bounded time) for the attempts whose gates began with the batch's own
+        to join it: they should arrive about when these did.
+
+        Not for one whose gate began later (by more than ``GATHER_SHARE`` of a gate's
+        duration): waiting for it would hold every attempt of the batch back by most of a
+        gate, to save it a re-test it can have on its own meanwhile.
+        """
+        key = queued[0].key
+        now = time.time()
+        latest = max((e.began or now - gate_s) for e in queued)
+        began_by = latest + GATHER_SHARE * gate_s
+        deadline = time.monotonic() + min(30.0, max(0.2, 1.5 * gate_s))
+        have = len(queued)
+        while (
+            have < self.batch_max and time.monotonic() < deadline and self._in_flight(key, began_by)
+        ):
             time.sleep(0.01)
             have = sum(1 for e in self.entries() if e.key == key)
 
     # -- the leader's side --------------------------------------------------------------
 
-    def lead(self, key: str, retest: BatchRetest, *, gather_s: float = 0.0) -> None:
+    def lead(self, key: str, retest: BatchRetest, *, gate_s: float = 0.0) -> None:
         """Land every queued attempt of this batch key, batch after batch. Call with the
-        target's lock held (:meth:`land` does). With ``gather_s``, a batch with room first
-        waits that long at most for attempts of the same key still being judged."""
+        target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
+        batch with room first waits briefly for attempts about to finish their own gate."""
         for _ in range(MAX_ROUNDS * 4):
             queued = [e for e in self.entries() if e.key == key]
             if not queued:
                 return
-            if gather_s > 0 and len(queued) < self.batch_max:
-                self._gather(key, len(queued), gather_s)
+            if gate_s > 0 and len(queued) < self.batch_max:
+                self._gather(queued, gate_s)
                 queued = [e for e in self.entries() if e.key == key]
             queued = self._without_dead_owners(self._settle_dead_leaders(queued))
             if queued:

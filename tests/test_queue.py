@@ -4,6 +4,7 @@ real processes and real pytest runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -98,6 +99,48 @@ def test_a_batch_shares_one_retest_and_lands_one_commit_per_attempt(
     assert records["task a3"].trailers["Retest"] == "batched"  # below the top: not tested alone
     moves = [r for r in b.target.log.read() if r.op == "promote"]
     assert [m.note for m in moves] == ["fast-forward", "batch"]
+    fsck(b.path)
+
+
+def test_a_leader_waits_for_gates_that_began_with_its_batch_not_for_later_ones(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found measuring 16 agents under ``-n 4``: a leader that waited for every attempt being
+    judged held its batch back by a whole gate for one whose gate had just begun. It waits
+    for one whose gate began with the batch's own; one that began a gate later lands in the
+    next batch instead."""
+    import threading
+    import time
+
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("first", {"first.txt": "0"})])  # the target moves: the rest need merges
+    began = b.queue.announce("uid-early", KEY)  # its gate begins with the leader's own
+    mine = dataclasses.replace(b.attempt("mine", {"mine.txt": "1"}), began=began)
+    early, late = b.attempt("early", {"early.txt": "2"}), b.attempt("late", {"late.txt": "3"})
+    time.sleep(0.4)
+    b.queue.announce("uid-late", KEY)  # begins 0.4 gate-durations later
+
+    def arrive(entry: Entry, after_s: float) -> None:
+        time.sleep(after_s)
+        b.queue.enqueue(entry)
+        b.queue.arrived(entry.uid)
+
+    arrivals = [threading.Thread(target=arrive, args=(early, 0.3)),
+                threading.Thread(target=arrive, args=(late, 0.8))]  # fmt: skip
+    queued = b.queue.enqueue(mine)
+    for thread in arrivals:
+        thread.start()
+    with b.target.lock():
+        b.queue.lead(KEY, b.retest(), gate_s=1.0)  # type: ignore[arg-type]
+    for thread in arrivals:
+        thread.join()
+    with b.target.lock():
+        b.queue.lead(KEY, b.retest(), gate_s=1.0)  # type: ignore[arg-type]
+    found = {e.agent: b.queue.verdict(e.uid) for e in (queued, early, late)}
+    assert all(o is not None and o.status == "promoted" for o in found.values()), found
+    batch_of = {agent: o.batch.split(" ", 1)[0] for agent, o in found.items() if o}
+    assert batch_of["mine"] == batch_of["early"]  # waited for: it began with the batch
+    assert batch_of["late"] != batch_of["mine"]  # not waited for: it began a gate later
     fsck(b.path)
 
 
