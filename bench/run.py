@@ -441,6 +441,46 @@ class Bench:
             self.hashed[count] = max(hashed)
             self.add(f"snapshot, {count} changed", p, f, f"objects hashed: {max(hashed)}")
 
+    def checkpoint(self) -> None:
+        """A checkpoint (the code as a snapshot, the agent's .git as files, one commit and
+        ref) beside the plain snapshot commit of the same 10 changed files."""
+        from pytest_agentgate import checkpoints
+
+        root = self.memory or self.disk
+        names = self.names(min(10, self.size))
+
+        def setup(i: int) -> dict:
+            ws = workspace.fork(self.repo, self.base, "main", root)
+            self.counter += 1
+            for name in names:
+                (ws.path / name).write_text(f"checkpoint {self.counter} {name}\n")
+            copy = ws.index.with_name(ws.index.name + ".floor")
+            shutil.copyfile(ws.index, copy)
+            return {"ws": ws, "copy": copy, "i": i}
+
+        def plugin(s: dict) -> None:
+            ws = s["ws"]
+            snap = workspace.snapshot(ws)
+            checkpoints.write(
+                self.repo, slug="bench", try_id=f"t{self.counter}", base=self.base,
+                code_tree=snap.tree, state=None,
+                agent_git=checkpoints.capture_agent_git(self.repo, ws.path, AGENT),
+                message="step", author=AGENT,
+            )  # fmt: skip
+
+        def floor(s: dict) -> None:
+            ws = s["ws"]
+            raw_git(self.repo, "add", "-A", work_tree=ws.path, index=s["copy"])
+            tree = raw_git(self.repo, "write-tree", index=s["copy"])
+            raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "floor", input=b"")
+
+        def teardown(s: dict) -> None:
+            workspace.remove(s["ws"])
+            s["copy"].unlink(missing_ok=True)
+
+        p, f = pair(self.runs, setup, plugin, floor, teardown)
+        self.add("checkpoint, 10 changed", p, f, "floor: the snapshot commit alone (raw git)")
+
     # preflight --------------------------------------------------------------------------
 
     def preflight(self) -> None:
@@ -762,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
                 *steps,
                 bench.gate_checkouts,
                 bench.snapshot,
+                bench.checkpoint,
                 bench.preflight,
                 bench.promote,
                 bench.rollback,

@@ -70,6 +70,10 @@ class Attempt:
     batch: str = ""
     #: When its own gate began (seconds since the epoch; 0: not announced to the queue).
     gate_began: float = 0.0
+    #: Which try within its test this was (1-based; see ``retries=`` on the marker).
+    try_number: int = 1
+    #: The refs of the checkpoints the try made, in order.
+    checkpoints: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -126,6 +130,8 @@ class Attempt:
             "external_move": self.external_move,
             "state": self.state,
             "resumed_from": self.resumed_from,
+            "try": self.try_number,
+            "checkpoints": list(self.checkpoints),
             "sandbox": self.sandbox,
             "results": self.results,
             "batch": self.batch,

@@ -20,16 +20,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import _git, attempts, checkout, grader, oplog, records, results, sandbox, workspace
+from . import (
+    _git,
+    attempts,
+    checkout,
+    checkpoints,
+    grader,
+    locks,
+    oplog,
+    records,
+    results,
+    sandbox,
+    workspace,
+)
 from . import state as state_module
 from .attempt import Attempt
 from .baseline import Baselines, HarnessBroken, either_passed
@@ -441,6 +454,123 @@ class Engine:
             return f"state could not be captured: {exc}"
         return None
 
+    def prepare_retry(self, ws: Workspace, mode: str, last: Attempt) -> str:
+        """Bring ``ws`` back for another try at its task after ``last`` was not accepted, and
+        say what the try starts from.
+
+        The workspace keeps its base: protection, the harness, the limits and the baseline
+        stay those of the original base whatever a retry resumes, so an earlier try's edit
+        to a protected file is judged again, never taken for the base. ``restart``: the base
+        code (and the base state); ``code``: the code of the last try's snapshot over the
+        base, the agent's own git still at the base (it sees the earlier work as changes);
+        ``full``: that code and the declared state the last try left.
+        """
+        base = ws.base
+        made = list(ws.checkpoints)
+        point = checkpoints.read(self.repo, made[-1]) if made else None
+        workspace.recycle(ws, base)
+        ws.resumed_from = None
+        ws.checkpoints = []
+        ws.try_id = uuid.uuid4().hex[:12]
+        # What the try resumes: the last checkpoint, else the last try's own snapshot.
+        code = point.code_tree if point else last.snapshot.tree if last.snapshot else None
+        state = point.state if point else last.state
+        full = mode == "full" and state is not None
+        # The state outside the workspace goes back to what it held before the first try,
+        # unless this try resumes the last one's.
+        state_module.put_back(self.repo, None if full else ws.state_base, ws.state_declared)
+        if mode == "restart":
+            return "a fresh workspace at the base, with the base state"
+        if code is None:
+            return f"a fresh workspace at the base (the last try left no snapshot to {mode!r} from)"
+        self.repo.index(ws.path, ws.index).merge_trees(base, code)
+        ws.index_written = time.time()
+        if point is not None:
+            ws.resumed_from = point.commit
+            said = f"the checkpoint {point.commit[:12]} ({point.message})"
+        else:
+            ws.resumed_from = last.record_commit or last.change_commit or code
+            said = f"the code of the last try's snapshot {ws.resumed_from[:12]} (it made no checkpoint)"
+        if full and state is not None:
+            state_module.restore(self.repo, state, ws.path, overwrite=True)
+            said += ", its state"
+            if point is not None and point.agent_git:
+                checkpoints.restore_agent_git(self.repo, point.agent_git, ws.path)
+                said += " and the agent's git state"
+        else:
+            said += ", with the base state"
+        return said
+
+    def checkpoint(self, ws: Workspace, message: str) -> str:
+        """Record ``ws``'s code, declared state and agent git state (see :mod:`.checkpoints`)."""
+        author = Author.for_agent(ws.agent)
+        snap = self.snapshot(ws)
+        state = (
+            state_module.capture(
+                self.repo,
+                ws.path,
+                ws.state_declared,
+                message=records.state_message(ws.task),
+                author=author,
+                exclude=self.settings.exclude,
+            )
+            if ws.state_declared
+            else None
+        )
+        point = checkpoints.write(
+            self.repo,
+            slug=attempts.slugify(ws.task or "task"),
+            try_id=ws.try_id,
+            base=ws.base,
+            code_tree=snap.tree,
+            state=state,
+            agent_git=checkpoints.capture_agent_git(self.repo, ws.path, author),
+            message=message,
+            author=author,
+        )
+        ws.checkpoints.append(point.ref)
+        return point.commit
+
+    @contextlib.contextmanager
+    def state_held(self, ws: Workspace, declared: Sequence[str]) -> Iterator[None]:
+        """For one gated test: lock each declared state path outside the workspace (across
+        processes and xdist workers), capture what it holds before the first try, and bind
+        it into the agent's sandbox. Put back afterwards unless the test's attempt was
+        promoted (:meth:`put_back_state`)."""
+        import hashlib
+
+        outside = sorted({p.rstrip("/") or "/" for p in declared if p.startswith("/")})
+        ws.state_declared = tuple(declared)
+        with contextlib.ExitStack() as held:
+            for path in outside:
+                digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
+                held.enter_context(locks.ref_lock(self.repo, f"state/{digest[:24]}"))
+            missing = [p for p in outside if not os.path.lexists(p)]
+            if missing:
+                raise ConfigError(
+                    f"state path {missing[0]!r} does not exist: create it (the file, or an "
+                    "empty directory) before the run, so it can be bound into the sandbox",
+                    source="state",
+                )
+            ws.state_binds = tuple(Path(p) for p in outside)
+            ws.state_base = (
+                state_module.capture(
+                    self.repo,
+                    ws.path,
+                    outside,
+                    message=records.state_message(ws.task or "base state"),
+                    author=Author.for_agent(ws.agent),
+                    exclude=self.settings.exclude,
+                )
+                if outside
+                else None
+            )
+            yield
+
+    def put_back_state(self, ws: Workspace) -> None:
+        """Declared state outside the workspace back to what it held before the test."""
+        state_module.put_back(self.repo, ws.state_base, ws.state_declared)
+
     def resume(self, ws: Workspace, task: str) -> str | None:
         """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
         slug = attempts.slugify(task)
@@ -677,10 +807,12 @@ class Engine:
         test_failure: str | None = None,
         extra_checks: Sequence[Check] = (),
         state: Sequence[str] = (),
+        agent_error: str | None = None,
     ) -> Attempt:
         """Judge what the agent left in ``ws`` and promote it if everything passes.
 
-        ``test_failure`` is the reason the test body failed, if it did (that rejects).
+        ``test_failure`` is the reason the test body failed, if it did (that rejects);
+        ``agent_error`` why its agent could not finish (a timeout: that is an ``error``).
         ``state`` names paths outside the code (a database, an artifact) to carry with the
         attempt. Whatever happens, the attempt is recorded; errors become an ``error`` verdict.
         """
@@ -689,11 +821,15 @@ class Engine:
         attempt = Attempt(task=task, agent=agent or self.agent, workspace=ws, test=test)
         attempt.sandbox = ws.sandbox.label
         attempt.resumed_from = ws.resumed_from
+        attempt.try_number = ws.attempt
+        attempt.checkpoints = list(ws.checkpoints)
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
         ws.end_processes()
         try:
-            attempt.verdict = self._decide(attempt, spec, test_failure, extra_checks, state)
+            attempt.verdict = self._decide(
+                attempt, spec, test_failure, extra_checks, state, agent_error
+            )
         except AgentgateError as exc:
             attempt.verdict = Verdict("error", str(exc), "engine")
         except OSError as exc:  # a full disk, an I/O error: before the move, nothing moved
@@ -724,6 +860,7 @@ class Engine:
         test_failure: str | None,
         extra_checks: Sequence[Check],
         state: Sequence[str] = (),
+        agent_error: str | None = None,
     ) -> Verdict:
         timings = attempt.timings
         clock = time.perf_counter()
@@ -749,6 +886,8 @@ class Engine:
         assert attempt.snapshot is not None
         if problem is not None:
             return Verdict("error", problem, "state")
+        if agent_error is not None:
+            return Verdict("error", agent_error, "agent")
         if test_failure is not None:
             return Verdict("rejected", f"the test failed: {test_failure}", "test")
         if attempt.snapshot.tree == attempt.snapshot.base_tree:

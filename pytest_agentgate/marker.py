@@ -17,6 +17,10 @@ from ._constants import MARKER, MARKER_HELP
 __all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "MarkerSpec", "gated", "marker_of"]
 
 
+#: What a retry may start from (see ``GatedMarker.retry_mode``).
+RETRY_MODES = ("restart", "code", "full")
+
+
 class GatedMarker(NamedTuple):
     """A validated ``@pytest.mark.gated(...)``."""
 
@@ -27,11 +31,22 @@ class GatedMarker(NamedTuple):
     protect: tuple[str, ...] = ()
     max_changed_lines: int | None = None
     state: tuple[str, ...] = ()
-    resume: bool = False
+    #: True (0.1's spelling): start from the newest earlier attempt's state, and retry as
+    #: "full". Otherwise what a retry starts from: "restart", "code" or "full".
+    resume: bool | str = False
     allow_removed: tuple[str, ...] = ()
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] | None = None
     tests_from: str | None = None
+    #: How many more tries a rejected (or conflicting) attempt gets.
+    retries: int = 0
+
+    @property
+    def retry_mode(self) -> str:
+        """What a retry starts from: ``restart``, ``code`` or ``full``."""
+        if self.resume is True:
+            return "full"
+        return self.resume or "restart"
 
 
 def gated(
@@ -43,11 +58,12 @@ def gated(
     protect: Any = (),
     max_changed_lines: int | None = None,
     state: Any = (),
-    resume: bool = False,
+    resume: bool | str = False,
     allow_removed: Any = (),
     fail_to_pass: Any = (),
     pass_to_pass: Any = None,
     tests_from: str | None = None,
+    retries: int = 0,
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -72,12 +88,21 @@ def gated(
     if isinstance(state, str) or not all(isinstance(p, str) and p.strip() for p in state):
         raise TypeError(f"state must be a list of paths, got {state!r}")
     for path in state:
-        if Path(path).is_absolute() or ".." in Path(path).parts:
-            raise TypeError(f"state paths are relative to the workspace, without '..': {path!r}")
-    if not isinstance(resume, bool):
-        raise TypeError(f"resume must be True or False, got {resume!r}")
-    if resume and not state:
+        if ".." in Path(path).parts or path.strip("/").split("/")[0] == "@abs":
+            raise TypeError(
+                f"state paths are relative to the workspace or absolute, without '..' "
+                f"(and never under '@abs/'): {path!r}"
+            )
+        if Path(path).is_absolute() and Path(path) == Path("/"):
+            raise TypeError("state=['/'] would carry the whole machine: name what the task keeps")
+    if not isinstance(resume, bool) and resume not in RETRY_MODES:
+        raise TypeError(
+            f"resume must be one of {', '.join(map(repr, RETRY_MODES))} (or True), got {resume!r}"
+        )
+    if resume is True and not state:
         raise TypeError("resume=True needs state=[...] naming what to resume from")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise TypeError(f"retries must be a non-negative int, got {retries!r}")
     if isinstance(allow_removed, str) or not all(
         isinstance(t, str) and t.strip() for t in allow_removed
     ):
@@ -102,6 +127,7 @@ def gated(
         tuple(fail_to_pass),
         None if pass_to_pass is None else tuple(pass_to_pass),
         tests_from,
+        retries,
     )
 
 

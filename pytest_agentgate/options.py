@@ -94,6 +94,20 @@ OPTIONS = (
         "N",
     ),
     Option(
+        "agent_command",
+        "what agent_workspace.run_agent() runs: a template split into arguments (no shell) "
+        "with {task} {workspace} {agent} {attempt} {feedback}",
+        metavar="TEMPLATE",
+    ),
+    Option(
+        "agent_timeout",
+        "seconds run_agent() lets the agent run before every process of it is ended "
+        "(the attempt's verdict is then error)",
+        "float",
+        3600.0,
+        "SECONDS",
+    ),
+    Option(
         "agent",
         "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
         metavar="NAME",

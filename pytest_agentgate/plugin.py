@@ -380,17 +380,33 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
             pytrace=False,
         )
     ws = agentgate.fork(task=marker.task)
-    if marker.resume:
+    if marker.resume is True:
         agentgate.resume(ws, marker.task)
+    settings = request.config.stash[RUN_KEY].settings
+    ws.agent_command = settings.agent_command
+    ws.agent_timeout = settings.agent_timeout
+    ws.task = marker.task
+    ws.agent = marker.agent or settings.agent
+    ws.attempt, ws.history = 1, []
+    ws.feedback = _feedback_file(agentgate, ws)
+    ws.checkpointer = agentgate.checkpoint
+    ws.checkpoints, ws.try_id = [], uuid.uuid4().hex[:12]  # a recycled one had another test's
     item.stash[WS_KEY] = ws
-    try:
-        yield ws
-    finally:
-        attempt = item.stash.get(ATTEMPT_KEY, None)
-        if attempt is not None and attempt.verdict.accepted:
-            agentgate.release(ws)  # recycled for the next test, unless --agentgate-fresh-workspaces
-        else:
-            ws_module.discard_index(ws)  # the files stay for inspection
+    with agentgate.state_held(ws, marker.state):
+        try:
+            yield ws
+        finally:
+            attempt = item.stash.get(ATTEMPT_KEY, None)
+            if attempt is None or attempt.verdict.status != "promoted":
+                # Declared state outside the workspace is the machine's: what the agent
+                # left there stays only when its attempt landed.
+                agentgate.put_back_state(ws)
+            if attempt is not None and attempt.verdict.accepted:
+                agentgate.release(
+                    ws
+                )  # recycled for the next test (--agentgate-fresh-workspaces: not)
+            else:
+                ws_module.discard_index(ws)  # the files stay for inspection
 
 
 # -- running a gated test -----------------------------------------------------------------
@@ -415,6 +431,21 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     except (Exception, pytest.fail.Exception) as exc:  # fail(), xfail() and timeouts too
         failure = exc
     attempt = _judge(item, ws, marker, failure)
+    while _retried(attempt, ws, marker):
+        item.add_report_section("call", f"agentgate try {ws.attempt}", _rejection_message(attempt))
+        engine = item.config.stash[RUN_KEY].engine()
+        ws.history.append(_history_entry(attempt, ws.attempt))
+        ws.history[-1]["next_starts_from"] = engine.prepare_retry(ws, marker.retry_mode, attempt)
+        ws.attempt += 1
+        _write_feedback(ws)
+        failure = None
+        try:
+            item.runtest()  # the test body again, with the same (brought back) workspace
+        except pytest.skip.Exception:
+            raise
+        except (Exception, pytest.fail.Exception) as exc:
+            failure = exc
+        attempt = _judge(item, ws, marker, failure)
     if failure is not None:
         item.add_report_section("call", "agentgate", _rejection_message(attempt))
         raise failure
@@ -423,11 +454,65 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     return result
 
 
+#: The verdicts another try can change: a harness error or an interrupt is not retried.
+RETRIED = ("rejected", "conflict")
+
+
+def _retried(attempt: Attempt, ws: Workspace, marker: GatedMarker) -> bool:
+    """Whether the test gets another try (``retries=`` on the marker)."""
+    return (
+        not attempt.verdict.accepted
+        and attempt.verdict.status in RETRIED
+        and ws.attempt <= marker.retries
+    )
+
+
+def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:
+    from .report import OUTPUT_LINES
+
+    verdict = attempt.verdict
+    tail = "\n".join(
+        (verdict.output or attempt.workspace.output_tail()).splitlines()[-OUTPUT_LINES:]
+    )
+    return {
+        "attempt": number,
+        "verdict": verdict.status,
+        "reason": verdict.reason,
+        "check": verdict.check,
+        "attempt_ref": attempt.record_ref,
+        "output": tail,
+    }
+
+
+def _feedback_file(engine: Engine, ws: Workspace) -> Path:
+    """A file for this test's feedback, outside every workspace (inside, it would be
+    snapshotted and land), written before each try."""
+    import tempfile
+
+    folder = engine.private_root() / "feedback"
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="feedback-", suffix=".md", dir=folder)
+    os.close(fd)
+    path = Path(name)
+    _write_feedback(ws, path)
+    return path
+
+
+def _write_feedback(ws: Workspace, path: Path | None = None) -> None:
+    from .report import feedback_text
+
+    target = path or ws.feedback
+    if target is not None:
+        target.write_text(feedback_text(ws.task, ws.attempt, ws.history), encoding="utf-8")
+
+
 def _judge(
     item: pytest.Item, ws: Workspace, marker: GatedMarker, failure: BaseException | None
 ) -> Attempt:
+    from .agent_command import AgentTimedOut
     from .attempt import Attempt
 
+    timed_out = isinstance(failure, AgentTimedOut)
     run = item.config.stash[RUN_KEY]
     engine = run.engine()
     hook = item.config.hook
@@ -442,8 +527,9 @@ def _judge(
         agent=agent_name,
         test=item.nodeid,
         spec=run.gate_for(item, marker, checks),
-        test_failure=_failure_text(failure) if failure is not None else None,
+        test_failure=_failure_text(failure) if failure is not None and not timed_out else None,
         state=marker.state,
+        agent_error=str(failure) if timed_out else None,
     )
     item.stash[ATTEMPT_KEY] = attempt
     hook.pytest_agentgate_verdict(item=item, attempt=attempt)

@@ -48,6 +48,8 @@ MAX_ROUNDS = 20
 #: How much later than a batch's own (as a share of a gate's duration) an attempt's gate may
 #: have begun for the batch's leader to wait for it.
 GATHER_SHARE = 0.3
+#: ... or this many seconds, whichever is more: a loaded machine spreads gates' starts.
+GATHER_FLOOR_S = 0.5
 
 #: A re-test: (the merged tree, the tip it stands on, the bases of the attempts in it) ->
 #: (passed, why it failed, output tail).
@@ -240,13 +242,14 @@ class LandingQueue:
         to join it: they should arrive about when these did.
 
         Not for one whose gate began later (by more than ``GATHER_SHARE`` of a gate's
-        duration): waiting for it would hold every attempt of the batch back by most of a
+        duration, or ``GATHER_FLOOR_S``): waiting for it would hold every attempt of the
+        batch back by most of a
         gate, to save it a re-test it can have on its own meanwhile.
         """
         key = queued[0].key
         now = time.time()
         latest = max((e.began or now - gate_s) for e in queued)
-        began_by = latest + GATHER_SHARE * gate_s
+        began_by = latest + max(GATHER_FLOOR_S, GATHER_SHARE * gate_s)
         deadline = time.monotonic() + min(30.0, max(0.2, 1.5 * gate_s))
         have = len(queued)
         while (

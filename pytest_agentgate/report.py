@@ -16,6 +16,34 @@ _WORD = {
 }
 
 
+#: How many lines of a failed try's output its feedback keeps.
+OUTPUT_LINES = 60
+
+
+def feedback_text(task: str, attempt: int, history: Iterable[Mapping[str, Any]]) -> str:
+    """What the agent's ``{feedback}`` file says before a try: the task, which try this is,
+    and each earlier try's verdict, reason and failing output (Markdown, for people too)."""
+    out = [f"# Feedback for try {attempt} at: {task}", ""]
+    earlier = list(history)
+    if not earlier:
+        out.append("This is the first try: there is no earlier verdict.")
+    for entry in earlier:
+        out += [
+            f"## Try {entry.get('attempt')}: {entry.get('verdict')}",
+            "",
+            f"- reason: {entry.get('reason') or '-'}",
+            f"- check: {entry.get('check') or '-'}",
+            f"- record: {entry.get('attempt_ref') or 'not recorded'}",
+        ]
+        if entry.get("next_starts_from"):
+            out.append(f"- the next try starts from: {entry['next_starts_from']}")
+        output = str(entry.get("output") or "").rstrip()
+        if output:
+            out += ["", "~~~", output.replace("~~~", "~ ~ ~"), "~~~"]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
 def short(oid: object) -> str:
     return str(oid)[:12] if oid else "-"
 
@@ -24,6 +52,8 @@ def summary_line(row: Mapping[str, Any]) -> str:
     """One line per gated test: verdict, test, attempt commit, target old -> new."""
     verdict = _WORD.get(str(row.get("verdict")), str(row.get("verdict")).upper())
     line = f"{verdict:<13} {row.get('test') or row.get('task')}  attempt {short(row.get('attempt_commit'))}"
+    if int(row.get("try") or 1) > 1:
+        line += f" (try {row['try']})"
     old, new = row.get("target_old"), row.get("target_new")
     target = row.get("target", "target")
     if row.get("verdict") in ("promoted", "passed"):

@@ -135,6 +135,7 @@ class Sandbox:
         network: bool,
         objects: Path | None = None,
         extra_ro: Iterable[Path] = (),
+        extra_rw: Iterable[Path] = (),
     ) -> list[str]:
         """The bwrap command line that runs ``argv`` in ``writable``, contained."""
         if self.program is None:
@@ -169,6 +170,8 @@ class Sandbox:
             args += ["--bind" if bind.writable else "--ro-bind", str(bind.path), str(bind.path)]
         if objects is not None:
             args += ["--ro-bind", str(objects), str(objects)]
+        for path in extra_rw:  # declared state outside the workspace: this command's only
+            args += ["--bind", str(path), str(path)]
         args += ["--bind", str(writable), str(writable), "--bind", str(home), str(home)]
         for mask in masks:
             args += ["--remount-ro", str(mask)]
@@ -402,6 +405,8 @@ def run_contained(
     objects: Path | None = None,
     started: list[int] | None = None,
     running: Running | None = None,
+    extra_ro: Sequence[Path] = (),
+    extra_rw: Sequence[Path] = (),
 ) -> CommandResult:
     """Run ``command`` in ``cwd`` as ``role``: contained when the sandbox is active.
 
@@ -421,7 +426,14 @@ def run_contained(
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
-                argv, writable=cwd, tmp=tmp, home=home, network=role.network, objects=objects
+                argv,
+                writable=cwd,
+                tmp=tmp,
+                home=home,
+                network=role.network,
+                objects=objects,
+                extra_ro=extra_ro,
+                extra_rw=extra_rw,
             )
 
     return _proc.run_command(

@@ -24,6 +24,7 @@ import pytest
 from .options import BY_NAME, MODES, NETWORKS, OPTIONS, raw_setting, usage
 
 if TYPE_CHECKING:
+    from .agent_command import AgentCommand
     from .engine import EngineSettings
     from .gate import GateSpec
     from .marker import GatedMarker
@@ -47,6 +48,8 @@ class Settings:
     retest: bool = True
     batch_max: int = 8
     agent: str = "agent"
+    agent_command: AgentCommand | None = None
+    agent_timeout: float = 3600.0
     gate: tuple[str, ...] = ()
     gate_timeout: float = 600.0
     gate_jobs: int = 1
@@ -100,6 +103,22 @@ class Settings:
                 f"invalid --agentgate-agent {agent!r} (from {sources['agent']}): it contains a "
                 "control character (a newline, a tab...); use a plain name"
             )
+        command = None
+        if values["agent_command"] and str(values["agent_command"]).strip():
+            from .agent_command import AgentCommand, AgentCommandError
+
+            try:
+                command = AgentCommand.parse(str(values["agent_command"]))
+            except AgentCommandError as exc:
+                raise usage(
+                    f"invalid --agentgate-agent-command (from {sources['agent_command']}): "
+                    f"{exc.reason}"
+                ) from exc
+        if float(values["agent_timeout"]) <= 0:
+            raise usage(
+                f"invalid --agentgate-agent-timeout {values['agent_timeout']!r} (from "
+                f"{sources['agent_timeout']}): give a number of seconds above 0"
+            )
         for name in ("report", "markdown"):
             path = values[name]
             if path and not _writable_parent(Path(path)):
@@ -133,6 +152,8 @@ class Settings:
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
             agent=agent,
+            agent_command=command,
+            agent_timeout=float(values["agent_timeout"]),
             gate=tuple(c for c in values["gate"] or () if c.strip()),
             gate_timeout=float(values["gate_timeout"]),
             gate_jobs=int(values["gate_jobs"]),

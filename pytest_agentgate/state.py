@@ -35,13 +35,32 @@ class StateError(AgentgateError):
         super().__init__(f"state {str(path)!r}: {reason}")
 
 
+#: Where a state path declared outside the workspace (``/var/lib/app/store.db``) lives in a
+#: state commit: ``@abs/var/lib/app/store.db``. A workspace path never starts with ``@abs/``
+#: (the marker refuses one that does).
+ABS = "@abs"
+
+
+def tree_path(declared: str) -> str:
+    """The path a declared state path has in a state commit."""
+    return f"{ABS}/{declared.strip('/')}" if declared.startswith("/") else declared.strip("/")
+
+
 def _files(root: Path, rel: str) -> Iterator[tuple[str, Path]]:
-    """(path in the state tree, file on disk) under one declared path; links are not followed."""
-    start = root / rel
-    if not start.resolve().is_relative_to(root.resolve()) and not start.is_symlink():
+    """(path in the state tree, file on disk) under one declared path; links are not followed.
+
+    ``rel`` is relative to the workspace ``root``, or absolute (outside every workspace)."""
+    outside = rel.startswith("/")
+    start = Path(rel) if outside else root / rel
+    base, prefix = (Path("/"), f"{ABS}/") if outside else (root, "")
+    if (
+        not outside
+        and not start.resolve().is_relative_to(root.resolve())
+        and not start.is_symlink()
+    ):
         raise StateError(rel, "is outside the workspace")
     if start.is_symlink() or start.is_file():
-        yield rel.strip("/"), start
+        yield tree_path(rel), start
         return
     if not start.is_dir():
         return  # not created (yet): nothing to carry
@@ -49,7 +68,7 @@ def _files(root: Path, rel: str) -> Iterator[tuple[str, Path]]:
         dirnames[:] = sorted(d for d in dirnames if d != ".git")
         for name in sorted(filenames) + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
             path = Path(dirpath) / name
-            yield str(path.relative_to(root)), path
+            yield prefix + str(path.relative_to(base)), path
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -146,26 +165,70 @@ def capture(
     return repo.commit_tree(tree, [parent] if parent else [], message, author)
 
 
-def restore(repo: BaseRepo, commit: str, dest: Path, *, overwrite: bool) -> list[str]:
+def restore(
+    repo: BaseRepo,
+    commit: str,
+    dest: Path | None,
+    *,
+    overwrite: bool,
+    outside_root: Path | None = Path("/"),
+) -> list[str]:
     """Write the state files of ``commit`` under ``dest``; returns their paths.
 
-    Without ``overwrite``, an existing file at any of those paths stops the restore before
-    anything is written (nothing of the user's is replaced unasked).
+    The state declared outside the workspace (``@abs/...``) goes to its own absolute path
+    under ``outside_root`` (``/``; a person restoring elsewhere names another; None leaves
+    it out), the rest under ``dest`` (None leaves it out). Without ``overwrite``, an
+    existing file at any of those paths stops the restore before anything is written
+    (nothing of the user's is replaced unasked).
     """
     names = repo.tree_paths(commit)
+    inside = [n for n in names if not n.startswith(f"{ABS}/")]
+    outside = [n[len(ABS) + 1 :] for n in names if n.startswith(f"{ABS}/")]
+    if outside_root is None:
+        outside = []
+    if dest is None:
+        inside = []
+    places = [dest / n for n in inside if dest] + [
+        outside_root / n for n in outside if outside_root
+    ]
     if not overwrite:
-        present = [n for n in names if (dest / n).exists() or (dest / n).is_symlink()]
+        present = [p for p in places if p.exists() or p.is_symlink()]
         if present:
             raise StateError(
-                dest / present[0],
+                present[0],
                 f"exists; {len(present)} file(s) would be overwritten (--force overwrites them)",
             )
-    dest.mkdir(parents=True, exist_ok=True)
+    top = {e.path: e for e in repo.ls_tree(commit, trees=True) if "/" not in e.path}
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
-        index = repo.index(dest, Path(tmp) / "index")
-        index.read_tree(commit)
-        index.check_out_all(dest)
-    return names
+        if inside and dest is not None:
+            dest.mkdir(parents=True, exist_ok=True)
+            own = repo.mktree([e for name, e in top.items() if name != ABS])
+            index = repo.index(dest, Path(tmp) / "index")
+            index.read_tree(own)
+            index.check_out_all(dest)
+        if outside and outside_root is not None:
+            # git writes no file through a symbolic link in a leading directory. The work
+            # tree is a scratch folder: were it one holding the current directory (``/``),
+            # git would check out only the entries under the current directory.
+            index = repo.index(Path(tmp), Path(tmp) / "index-outside")
+            index.read_tree(top[ABS].oid)
+            index.check_out_all(outside_root)
+    return [*inside, *(f"{ABS}/{n}" for n in outside)]
+
+
+def put_back(repo: BaseRepo, commit: str | None, declared: Sequence[str]) -> None:
+    """Make each declared path outside the workspace hold exactly what ``commit`` holds for
+    it (nothing, when it held none): what an agent wrote there is removed (never through
+    a link), then the captured content is written."""
+    from .removal import remove_tree
+
+    for path in (Path(p) for p in declared if p.startswith("/")):
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            remove_tree(path)
+    if commit is not None:
+        restore(repo, commit, None, overwrite=True)
 
 
 def ref_for(attempt_ref: str) -> str:

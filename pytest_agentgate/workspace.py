@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import _git, _proc
 from .errors import AgentgateError, GitError
@@ -27,6 +28,9 @@ from .index import Index
 from .removal import remove_tree, remove_under
 from .repo import BaseRepo, TreeChange
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
+
+if TYPE_CHECKING:
+    from .agent_command import AgentCommand
 
 #: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
 #: pattern without a slash matches any component of a path, so ``.env`` also keeps out
@@ -104,7 +108,73 @@ class Workspace:
     private: Path | None = None
     #: The object store the agent's ``.git`` borrows from (None: sealed, nothing borrowed).
     objects: Path | None = None
+    #: What :meth:`run_agent` runs (None: no agent command is configured).
+    agent_command: AgentCommand | None = None
+    #: The default timeout of :meth:`run_agent`, in seconds (None: none).
+    agent_timeout: float | None = None
+    #: The task and the agent's name, as the marker and the settings give them.
+    task: str = ""
+    agent: str = "agent"
+    #: Which try within its test this is (1-based), and what the earlier tries came to:
+    #: one mapping per try (``attempt``, ``verdict``, ``reason``, ``output``).
+    attempt: int = 1
+    history: list[dict[str, object]] = field(default_factory=list)
+    #: The file outside the workspace that holds :attr:`history` for the agent to read.
+    feedback: Path | None = None
+    #: Declared state outside the workspace, bound writable into the agent's sandbox.
+    state_binds: tuple[Path, ...] = ()
+    #: The test's declared state paths, and the commit of what those outside the workspace
+    #: held before its first try (None: nothing, or none declared).
+    state_declared: tuple[str, ...] = ()
+    state_base: str | None = None
+    #: This try's name among its test's tries (its checkpoints' folder), and the refs of the
+    #: checkpoints it made so far.
+    try_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    checkpoints: list[str] = field(default_factory=list)
+    #: What records a checkpoint (the engine's, set when the workspace serves a gated test).
+    checkpointer: Callable[[Workspace, str], str] | None = None
     _groups: list[int] = field(default_factory=list)
+
+    def checkpoint(self, message: str = "") -> str:
+        """Record where the task stands: the code, the declared state and the agent's own
+        git state (its index, HEAD, commits, an unresolved merge), as a commit under
+        ``refs/agentgate/checkpoints/``; returns its id. A retry with ``resume="code"`` or
+        ``"full"`` starts from the last one."""
+        if self.checkpointer is None:
+            raise AgentgateError("checkpoint() needs a workspace of a gated test (agent_workspace)")
+        return self.checkpointer(self, message)
+
+    def run_agent(self, timeout: float | None = None) -> _proc.CommandResult:
+        """Run the configured agent command (``agentgate_agent_command``) on this task, in
+        the workspace and in the sandbox, and return what it did.
+
+        Each placeholder of the template fills one argument (no shell). Its whole transcript
+        is kept with the attempt (the tail, when long). Past ``timeout`` (default:
+        ``agentgate_agent_timeout``) every process of the agent is ended and
+        :class:`~pytest_agentgate.agent_command.AgentTimedOut` is raised: the attempt's
+        verdict is then ``error``, ``agent timed out after N s``.
+        """
+        from .agent_command import AgentCommandError, AgentTimedOut
+
+        if self.agent_command is None:
+            raise AgentCommandError(
+                "",
+                "none is configured: set agentgate_agent_command in the ini file or "
+                "pass --agentgate-agent-command (or run the agent with agent_workspace.run())",
+            )
+        argv = self.agent_command.argv(
+            task=self.task,
+            workspace=self.path,
+            agent=self.agent,
+            attempt=self.attempt,
+            feedback=self.feedback or "",
+        )
+        limit = self.agent_timeout if timeout is None else timeout
+        extra_ro = (self.feedback,) if self.feedback is not None else ()
+        result = self.run(argv, timeout=limit, extra_ro=extra_ro)
+        if result.timed_out and limit is not None:
+            raise AgentTimedOut(limit)
+        return result
 
     def run(
         self,
@@ -112,6 +182,7 @@ class Workspace:
         *,
         timeout: float | None = 600,
         env: Mapping[str, str] | None = None,
+        extra_ro: Sequence[Path] = (),
     ) -> _proc.CommandResult:
         """Run a command in the workspace (in the sandbox, when there is one); its output is
         kept for the attempt record. When it ends, every process it started has ended.
@@ -136,6 +207,8 @@ class Workspace:
             env=extra,
             objects=self.objects,
             started=self._groups,
+            extra_ro=extra_ro,
+            extra_rw=self.state_binds,
         )
         self.runs.append(result)
         return result

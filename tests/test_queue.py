@@ -117,8 +117,8 @@ def test_a_leader_waits_for_gates_that_began_with_its_batch_not_for_later_ones(
     began = b.queue.announce("uid-early", KEY)  # its gate begins with the leader's own
     mine = dataclasses.replace(b.attempt("mine", {"mine.txt": "1"}), began=began)
     early, late = b.attempt("early", {"early.txt": "2"}), b.attempt("late", {"late.txt": "3"})
-    time.sleep(0.4)
-    b.queue.announce("uid-late", KEY)  # begins 0.4 gate-durations later
+    time.sleep(0.7)
+    b.queue.announce("uid-late", KEY)  # begins 0.7 gate-durations later
 
     def arrive(entry: Entry, after_s: float) -> None:
         time.sleep(after_s)

@@ -1,0 +1,160 @@
+"""Real agents: the agent command run by ``agent_workspace.run_agent()``, retries that restart
+or resume, the feedback an agent reads before its next try, and its timeout.
+
+The agent is a scripted stand-in (a small Python program that edits files by the task it is
+given), run through ``agentgate_agent_command`` in the sandbox, as a real agent would be.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import git
+
+# The stand-in agent: what it does depends on the task, the try and the feedback it reads.
+AGENT = textwrap.dedent(
+    """
+    import json, os, pathlib, sys, time
+    task, workspace, attempt, feedback = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    ws = pathlib.Path(workspace)
+    told = pathlib.Path(feedback).read_text()
+    (ws / "argv.json").write_text(json.dumps(sys.argv[1:]))
+    (ws / "told.md").write_text(told)  # what it was told, for the test to read
+    if task.startswith("answer"):
+        # A first guess; the right answer only once the feedback says the guess failed.
+        (ws / "answer.txt").write_text("42\\n" if "Try 1: rejected" in told else "41\\n")
+    elif task.startswith("two steps"):
+        # The first try does step one and gives up; a later try only knows step two.
+        (ws / ("step1.txt" if attempt == 1 else "step2.txt")).write_text("done\\n")
+    elif task.startswith("hang"):
+        # A child in a session of its own, beating into the workspace, and then no end.
+        beat = "import time\\nwhile True:\\n    open('beat.txt', 'a').write('.')\\n    time.sleep(0.05)\\n"
+        import subprocess
+        subprocess.Popen([sys.executable, "-c", beat], cwd=ws, start_new_session=True)
+        (ws / "pid.txt").write_text(str(os.getpid()))
+        time.sleep(120)
+    """
+)
+
+TESTS = textwrap.dedent(
+    """
+    import pytest
+
+    @pytest.mark.gated(task="answer: what is 6 x 7? don't 'guess'; think", retries=1)
+    def test_answer(agent_workspace):
+        agent_workspace.run_agent()
+
+    @pytest.mark.gated(task="two steps", retries=1, resume={resume!r})
+    def test_two_steps(agent_workspace):
+        agent_workspace.run_agent()
+
+    @pytest.mark.gated(task="hang forever", retries=2)
+    def test_hang(agent_workspace):
+        agent_workspace.run_agent(timeout=1)
+    """
+)
+
+GATE = (
+    f"{sys.executable} -c \"import pathlib, sys; p = pathlib.Path('.'); "
+    "sys.exit(0 if (p / 'answer.txt').exists() and (p / 'answer.txt').read_text() == '42\\n' "
+    "or (p / 'step1.txt').exists() and (p / 'step2.txt').exists() "
+    "or (p / 'pid.txt').exists() else 1)\""
+)
+
+
+def run(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, *args: str, resume: str = "code"
+) -> tuple[pytest.RunResult, list[dict[str, object]]]:
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    pytester.makepyfile(test_agents=TESTS.format(resume=resume))
+    report = tmp_path / "report.json"
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", "--agentgate-promote", f"--agentgate-gate={GATE}",
+        f"--agentgate-agent-command={sys.executable} {agent} {{task}} {{workspace}} {{attempt}} {{feedback}}",
+        f"--agentgate-sandbox-bind={agent}", f"--agentgate-report={report}", "-p", "no:randomly",
+        *args,
+    )  # fmt: skip
+    rows = json.loads(report.read_text())["attempts"] if report.exists() else []
+    return result, rows
+
+
+def test_feedback_reaches_the_next_try_which_lands(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    result, rows = run(pytester, service, tmp_path, "-k", "answer")
+    result.assert_outcomes(passed=1)
+    assert [(r["try"], r["verdict"]) for r in rows] == [(1, "rejected"), (2, "promoted")]
+    assert git(service, "show", "main:answer.txt") == "42"
+    # Each placeholder filled one argument: the task's spaces, quotes and ';' reached the
+    # agent as they are, through no shell.
+    argv = json.loads(git(service, "show", "main:argv.json"))
+    assert argv[0] == "answer: what is 6 x 7? don't 'guess'; think"
+    assert argv[2] == "2"
+    told = git(service, "show", "main:told.md")
+    assert "Try 1: rejected" in told and "gate command exited 1" in told
+    feedback, workspace = Path(argv[3]), Path(argv[1])
+    assert workspace not in feedback.parents  # outside the workspace: it never lands
+    # Each try is its own recorded attempt, and the summary says which try landed.
+    assert rows[0]["attempt_ref"] != rows[1]["attempt_ref"]
+    assert "(try 2)" in result.stdout.str()
+
+
+@pytest.mark.parametrize(("resume", "lands"), [("restart", False), ("code", True)])
+def test_a_retry_restarts_or_resumes_from_the_last_try_s_code(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, resume: str, lands: bool
+) -> None:
+    result, rows = run(pytester, service, tmp_path, "-k", "two_steps", resume=resume)
+    result.assert_outcomes(passed=1 if lands else 0, failed=0 if lands else 1)
+    assert [r["verdict"] for r in rows] == ["rejected", "promoted" if lands else "rejected"]
+    tracked = git(service, "ls-tree", "-r", "--name-only", "main").splitlines()
+    assert ("step1.txt" in tracked and "step2.txt" in tracked) is lands
+    if lands:  # the second try resumed from the first one's snapshot, and says so
+        assert rows[1]["resumed_from"] and rows[1]["resumed_from"] in git(
+            service, "rev-list", "--all"
+        )
+
+
+def test_an_agent_past_its_timeout_is_ended_and_the_attempt_is_an_error(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    import time
+
+    result, rows = run(pytester, service, tmp_path, "-k", "hang")
+    assert result.ret == 6  # an attempt that could not be judged
+    assert [(r["verdict"], r["reason"]) for r in rows] == [
+        ("error", "agent timed out after 1 s")
+    ]  # not retried: a timeout is no verdict on the code
+    # Every process of the agent was ended, the child in its own session too: the
+    # workspace (kept for inspection) hears no more beats.
+    beats = Path(json.loads(git(service, "show", f"{rows[0]['attempt_ref']}:argv.json"))[1])
+    beats = beats / "beat.txt"
+    assert beats.exists()
+    size = beats.stat().st_size
+    time.sleep(0.5)
+    assert beats.stat().st_size == size
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("my-agent --task {tsak}", "unknown placeholder {tsak}"),
+        ("my-agent 'unclosed", "cannot be split into arguments"),
+        ("my-agent {task", "write {{ and }} for literal braces"),
+    ],
+)
+def test_a_bad_agent_command_stops_the_run_before_any_agent(
+    pytester: pytest.Pytester, service: Path, template: str, said: str
+) -> None:
+    pytester.makepyfile(test_agents=TESTS.format(resume="code"))
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", f"--agentgate-gate={GATE}",
+        f"--agentgate-agent-command={template}",
+    )  # fmt: skip
+    assert result.ret == 4
+    result.stderr.fnmatch_lines([f"*invalid --agentgate-agent-command*{said}*"])
+    assert "refs/agentgate/attempts" not in git(service, "for-each-ref")
