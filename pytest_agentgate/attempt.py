@@ -74,6 +74,10 @@ class Attempt:
     try_number: int = 1
     #: The refs of the checkpoints the try made, in order.
     checkpoints: list[str] = field(default_factory=list)
+    #: What the agent noted of this try (``agent_workspace.note``).
+    notes: dict[str, object] = field(default_factory=dict)
+    #: Each budgeted field: [used over the test's tries so far, the limit].
+    budget: dict[str, list[float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -132,6 +136,8 @@ class Attempt:
             "resumed_from": self.resumed_from,
             "try": self.try_number,
             "checkpoints": list(self.checkpoints),
+            "notes": dict(self.notes),
+            "budget": {k: list(v) for k, v in self.budget.items()},
             "sandbox": self.sandbox,
             "results": self.results,
             "batch": self.batch,

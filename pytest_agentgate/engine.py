@@ -471,6 +471,7 @@ class Engine:
         workspace.recycle(ws, base)
         ws.resumed_from = None
         ws.checkpoints = []
+        ws.notes = {}
         ws.try_id = uuid.uuid4().hex[:12]
         # What the try resumes: the last checkpoint, else the last try's own snapshot.
         code = point.code_tree if point else last.snapshot.tree if last.snapshot else None
@@ -823,6 +824,7 @@ class Engine:
         attempt.resumed_from = ws.resumed_from
         attempt.try_number = ws.attempt
         attempt.checkpoints = list(ws.checkpoints)
+        attempt.notes = dict(ws.notes)
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
         ws.end_processes()

@@ -40,6 +40,8 @@ class GatedMarker(NamedTuple):
     tests_from: str | None = None
     #: How many more tries a rejected (or conflicting) attempt gets.
     retries: int = 0
+    #: Limits on the sums of noted fields over the tries (``{"tokens": 100_000}``).
+    budget: tuple[tuple[str, float], ...] = ()
 
     @property
     def retry_mode(self) -> str:
@@ -64,6 +66,7 @@ def gated(
     pass_to_pass: Any = None,
     tests_from: str | None = None,
     retries: int = 0,
+    budget: Any = None,
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -103,6 +106,20 @@ def gated(
         raise TypeError("resume=True needs state=[...] naming what to resume from")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise TypeError(f"retries must be a non-negative int, got {retries!r}")
+    limits: list[tuple[str, float]] = []
+    if budget is not None:
+        if not isinstance(budget, dict) or not all(
+            isinstance(k, str)
+            and k.isidentifier()
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and v > 0
+            for k, v in budget.items()
+        ):
+            raise TypeError(
+                f"budget must map noted field names to positive numbers, got {budget!r}"
+            )
+        limits = sorted((k, float(v)) for k, v in budget.items())
     if isinstance(allow_removed, str) or not all(
         isinstance(t, str) and t.strip() for t in allow_removed
     ):
@@ -128,6 +145,7 @@ def gated(
         None if pass_to_pass is None else tuple(pass_to_pass),
         tests_from,
         retries,
+        tuple(limits),
     )
 
 

@@ -171,6 +171,8 @@ class AgentgateRun:
         row = attempt.as_dict()
         row["target"] = self.engine().target.label
         item.user_properties.append(("agentgate", json.dumps(row)))
+        for name, value in attempt.notes.items():
+            item.user_properties.append((f"agentgate_note_{name}", value))
         grade = (attempt.results or {}).get("grade")
         if grade:
             item.user_properties.append(("agentgate_grade", grade))
@@ -459,12 +461,29 @@ RETRIED = ("rejected", "conflict")
 
 
 def _retried(attempt: Attempt, ws: Workspace, marker: GatedMarker) -> bool:
-    """Whether the test gets another try (``retries=`` on the marker)."""
+    """Whether the test gets another try (``retries=`` on the marker, within ``budget=``)."""
     return (
         not attempt.verdict.accepted
         and attempt.verdict.status in RETRIED
         and ws.attempt <= marker.retries
+        and not _spent(ws, marker)
     )
+
+
+def _used(ws: Workspace, marker: GatedMarker) -> dict[str, float]:
+    """The sums of the budgeted fields over the test's tries so far."""
+    used = {name: 0.0 for name, _ in marker.budget}
+    for notes in [*(h.get("notes") or {} for h in ws.history), ws.notes]:
+        for name in used:
+            value = notes.get(name) if isinstance(notes, dict) else None
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                used[name] += value
+    return used
+
+
+def _spent(ws: Workspace, marker: GatedMarker) -> bool:
+    used = _used(ws, marker)
+    return any(used[name] >= limit for name, limit in marker.budget)
 
 
 def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:
@@ -476,6 +495,7 @@ def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:
     )
     return {
         "attempt": number,
+        "notes": dict(attempt.notes),
         "verdict": verdict.status,
         "reason": verdict.reason,
         "check": verdict.check,
@@ -531,6 +551,8 @@ def _judge(
         state=marker.state,
         agent_error=str(failure) if timed_out else None,
     )
+    used = _used(ws, marker)
+    attempt.budget = {name: [used[name], limit] for name, limit in marker.budget}
     item.stash[ATTEMPT_KEY] = attempt
     hook.pytest_agentgate_verdict(item=item, attempt=attempt)
     return attempt

@@ -140,22 +140,22 @@ class LandingQueue:
         ``key`` says which attempts share a re-test (and so a batch); ``record`` is what its
         record will say; ``retest`` is the gate this process runs when it leads.
         """
-        entry = self.enqueue(
-            Entry(
-                seq=0,
-                uid=uid,
-                key=key,
-                change_commit=change_commit,
-                base=base,
-                agent=agent,
-                task=task,
-                record=dict(record),
-                pid=os.getpid(),
-                known_objects=tuple(known_objects),
-                began=began,
-            )
+        entry = Entry(
+            seq=0,
+            uid=uid,
+            key=key,
+            change_commit=change_commit,
+            base=base,
+            agent=agent,
+            task=task,
+            record=dict(record),
+            pid=os.getpid(),
+            known_objects=tuple(known_objects),
+            began=began,
         )
         try:
+            # Inside the try: an interrupt just after the entry is written still withdraws it.
+            entry = self.enqueue(entry)
             for _ in range(MAX_ROUNDS):
                 with self.target.lock() as waited:
                     found = self.verdict(entry.uid)
@@ -178,6 +178,13 @@ class LandingQueue:
                     self._forget(entry)
             raise
 
+    def _forget(self, entry: Entry) -> None:
+        """Remove ``entry`` and its verdict (by its id: it may not know its number yet)."""
+        with self._queue_lock():
+            for path in self.folder.glob(f"*-{entry.uid}.entry"):
+                path.unlink(missing_ok=True)
+            (self.folder / f"{entry.uid}.verdict").unlink(missing_ok=True)
+
     def enqueue(self, new: Entry) -> Entry:
         """Give ``new`` the next arrival number and write its entry (under the queue lock)."""
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -190,6 +197,7 @@ class LandingQueue:
             _write(seq_file, str(seq))
             entry = replace(new, seq=seq)
             _write(self._entry_path(entry.seq, entry.uid), json.dumps(asdict(entry)))
+        _faults.point("enqueued")  # the entry is written, its waiter not yet waiting
         return entry
 
     def verdict(self, uid: str) -> Outcome | None:
@@ -199,11 +207,6 @@ class LandingQueue:
         except (FileNotFoundError, ValueError):
             return None
         return Outcome(**data)
-
-    def _forget(self, entry: Entry) -> None:
-        with self._queue_lock():
-            self._entry_path(entry.seq, entry.uid).unlink(missing_ok=True)
-            (self.folder / f"{entry.uid}.verdict").unlink(missing_ok=True)
 
     # -- attempts on their way ------------------------------------------------------------
 

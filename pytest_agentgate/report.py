@@ -73,10 +73,23 @@ def summary_line(row: Mapping[str, Any]) -> str:
             line += f"  [{_clip(str(row['reason']).splitlines()[0], 160)}]"
     if row.get("record_problem"):
         line += f"  [{row['record_problem']}]"
+    budget = row.get("budget") or {}
+    if budget:
+        line += (
+            "  [budget "
+            + ", ".join(
+                f"{name} {_number(used)}/{_number(limit)}" for name, (used, limit) in budget.items()
+            )
+            + "]"
+        )
     flaky = (row.get("results") or {}).get("flaky_ids")
     if flaky:
         line += f"  [flaky: {_clip(', '.join(flaky), 120)}]"
     return line
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if not float(value).is_integer() else str(int(value))
 
 
 def _clip(text: str, limit: int) -> str:

@@ -133,7 +133,27 @@ class Workspace:
     checkpoints: list[str] = field(default_factory=list)
     #: What records a checkpoint (the engine's, set when the workspace serves a gated test).
     checkpointer: Callable[[Workspace, str], str] | None = None
+    #: What the agent reported of this try through :meth:`note` (tokens, cost, steps...).
+    notes: dict[str, object] = field(default_factory=dict)
     _groups: list[int] = field(default_factory=list)
+
+    def note(self, **fields: object) -> None:
+        """Record what the agent reports of this try (``note(tokens=1200, cost=0.04)``):
+        numbers add up over the calls of one try, anything else is replaced. The notes go
+        into the attempt's record, the JSON report and the junit properties, and
+        ``budget=`` on the marker is held to their sum over the test's tries."""
+        for name, value in fields.items():
+            if not name.isidentifier():
+                raise AgentgateError(f"note(): {name!r} is not a field name")
+            old = self.notes.get(name)
+            if _is_number(value) and _is_number(old):
+                self.notes[name] = old + value  # type: ignore[operator]
+            elif _is_number(value) or isinstance(value, str | bool) or value is None:
+                self.notes[name] = value
+            else:
+                raise AgentgateError(
+                    f"note({name}=...): a number, a string, a bool or None, not {type(value).__name__}"
+                )
 
     def checkpoint(self, message: str = "") -> str:
         """Record where the task stands: the code, the declared state and the agent's own
@@ -228,6 +248,10 @@ class Workspace:
     def output_tail(self, lines: int = _proc.TAIL_LINES) -> str:
         text = "\n".join(f"$ {r.command}\n{r.output}" for r in self.runs)
         return "\n".join(text.splitlines()[-lines:])
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def fork(

@@ -55,6 +55,12 @@ TESTS = textwrap.dedent(
     @pytest.mark.gated(task="hang forever", retries=2)
     def test_hang(agent_workspace):
         agent_workspace.run_agent(timeout=1)
+
+    @pytest.mark.gated(task="spend and fail", retries=5, budget={{"tokens": 250}})
+    def test_budget(agent_workspace):
+        agent_workspace.run_agent()
+        agent_workspace.note(tokens=60, model="stand-in")
+        agent_workspace.note(tokens=40)  # numbers add up within a try
     """
 )
 
@@ -158,3 +164,17 @@ def test_a_bad_agent_command_stops_the_run_before_any_agent(
     assert result.ret == 4
     result.stderr.fnmatch_lines([f"*invalid --agentgate-agent-command*{said}*"])
     assert "refs/agentgate/attempts" not in git(service, "for-each-ref")
+
+
+def test_a_budget_stops_further_retries(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    junit = tmp_path / "junit.xml"
+    result, rows = run(pytester, service, tmp_path, "-k", "budget", f"--junitxml={junit}")
+    result.assert_outcomes(failed=1)
+    # 100 tokens a try: the third try reaches 250, so no fourth, though retries=5 allows it.
+    assert [r["try"] for r in rows] == [1, 2, 3]
+    assert [r["notes"] for r in rows] == [{"tokens": 100, "model": "stand-in"}] * 3
+    assert rows[-1]["budget"] == {"tokens": [300.0, 250.0]}
+    assert "[budget tokens 300/250]" in result.stdout.str()
+    assert 'name="agentgate_note_tokens" value="100"' in junit.read_text()

@@ -259,6 +259,29 @@ except KeyboardInterrupt:
 """
 
 
+def test_a_waiter_interrupted_as_its_entry_is_written_withdraws_it(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found as a rare failure of the test below: a Ctrl-C landing just after the entry was
+    written, before the waiter began to wait, left the entry queued for a leader to land."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    tip = b.repo.ref_value("refs/heads/main")
+    mine = b.attempt("w", {"w.txt": "w"})
+    waiter = subprocess.run(
+        [sys.executable, "-c", WAITER, str(b.path), mine.change_commit, b.base],
+        env={**os.environ, "AGENTGATE_FAULT": "enqueued:int"},
+        start_new_session=True,  # the fault's SIGINT goes to the waiter's group alone
+        check=False,
+        timeout=60,
+    )
+    assert waiter.returncode == 42
+    assert not any(e.uid == "w" for e in b.queue.entries())
+    with b.target.lock():
+        b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
+    assert b.repo.ref_value("refs/heads/main") == tip  # nothing landed after it gave up
+
+
 def test_an_interrupted_waiter_withdraws_before_it_reports(service: Path, tmp_path: Path) -> None:
     b = Bench(service, tmp_path)
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
