@@ -91,7 +91,7 @@ def kill_group(pgid: int) -> None:
 
 
 @contextmanager
-def _terminate_as_exit() -> Iterator[None]:
+def terminate_as_interrupt() -> Iterator[None]:
     """Turn SIGTERM (how CI cancels a job) into an interrupt while a command runs.
 
     The command has a session of its own, so the signal does not reach it; as an interrupt
@@ -211,7 +211,7 @@ def run_command(
         proc.stdin.close()
         _faults.point("gate")
         try:
-            with _terminate_as_exit():
+            with terminate_as_interrupt():
                 try:
                     data = _read_report(status_r, timeout)
                 except BaseException:

@@ -72,6 +72,8 @@ class Attempt:
     gate_began: float = 0.0
     #: Which try within its test this was (1-based; see ``retries=`` on the marker).
     try_number: int = 1
+    #: The step of the lifecycle under way (what an interrupted attempt's record names).
+    step: str = "snapshot"
     #: The refs of the checkpoints the try made, in order.
     checkpoints: list[str] = field(default_factory=list)
     #: What the agent noted of this try (``agent_workspace.note``).

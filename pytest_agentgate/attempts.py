@@ -8,9 +8,11 @@ of the failing output; it is never part of the target's history.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import AttemptNotFound, GitError
@@ -51,15 +53,42 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
     get the same number and a number is never reused while its ref exists.
     """
     taken = [name.rsplit("/", 1)[-1] for name in repo.ref_names(f"{PREFIX}{slug}/")]
-    n = max((int(x) for x in taken if x.isdigit()), default=0) + 1
+    n = max([int(x) for x in taken if x.isdigit()] + [high_water(repo, slug)], default=0) + 1
     for _ in range(10_000):
         ref = f"{PREFIX}{slug}/{n}"
         if repo.update_ref(ref, commit, None, message):
+            raise_high_water(repo, slug, n)
             return ref
         n += 1
     raise GitError(
         ["update-ref", f"{PREFIX}{slug}/<n>"], 1, "no free attempt number in 10,000 tries"
     )
+
+
+def _high_water_file(repo: BaseRepo, slug: str) -> Path:
+    return repo.private_dir / "numbers" / slug
+
+
+def high_water(repo: BaseRepo, slug: str) -> int:
+    """The highest attempt number ever claimed for ``slug`` (0: none known), kept beside
+    the refs so that a number freed by ``prune`` is never claimed again."""
+    try:
+        return int(_high_water_file(repo, slug).read_text(encoding="ascii").strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def raise_high_water(repo: BaseRepo, slug: str, n: int) -> None:
+    """Keep ``n`` as claimed (written by replacing the file; a failure to write it only
+    loses the guard against reuse after prune, which :func:`prune` writes again first)."""
+    if n <= high_water(repo, slug):
+        return
+    path = _high_water_file(repo, slug)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{slug}.{os.getpid()}")
+        tmp.write_text(str(n), encoding="ascii")
+        os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
@@ -204,6 +233,8 @@ def write_record(
         retest=str(fields.get("retest") or ""),
         graded_tree=str(fields.get("graded_tree") or ""),
         batch=str(fields.get("batch") or ""),
+        try_number=int(str(fields.get("try") or 1)),
+        checkpoints=str(fields.get("checkpoints") or ""),
     )
     begin = time.perf_counter()
     from . import _faults

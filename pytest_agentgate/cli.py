@@ -221,7 +221,8 @@ def _lagging(args: argparse.Namespace, problem: str) -> int:
 def cmd_attempts(args: argparse.Namespace) -> int:
     from .attempts import list_attempts
 
-    rows = list_attempts(_open(args))
+    repo = _open(args)
+    rows = list_attempts(repo)
     if args.task:
         rows = [a for a in rows if args.task.lower() in a.task.lower()]
     if args.agent:
@@ -241,6 +242,15 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         print(
             f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {record:<12} {a.date:<25} {a.task}"
         )
+        folder = a.trailers.get("Checkpoints")
+        if folder:
+            from .checkpoints import PREFIX, read
+
+            made = repo.ref_names(f"{PREFIX}{folder}/")
+            for point_ref in sorted(made, key=lambda r: int(r.rsplit("/", 1)[1] or 0)):
+                point = read(repo, point_ref)
+                name = point_ref[len(PREFIX) :]
+                print(f"  checkpoint {name:<42} {point.commit[:12]}  {point.message}")
     return 0
 
 

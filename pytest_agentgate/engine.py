@@ -44,6 +44,7 @@ from . import (
     workspace,
 )
 from . import state as state_module
+from ._proc import terminate_as_interrupt
 from .attempt import Attempt
 from .baseline import Baselines, HarnessBroken, either_passed
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
@@ -159,6 +160,19 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
     if settings.promote:
         return source
     return DryRunRef(source, log, agent=settings.agent, run_id=settings.run_id)
+
+
+@dataclass(frozen=True)
+class ResumeSource:
+    """What a try can start from: a checkpoint's or a recorded attempt's code, state and
+    agent git state, and the base it was made on (protection and baseline stay that one's)."""
+
+    base: str
+    code_tree: str
+    state: str | None
+    agent_git: str | None
+    commit: str
+    label: str
 
 
 class Engine:
@@ -334,13 +348,37 @@ class Engine:
 
     # -- the lifecycle, step by step ------------------------------------------------------
 
-    def fork(self, task: str = "task", base: str | None = None) -> Workspace:
-        """A private workspace at ``base``, the pinned base, or the target's tip now."""
+    def fork(
+        self,
+        task: str = "task",
+        base: str | None = None,
+        *,
+        resume_from: str | None = None,
+        mode: str = "full",
+    ) -> Workspace:
+        """A private workspace at ``base``, the pinned base, or the target's tip now.
+
+        With ``resume_from`` (a checkpoint or a recorded attempt), the workspace starts from
+        what it holds (``mode``: ``code`` or ``full``, see :meth:`resume_into`), at its base:
+        an orchestrator can branch several children from one state.
+        """
         self.start()
+        if resume_from is not None:
+            if mode not in ("code", "full"):
+                raise ConfigError(
+                    f"resume mode must be 'code' or 'full', got {mode!r}", source="mode"
+                )
+            source = self.resume_source(resume_from)
+            ws = self.pool.fork(source.base, task)
+            ws.task, ws.checkpointer = task, self.checkpoint
+            self.resume_into(ws, source, mode)
+            return ws
         at = base or self.pinned_base or self.target.tip()
         if at is None:
             raise ConfigError(f"the target {self.target.label} has no tip", source="target")
-        return self.pool.fork(at, task)
+        ws = self.pool.fork(at, task)
+        ws.task, ws.checkpointer = task, self.checkpoint
+        return ws
 
     def release(self, ws: Workspace) -> None:
         """Hand a workspace back once its attempt is recorded: kept for reuse, or removed."""
@@ -461,45 +499,83 @@ class Engine:
         The workspace keeps its base: protection, the harness, the limits and the baseline
         stay those of the original base whatever a retry resumes, so an earlier try's edit
         to a protected file is judged again, never taken for the base. ``restart``: the base
-        code (and the base state); ``code``: the code of the last try's snapshot over the
-        base, the agent's own git still at the base (it sees the earlier work as changes);
-        ``full``: that code and the declared state the last try left.
+        code (and the base state); ``code``: the code of the last checkpoint (else of the
+        last try's snapshot) over the base, the agent's own git still at the base (it sees
+        the earlier work as changes); ``full``: that code, its declared state and the
+        agent's git state.
         """
-        base = ws.base
         made = list(ws.checkpoints)
-        point = checkpoints.read(self.repo, made[-1]) if made else None
-        workspace.recycle(ws, base)
-        ws.resumed_from = None
-        ws.checkpoints = []
-        ws.notes = {}
-        ws.try_id = uuid.uuid4().hex[:12]
-        # What the try resumes: the last checkpoint, else the last try's own snapshot.
-        code = point.code_tree if point else last.snapshot.tree if last.snapshot else None
-        state = point.state if point else last.state
-        full = mode == "full" and state is not None
-        # The state outside the workspace goes back to what it held before the first try,
-        # unless this try resumes the last one's.
-        state_module.put_back(self.repo, None if full else ws.state_base, ws.state_declared)
-        if mode == "restart":
-            return "a fresh workspace at the base, with the base state"
-        if code is None:
-            return f"a fresh workspace at the base (the last try left no snapshot to {mode!r} from)"
-        self.repo.index(ws.path, ws.index).merge_trees(base, code)
-        ws.index_written = time.time()
-        if point is not None:
-            ws.resumed_from = point.commit
-            said = f"the checkpoint {point.commit[:12]} ({point.message})"
+        if made:
+            source = self.resume_source(made[-1])
+        elif last.snapshot is not None:
+            source = ResumeSource(
+                ws.base,
+                last.snapshot.tree,
+                last.state,
+                None,
+                last.record_commit or last.change_commit or last.snapshot.tree,
+                "the last try's snapshot (it made no checkpoint)",
+            )
         else:
-            ws.resumed_from = last.record_commit or last.change_commit or code
-            said = f"the code of the last try's snapshot {ws.resumed_from[:12]} (it made no checkpoint)"
-        if full and state is not None:
-            state_module.restore(self.repo, state, ws.path, overwrite=True)
+            source = None
+        workspace.recycle(ws, ws.base)
+        ws.checkpoints, ws.notes, ws.try_id = [], {}, uuid.uuid4().hex[:12]
+        if mode == "restart" or source is None:
+            self.resume_into(ws, None, mode)
+            if source is None and mode != "restart":
+                return f"a fresh workspace at the base (the last try left no snapshot to {mode!r} from)"
+            return "a fresh workspace at the base, with the base state"
+        return self.resume_into(ws, source, mode)
+
+    def resume_source(self, spec: str) -> ResumeSource:
+        """What a checkpoint or a recorded attempt (a ref or an id) can resume from."""
+        try:
+            point = checkpoints.read(self.repo, spec)
+        except (checkpoints.CheckpointError, RevisionNotFound):
+            point = None
+        if point is not None:
+            base = self.repo.resolve_commit(f"{point.commit}^1")  # the base it was made on
+            return ResumeSource(
+                base,
+                point.code_tree,
+                point.state,
+                point.agent_git,
+                point.commit,
+                f"the checkpoint {point.commit[:12]} ({point.message})",
+            )
+        found = attempts.find(self.repo, spec)
+        return ResumeSource(
+            found.base,
+            self.repo.tree_of(found.record_commit),
+            found.trailers.get("State") or None,
+            None,
+            found.record_commit,
+            f"the attempt {found.record_ref}",
+        )
+
+    def resume_into(self, ws: Workspace, source: ResumeSource | None, mode: str) -> str:
+        """Write ``source`` into ``ws`` (fresh at its base) as ``mode`` says; None: the base.
+
+        The state outside the workspace goes back to what it held before the test unless
+        ``full`` brings the source's; the workspace keeps its base whatever is resumed.
+        """
+        full = mode == "full" and source is not None and source.state is not None
+        state_module.put_back(self.repo, None if full else ws.state_base, ws.state_declared)
+        ws.resumed_from = None
+        if source is None or mode == "restart":
+            return "a fresh workspace at the base, with the base state"
+        self.repo.index(ws.path, ws.index).merge_trees(ws.base, source.code_tree)
+        ws.index_written = time.time()
+        ws.resumed_from = source.commit
+        said = source.label
+        if full and source.state is not None:
+            state_module.restore(self.repo, source.state, ws.path, overwrite=True)
             said += ", its state"
-            if point is not None and point.agent_git:
-                checkpoints.restore_agent_git(self.repo, point.agent_git, ws.path)
-                said += " and the agent's git state"
         else:
             said += ", with the base state"
+        if mode == "full" and source.agent_git:
+            checkpoints.restore_agent_git(self.repo, source.agent_git, ws.path)
+            said += " and the agent's git state"
         return said
 
     def checkpoint(self, ws: Workspace, message: str) -> str:
@@ -766,6 +842,13 @@ class Engine:
             "sandbox": attempt.sandbox,
             "results": attempt.results,
             "graded_tree": attempt.graded_tree or "",
+            "try": attempt.try_number,
+            # The folder of the try's checkpoints (refs/agentgate/checkpoints/<this>/<k>).
+            "checkpoints": attempt.checkpoints[-1]
+            .removeprefix(checkpoints.PREFIX)
+            .rsplit("/", 1)[0]
+            if attempt.checkpoints
+            else "",
             "retest": "passed"
             if attempt.move is not None and attempt.move.retested
             else "skipped"
@@ -829,9 +912,10 @@ class Engine:
         spec = spec or self.gate
         ws.end_processes()
         try:
-            attempt.verdict = self._decide(
-                attempt, spec, test_failure, extra_checks, state, agent_error
-            )
+            with terminate_as_interrupt():
+                attempt.verdict = self._decide(
+                    attempt, spec, test_failure, extra_checks, state, agent_error
+                )
         except AgentgateError as exc:
             attempt.verdict = Verdict("error", str(exc), "engine")
         except OSError as exc:  # a full disk, an I/O error: before the move, nothing moved
@@ -842,6 +926,17 @@ class Engine:
                 f"a write failed: {exc}" + ("" if moved else "; nothing moved"),
                 "" if moved else "engine",
             )
+        except BaseException as exc:
+            # Ctrl-C, SIGTERM (CI cancelling the job), pytest-timeout's Failed: the record
+            # says so, and where, never "not judged yet"; the interrupt then goes on.
+            if attempt.move is None:
+                how = (
+                    "interrupted"
+                    if isinstance(exc, KeyboardInterrupt)
+                    else f"stopped ({type(exc).__name__}: {str(exc)[:80]})"
+                )
+                attempt.verdict = Verdict("error", f"{how} during {attempt.step}", "interrupt")
+            raise
         finally:
             self.queue.arrived(attempt.uid)
             clock = time.perf_counter()
@@ -874,6 +969,7 @@ class Engine:
             clock = now
 
         # contain -> snapshot
+        attempt.step = "snapshot"
         refused = None
         try:
             attempt.snapshot = self.snapshot(attempt.workspace)
@@ -897,6 +993,7 @@ class Engine:
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
         # gate -> verdict
+        attempt.step = "gate"
         if spec.commands and self.settings.retest and spec.grading is None:
             # A leader may wait for it.
             attempt.gate_began = self.queue.announce(attempt.uid, self._batch_key(spec))
@@ -919,6 +1016,7 @@ class Engine:
                 return Verdict("error", failed.message, failed.name, failed.output)
             return Verdict("rejected", failed.message, failed.name, failed.output)
         if spec.grading is not None:
+            attempt.step = "grading"
             try:
                 graded = grader.grade(
                     self.repo,
@@ -941,6 +1039,7 @@ class Engine:
             assert graded.plan is not None
             spec = graded.plan.spec
         # preflight -> merge preview
+        attempt.step = "preflight"
         attempt.change_commit = self.repo.commit_tree(
             attempt.graded_tree or attempt.snapshot.tree,
             [attempt.base],
@@ -956,6 +1055,7 @@ class Engine:
                 "preflight",
             )
         # promote -> the target moves; record (written by land() right after the move)
+        attempt.step = "promote"
         outcome = self.land(attempt, spec)
         lap("promote")
         if outcome.conflicts:

@@ -42,6 +42,8 @@ class GatedMarker(NamedTuple):
     retries: int = 0
     #: Limits on the sums of noted fields over the tries (``{"tokens": 100_000}``).
     budget: tuple[tuple[str, float], ...] = ()
+    #: A checkpoint or recorded attempt the first try starts from.
+    resume_from: str | None = None
 
     @property
     def retry_mode(self) -> str:
@@ -67,6 +69,7 @@ def gated(
     tests_from: str | None = None,
     retries: int = 0,
     budget: Any = None,
+    resume_from: str | None = None,
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -106,6 +109,10 @@ def gated(
         raise TypeError("resume=True needs state=[...] naming what to resume from")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise TypeError(f"retries must be a non-negative int, got {retries!r}")
+    if resume_from is not None and (not isinstance(resume_from, str) or not resume_from.strip()):
+        raise TypeError(
+            f"resume_from must be a checkpoint or attempt (ref or id), got {resume_from!r}"
+        )
     limits: list[tuple[str, float]] = []
     if budget is not None:
         if not isinstance(budget, dict) or not all(
@@ -146,6 +153,7 @@ def gated(
         tests_from,
         retries,
         tuple(limits),
+        resume_from.strip() if resume_from else None,
     )
 
 

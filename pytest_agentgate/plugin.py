@@ -381,9 +381,8 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
             "@pytest.mark.gated(task=...)",
             pytrace=False,
         )
-    ws = agentgate.fork(task=marker.task)
-    if marker.resume is True:
-        agentgate.resume(ws, marker.task)
+    source = agentgate.resume_source(marker.resume_from) if marker.resume_from else None
+    ws = agentgate.fork(task=marker.task, base=source.base if source else None)
     settings = request.config.stash[RUN_KEY].settings
     ws.agent_command = settings.agent_command
     ws.agent_timeout = settings.agent_timeout
@@ -394,7 +393,12 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     ws.checkpointer = agentgate.checkpoint
     ws.checkpoints, ws.try_id = [], uuid.uuid4().hex[:12]  # a recycled one had another test's
     item.stash[WS_KEY] = ws
-    with agentgate.state_held(ws, marker.state):
+    with agentgate.state_held(ws, marker.state):  # the state before the test: captured first
+        if marker.resume is True:
+            agentgate.resume(ws, marker.task)
+        if source is not None:
+            mode = "code" if marker.retry_mode == "code" else "full"
+            agentgate.resume_into(ws, source, mode)  # .resumed_from says which
         try:
             yield ws
         finally:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from . import oplog
 from ._constants import RUN_MARKER
-from .attempts import list_attempts
+from .attempts import PREFIX as ATTEMPTS_PREFIX
+from .attempts import list_attempts, raise_high_water
 from .removal import remove_tree
 from .repo import BaseRepo
 from .state import ref_for as state_ref_for
@@ -64,6 +65,10 @@ def prune(
             continue
         if not dry_run:
             begin = time.perf_counter()
+            # Its number stays claimed: a later attempt at the task never gets it again.
+            slug, _, number = attempt.record_ref[len(ATTEMPTS_PREFIX) :].rpartition("/")
+            if number.isdigit():
+                raise_high_water(repo, slug, int(number))
             if not repo.delete_ref(attempt.record_ref, attempt.record_commit):
                 report.kept += 1
                 continue

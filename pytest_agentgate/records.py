@@ -72,6 +72,8 @@ def format_message(
     retest: str = "",
     graded_tree: str = "",
     batch: str = "",
+    try_number: int = 1,
+    checkpoints: str = "",
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -114,6 +116,8 @@ def format_message(
         "Retest": retest,
         "Graded-Tree": graded_tree,
         "Batch": batch,
+        "Try": str(try_number) if try_number > 1 else None,
+        "Checkpoints": checkpoints,
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
     }
     return "\n".join(body) + "\n" + trailer_lines(trailers)

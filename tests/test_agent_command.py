@@ -8,6 +8,7 @@ given), run through ``agentgate_agent_command`` in the sandbox, as a real agent 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -178,3 +179,75 @@ def test_a_budget_stops_further_retries(
     assert rows[-1]["budget"] == {"tokens": [300.0, 250.0]}
     assert "[budget tokens 300/250]" in result.stdout.str()
     assert 'name="agentgate_note_tokens" value="100"' in junit.read_text()
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_attempt_says_where_it_was_interrupted(
+    service: Path, tmp_path: Path, how: str
+) -> None:
+    """Ctrl-C at a terminal, SIGTERM from CI cancelling a job: the attempt's record says
+    ``interrupted during gate``, never ``not judged yet``."""
+    import signal
+    import subprocess
+    import time
+
+    started = tmp_path / "gate-started"
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_one.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.gated(task='interrupt me')\n"
+        "def test_one(agent_workspace):\n"
+        "    (agent_workspace.path / 'x.txt').write_text('x')\n"
+    )
+    gate = f"sh -c 'touch {started}; sleep 60'"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--agentgate-repo={service}",
+         f"--agentgate-gate={gate}", "--agentgate-sandbox=none", f"--basetemp={tmp_path / 'tmp'}"],
+        cwd=suite, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the gate never started"
+    proc.send_signal(getattr(signal, how))
+    assert proc.wait(timeout=60) != 0
+    message = git(service, "log", "-1", "--format=%B", "refs/agentgate/attempts/interrupt-me/1")
+    assert "Reason: interrupted during gate" in message
+    assert "Agentgate-Verdict: error" in message
+
+
+def test_children_branch_from_one_checkpoint_judged_against_its_base(service: Path) -> None:
+    """``Engine.fork(resume_from=...)``: several children start from one recorded step (the
+    Go-Explore pattern), each at the checkpoint's base; what the step changed is still the
+    child's change, judged as such: a protected file edited before the checkpoint rejects."""
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )  # fmt: skip
+    base = git(service, "rev-parse", "main")
+    explorer = e.fork(task="explore")
+    (explorer.path / "step1.txt").write_text("found the bug\n")
+    point = explorer.checkpoint("step one")
+    (explorer.path / "conftest.py").write_text("collect_ignore = ['tests']\n")  # a cheat
+    cheat_point = explorer.checkpoint("step two")
+    git(service, "commit", "-q", "--allow-empty", "-m", "the target moves on")
+
+    children = [e.fork(task=f"child {i}", resume_from=point, mode="code") for i in range(2)]
+    for i, child in enumerate(children):
+        assert child.base == base and child.resumed_from == point
+        assert (child.path / "step1.txt").read_text() == "found the bug\n"
+        (child.path / f"child{i}.txt").write_text(f"{i}\n")
+    landed = [e.run_attempt(child, task=f"child {i}") for i, child in enumerate(children)]
+    assert [a.verdict.status for a in landed] == ["promoted", "promoted"]
+    assert {"step1.txt", "child0.txt", "child1.txt"} <= set(
+        git(service, "ls-tree", "--name-only", "main").splitlines()
+    )
+    cheater = e.fork(task="child from the cheat", resume_from=cheat_point, mode="full")
+    (cheater.path / "child.txt").write_text("x\n")
+    verdict = e.run_attempt(cheater, task="child from the cheat").verdict
+    assert verdict.status == "rejected" and "conftest.py" in verdict.reason

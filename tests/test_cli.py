@@ -12,6 +12,7 @@ import pytest
 from helpers import fsck, git, land, spawn_pytest
 
 from pytest_agentgate.cli import main
+from pytest_agentgate.repo import BaseRepo
 
 
 def agentgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -420,3 +421,25 @@ def test_prune_removes_old_scratch_refs_and_keeps_a_recent_one(
     assert git(service, "for-each-ref", "refs/agentgate/dryrun/") == ""
     # Used minutes ago, so perhaps by a run still going: kept whatever the cutoff.
     assert len(git(service, "for-each-ref", "refs/agentgate/dryruns/").splitlines()) == 1
+
+
+def test_an_attempt_number_is_never_claimed_again_after_prune(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    """Pruning the newest attempts of a task frees their refs, not their numbers: a later
+    attempt at the task gets the next number, so a number names one attempt for good."""
+    from pytest_agentgate import attempts
+
+    for _ in range(3):
+        land(service, {}, task="again", promote=False)
+    repo = BaseRepo(service / ".git", service)
+    (repo.private_dir / "numbers" / "again").unlink()  # as if its claimer could not write it
+    code, _, _ = agentgate(
+        capsys, "prune", "--repo", str(service), "--older-than", "0s", "--keep-last", "0"
+    )
+    assert code == 0
+    assert git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/") == ""
+    # Even when the claimer could not keep its mark, prune kept it before deleting.
+    assert attempts.high_water(repo, "again") == 3
+    after = land(service, {}, task="again", promote=False)
+    assert after.record_ref == "refs/agentgate/attempts/again/4"

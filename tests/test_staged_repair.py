@@ -85,4 +85,11 @@ def test_only_a_full_resume_finishes_the_staged_repair(
     if lands:  # the retry started from the checkpoint of the first try, and says so
         first_checkpoint = git(service, "rev-parse", rows[0]["checkpoints"][-1])
         assert rows[1]["resumed_from"] == first_checkpoint
+    # `agentgate attempts` lists each try's checkpoints under it.
+    listing = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "attempts", "--repo", str(service)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "checkpoint repair-the-inventory-service/" in listing
+    assert "after the agent's try 1" in listing
     git(service, "fsck", "--strict", "--no-progress")
