@@ -74,6 +74,8 @@ class Attempt:
     try_number: int = 1
     #: The step of the lifecycle under way (what an interrupted attempt's record names).
     step: str = "snapshot"
+    #: Why its declared state was not captured (too large), when it was not.
+    state_refused: str = ""
     #: The refs of the checkpoints the try made, in order.
     checkpoints: list[str] = field(default_factory=list)
     #: What the agent noted of this try (``agent_workspace.note``).

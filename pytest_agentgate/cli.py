@@ -125,11 +125,19 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser(
-        "restore", parents=[common], help="write an attempt's captured state to a directory"
-    )
-    p.add_argument("attempt", help="the attempt whose state (state=[...] on its marker) to restore")
+        "restore", parents=[common],
+        help="write an attempt's or a checkpoint's code (and its state) to a directory",
+    )  # fmt: skip
+    p.add_argument("attempt", help="the attempt or checkpoint (a ref, <slug>/<n>, or an id)")
     p.add_argument("--to", required=True, type=Path, metavar="DIR", help="where to write the files")
-    p.add_argument("--force", action="store_true", help="overwrite files that exist there")
+    p.add_argument(
+        "--state", action="store_true", help="also write its declared state (state=[...])"
+    )
+    p.add_argument(
+        "--state-root", type=Path, metavar="DIR",
+        help="where state declared at absolute paths goes (default: DIR/.agentgate-state-root)",
+    )  # fmt: skip
+    p.add_argument("--force", action="store_true", help="write over files that exist there")
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser(
@@ -419,22 +427,50 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from . import state
+    """Write an attempt's or a checkpoint's code (and with ``--state`` its declared state)
+    into a directory, for a person to inspect or to start from."""
+    import tempfile
+
+    from . import checkpoints, state
     from .attempts import find
+    from .errors import AgentgateError
 
     repo = _open(args)
-    attempt = find(repo, args.attempt)
-    commit = attempt.trailers.get("State")
-    if not commit:
-        raise UsageProblem(
-            f"{attempt.record_ref} carries no state (its test declared no state=[...])"
-        )
+    try:
+        point = checkpoints.read(repo, args.attempt)
+        tree, commit, what = point.code_tree, point.state, f"checkpoint {point.commit[:12]}"
+    except AgentgateError:
+        attempt = find(repo, args.attempt)
+        tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
+        what = attempt.record_ref
+    if args.state and not commit:
+        raise UsageProblem(f"{what} carries no state (its test declared no state=[...])")
     dest = args.to.resolve()
     if dest.exists() and not dest.is_dir():
         raise UsageProblem(f"--to {str(args.to)!r} is a file, not a directory")
-    names = state.restore(repo, commit, dest, overwrite=args.force)
-    for name in names:
-        print(f"restored {args.to / name}")
+    if dest.is_dir() and any(dest.iterdir()) and not args.force:
+        raise UsageProblem(
+            f"--to {str(args.to)!r} is not empty: nothing was written (--force writes over "
+            "the files there)"
+        )
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="agentgate-restore-") as tmp:
+        index = repo.index(Path(tmp), Path(tmp) / "index")
+        index.read_tree(tree)
+        index.check_out_all(dest)
+    print(f"restored the code of {what} to {args.to}")
+    if args.state and commit:
+        # State declared outside the workspace goes under --state-root: never to its real
+        # absolute path unless that is asked for (--state-root /).
+        root = (args.state_root or args.to / ".agentgate-state-root").resolve()
+        names = state.restore(repo, commit, dest, overwrite=args.force, outside_root=root)
+        for name in names:
+            shown = (
+                root / name[len(state.ABS) + 1 :]
+                if name.startswith(f"{state.ABS}/")
+                else args.to / name
+            )
+            print(f"restored {shown}")
     return 0
 
 

@@ -93,6 +93,8 @@ class EngineSettings:
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     max_files: int = DEFAULT_MAX_FILES
     max_bytes: int = DEFAULT_MAX_BYTES
+    #: The most bytes an attempt's declared state may hold (beyond: rejected).
+    max_state_bytes: int = DEFAULT_MAX_BYTES
     agent: str = "agent"
     recycle: bool = True
     sandbox: sandbox.Settings = field(default_factory=sandbox.Settings)
@@ -487,7 +489,11 @@ class Engine:
                 parent=attempt.resumed_from,
                 exclude=self.settings.exclude,
                 skipped=attempt.state_excluded,
+                max_bytes=self.settings.max_state_bytes,
             )
+        except state_module.StateTooLarge as exc:
+            attempt.state_refused = str(exc)
+            return None
         except (state_module.StateError, OSError, sqlite3.Error) as exc:
             return f"state could not be captured: {exc}"
         return None
@@ -984,6 +990,8 @@ class Engine:
         assert attempt.snapshot is not None
         if problem is not None:
             return Verdict("error", problem, "state")
+        if attempt.state_refused:
+            return Verdict("rejected", attempt.state_refused, "state")
         if agent_error is not None:
             return Verdict("error", agent_error, "agent")
         if test_failure is not None:

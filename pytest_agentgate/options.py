@@ -234,6 +234,13 @@ OPTIONS = (
     Option(
         "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
     ),
+    Option(
+        "max_state_bytes",
+        "reject an attempt whose declared state (state=[...]) holds more bytes than this",
+        "int",
+        1 << 30,
+        "BYTES",
+    ),
 )
 BY_NAME = {option.name: option for option in OPTIONS}
 

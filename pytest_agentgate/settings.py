@@ -66,6 +66,7 @@ class Settings:
     recycle: bool = True
     max_files: int = 100_000
     max_bytes: int = 1 << 30
+    max_state_bytes: int = 1 << 30
     isolation: str = "shared"
     allow_symlinks: tuple[str, ...] = ()
     sandbox: str = "auto"
@@ -170,6 +171,7 @@ class Settings:
             recycle=not values["fresh_workspaces"],
             max_files=int(values["max_files"]),
             max_bytes=int(values["max_bytes"]),
+            max_state_bytes=int(values["max_state_bytes"]),
             isolation=choice("isolation", ("shared", "sealed")),
             allow_symlinks=_words(values["allow_symlink"]),
             sandbox=choice("sandbox", MODES, lower=True),
@@ -249,6 +251,7 @@ class Settings:
             batch_max=self.batch_max,
             max_files=self.max_files,
             max_bytes=self.max_bytes,
+            max_state_bytes=self.max_state_bytes,
             agent=self.agent,
             recycle=self.recycle,
             sandbox=contained,

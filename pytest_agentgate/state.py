@@ -35,6 +35,20 @@ class StateError(AgentgateError):
         super().__init__(f"state {str(path)!r}: {reason}")
 
 
+class StateTooLarge(StateError):
+    """Declared state holding more bytes than the run allows (``--agentgate-max-state-bytes``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        AgentgateError.__init__(
+            self,
+            f"the declared state holds {size:,} bytes, more than --agentgate-max-state-bytes "
+            f"{limit:,}: declare less (exclude caches), or raise the limit",
+        )
+        self.path, self.reason = "", str(self)
+
+
 #: Where a state path declared outside the workspace (``/var/lib/app/store.db``) lives in a
 #: state commit: ``@abs/var/lib/app/store.db``. A workspace path never starts with ``@abs/``
 #: (the marker refuses one that does).
@@ -118,6 +132,7 @@ def capture(
     parent: str | None = None,
     exclude: Sequence[str] = (),
     skipped: list[str] | None = None,
+    max_bytes: int | None = None,
 ) -> str | None:
     """Commit the declared state under ``root``; None when none of it exists.
 
@@ -150,6 +165,9 @@ def capture(
         if not entries:
             return None
         files = [e for e in entries if e[0] != "120000"]
+        size = sum(p.lstat().st_size for _, _, p in files)
+        if max_bytes is not None and size > max_bytes:
+            raise StateTooLarge(size, max_bytes)
         oids = repo.hash_files([p for _, _, p in files])
         by_path = {str(p): oid for (_, _, p), oid in zip(files, oids, strict=True)}
         staged = []

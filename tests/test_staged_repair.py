@@ -85,6 +85,16 @@ def test_only_a_full_resume_finishes_the_staged_repair(
     if lands:  # the retry started from the checkpoint of the first try, and says so
         first_checkpoint = git(service, "rev-parse", rows[0]["checkpoints"][-1])
         assert rows[1]["resumed_from"] == first_checkpoint
+    # A person restores the first try's checkpoint: its code, and (asked) its state, the
+    # database outside the repository under a root of their choosing, never its real path.
+    out, root = repair["root"] / "restored", repair["root"] / "state-root"
+    subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "restore", "--repo", str(service),
+         rows[0]["checkpoints"][-1], "--to", str(out), "--state", "--state-root", str(root)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert (out / "inventory" / "store.py").exists()
+    assert "sku" in columns(root / str(db).lstrip("/"))  # migrated by the first try
     # `agentgate attempts` lists each try's checkpoints under it.
     listing = subprocess.run(
         [sys.executable, "-m", "pytest_agentgate", "attempts", "--repo", str(service)],

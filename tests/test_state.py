@@ -73,9 +73,9 @@ def test_state_is_captured_resumed_and_restored(
     # A person restores the first attempt's state and reads the database as it was then.
     out_dir = tmp_path / "restored"
     capsys.readouterr()
-    assert (
-        main(["restore", "--repo", str(service), first["attempt_ref"], "--to", str(out_dir)]) == 0
-    )
+    restore = ["restore", "--repo", str(service), first["attempt_ref"], "--to", str(out_dir)]
+    assert main([*restore, "--state"]) == 0
+    assert (out_dir / "fix.py").read_text() == "FIXED = False\n"  # the code, and the state
     db = sqlite3.connect(out_dir / "var" / "inventory.db")
     assert db.execute("SELECT item, qty FROM stock").fetchall() == [("bolt", 3)]
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -83,11 +83,12 @@ def test_state_is_captured_resumed_and_restored(
     assert (out_dir / "build" / "model.bin").stat().st_size == 256 * 64
     # Restoring again over those files is refused unless asked; nothing is overwritten.
     (out_dir / "build" / "model.bin").write_bytes(b"mine")
-    assert (
-        main(["restore", "--repo", str(service), first["attempt_ref"], "--to", str(out_dir)]) == 1
-    )
-    assert "would be overwritten" in capsys.readouterr().err
+    capsys.readouterr()
+    assert main([*restore, "--state"]) == 2
+    assert "is not empty: nothing was written" in capsys.readouterr().err
     assert (out_dir / "build" / "model.bin").read_bytes() == b"mine"
+    assert main([*restore, "--state", "--force"]) == 0
+    assert (out_dir / "build" / "model.bin").stat().st_size == 256 * 64
     assert (
         main(
             [
@@ -97,6 +98,7 @@ def test_state_is_captured_resumed_and_restored(
                 second["attempt_ref"],
                 "--to",
                 str(out_dir),
+                "--state",
                 "--force",
             ]
         )
@@ -116,8 +118,13 @@ def test_restore_of_an_attempt_without_state(
     from helpers import land
 
     land(service, {"x.txt": "x"}, task="plain")
-    assert main(["restore", "--repo", str(service), "plain", "--to", str(tmp_path / "out")]) == 2
+    out = tmp_path / "out"
+    assert main(["restore", "--repo", str(service), "plain", "--to", str(out), "--state"]) == 2
     assert "carries no state" in capsys.readouterr().err
+    assert not out.exists()  # nothing written
+    # Without --state, the code is what is restored.
+    assert main(["restore", "--repo", str(service), "plain", "--to", str(out)]) == 0
+    assert (out / "x.txt").read_text() == "x"
 
 
 def test_resume_needs_state(pytester: pytest.Pytester, service: Path) -> None:
@@ -126,3 +133,19 @@ def test_resume_needs_state(pytester: pytest.Pytester, service: Path) -> None:
     )
     result = pytester.runpytest(f"--agentgate-repo={service}")
     result.stdout.fnmatch_lines(["*resume=True needs state=[[]...[]] naming what to resume from*"])
+
+
+def test_state_larger_than_the_limit_is_rejected_with_its_size(service: Path) -> None:
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(
+        service, "main", workdir=service.parent / "work", gate=GateSpec(outcome_is_enough=True),
+        max_state_bytes=1000,
+    )  # fmt: skip
+    ws = e.fork(task="big state")
+    (ws.path / "build").mkdir()
+    (ws.path / "build" / "model.bin").write_bytes(b"x" * 4096)
+    (ws.path / "fix.py").write_text("FIXED = True\n")
+    verdict = e.run_attempt(ws, task="big state", state=["build/"]).verdict
+    assert verdict.status == "rejected" and verdict.check == "state"
+    assert "4,096 bytes, more than --agentgate-max-state-bytes 1,000" in verdict.reason
