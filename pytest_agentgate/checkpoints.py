@@ -24,11 +24,12 @@ from pathlib import Path
 
 from .errors import AgentgateError
 from .index import IndexEntry
+from .records import one_line, parse_trailers
 from .removal import remove_under
 from .repo import Author, BaseRepo
 
 PREFIX = "refs/agentgate/checkpoints/"
-_STATE, _GIT = "Agentgate-State", "Agentgate-Agent-Git"
+_STATE, _GIT, _OF = "Agentgate-State", "Agentgate-Agent-Git", "Agentgate-Checkpoint-Of"
 
 
 class CheckpointError(AgentgateError):
@@ -52,9 +53,18 @@ class Checkpoint:
     message: str
 
 
-def capture_agent_git(repo: BaseRepo, workspace: Path, author: Author) -> str | None:
+def capture_agent_git(
+    repo: BaseRepo,
+    workspace: Path,
+    author: Author,
+    *,
+    max_files: int | None = None,
+    max_bytes: int | None = None,
+) -> str | None:
     """A commit whose tree holds every file of the agent's ``.git`` under ``git/``; links
-    are kept as links, never followed; None when there is no ``.git``."""
+    are kept as links, never followed; None when there is no ``.git``. More files or bytes
+    than the limits (the run's ``--agentgate-max-files`` and ``--agentgate-max-bytes``):
+    :class:`CheckpointError`, and nothing is stored."""
     root = workspace / ".git"
     if root.is_symlink() or not root.is_dir():
         return None
@@ -71,6 +81,13 @@ def capture_agent_git(repo: BaseRepo, workspace: Path, author: Author) -> str | 
                 found.append(("100755" if info.st_mode & stat.S_IXUSR else "100644", rel, path))
         dirnames[:] = sorted(d for d in dirnames if not (here / d).is_symlink())
     files = [f for f in found if f[0] != "120000"]
+    size = sum(p.lstat().st_size for *_, p in files)
+    if max_files is not None and len(found) > max_files:
+        raise CheckpointError(
+            "of the agent's .git", f"{len(found):,} files, more than {max_files:,}"
+        )
+    if max_bytes is not None and size > max_bytes:
+        raise CheckpointError("of the agent's .git", f"{size:,} bytes, more than {max_bytes:,}")
     oids = dict(
         zip((str(p) for _, _, p in files), repo.hash_files([p for *_, p in files]), strict=True)
     )
@@ -131,8 +148,13 @@ def write(
     author: Author,
 ) -> Checkpoint:
     """Record one checkpoint as the next ``<k>`` of its try (by compare-and-swap)."""
-    text = message.strip() or "checkpoint"
-    trailers = [f"{_STATE}: {state}" if state else "", f"{_GIT}: {agent_git}" if agent_git else ""]
+    # One line, whatever the message holds: a line of its own could pass for a trailer.
+    text = one_line(message)[:200] or "checkpoint"
+    trailers = [
+        f"{_OF}: {try_id}",
+        f"{_STATE}: {state}" if state else "",
+        f"{_GIT}: {agent_git}" if agent_git else "",
+    ]
     body = f"agentgate: checkpoint: {text}\n\n" + "".join(f"{t}\n" for t in trailers if t)
     parents = [base, *(c for c in (state, agent_git) if c)]
     commit = repo.commit_tree(code_tree, parents, body, author)
@@ -151,17 +173,19 @@ def read(repo: BaseRepo, spec: str) -> Checkpoint:
         if oid != commit:
             continue
         first = contents.splitlines()[0] if contents else ""
-        fields = {}
-        for line in contents.splitlines():
-            key, sep, value = line.partition(": ")
-            if sep and key in (_STATE, _GIT):
-                fields[key] = value.strip()
+        # Only the plugin's own trailer block counts, and only for commits it made parents
+        # of the checkpoint: a value anywhere else is text, not a state to restore.
+        fields = parse_trailers(contents)
+        parents = set(repo.parents(commit)[1:])
+        state, agent_git = fields.get("State"), fields.get("Agent-Git")
+        if (state and state not in parents) or (agent_git and agent_git not in parents):
+            raise CheckpointError(ref, "its trailers name commits that are not its parents")
         return Checkpoint(
             commit,
             ref,
             repo.tree_of(commit),
-            fields.get(_STATE),
-            fields.get(_GIT),
+            state or None,
+            agent_git or None,
             first.removeprefix("agentgate: checkpoint: "),
         )
     raise CheckpointError(spec, f"is not a checkpoint (none under {PREFIX} names it)")

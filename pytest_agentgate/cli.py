@@ -148,6 +148,25 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_audit)
 
+    p = sub.add_parser(
+        "land", parents=[common],
+        help="judge a recorded attempt again (gate, preflight, re-test) and promote it, "
+        "without running its agent",
+    )  # fmt: skip
+    p.add_argument("attempt", help="the attempt (a ref, <slug>/<n>, a prefix, or its commit)")
+    p.add_argument("--target", help="the branch to land on (default: the one checked out)")
+    p.add_argument(
+        "--gate", action="append", default=[], metavar="CMD", required=True,
+        help="a gate command, as --agentgate-gate; repeatable",
+    )  # fmt: skip
+    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument(
+        "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+        help="where the gate runs (default: bwrap when it works here)",
+    )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="judge and report, but move nothing")
+    p.set_defaults(func=cmd_land)
+
     p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
     p.set_defaults(func=cmd_demo)
@@ -472,6 +491,48 @@ def cmd_restore(args: argparse.Namespace) -> int:
             )
             print(f"restored {shown}")
     return 0
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    """Judge a recorded attempt again and promote it: for one that failed through a flaky
+    gate, or on a base that has since been fixed. Its code is judged against its own base
+    (protection, the harness, the limits and the baseline stay that base's), merged onto the
+    target as it is now, re-tested and moved by compare-and-swap, as in a run; the result is
+    a new attempt record."""
+    import tempfile
+
+    from .attempts import find
+    from .engine import Engine
+    from .gate import GateSpec
+    from .sandbox import Settings
+
+    repo = _open(args)
+    earlier = find(repo, args.attempt)
+    target = _target(repo, args)
+    with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
+        engine = Engine.open(
+            repo.worktree or repo.git_dir,
+            target,
+            promote=not args.dry_run,
+            workdir=Path(workdir),
+            gate=GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout),
+            sandbox=Settings(mode=args.sandbox),
+        )
+        try:
+            ws = engine.fork(task=earlier.task, resume_from=earlier.record_ref, mode="code")
+            attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
+        finally:
+            engine.close()
+    verdict = attempt.verdict
+    print(
+        f"{earlier.record_ref} judged again: {verdict.status}"
+        + (f": {verdict.reason}" if verdict.reason else "")
+    )
+    if attempt.record_ref:
+        print(f"recorded as {attempt.record_ref}")
+    if attempt.move is not None:
+        print(f"{target}: {attempt.move.old[:12]} -> {attempt.move.new[:12]} ({attempt.move.kind})")
+    return 0 if verdict.accepted else 1
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

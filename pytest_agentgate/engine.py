@@ -575,7 +575,9 @@ class Engine:
         ws.resumed_from = source.commit
         said = source.label
         if full and source.state is not None:
-            state_module.restore(self.repo, source.state, ws.path, overwrite=True)
+            state_module.restore(
+                self.repo, source.state, ws.path, overwrite=True, declared=ws.state_declared
+            )
             said += ", its state"
         else:
             said += ", with the base state"
@@ -607,7 +609,13 @@ class Engine:
             base=ws.base,
             code_tree=snap.tree,
             state=state,
-            agent_git=checkpoints.capture_agent_git(self.repo, ws.path, author),
+            agent_git=checkpoints.capture_agent_git(
+                self.repo,
+                ws.path,
+                author,
+                max_files=self.settings.max_files,
+                max_bytes=self.settings.max_bytes,
+            ),
             message=message,
             author=author,
         )
@@ -628,6 +636,21 @@ class Engine:
             for path in outside:
                 digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
                 held.enter_context(locks.ref_lock(self.repo, f"state/{digest[:24]}"))
+            for path in outside:
+                real = os.path.realpath(path)
+                if real != os.path.normpath(path):
+                    raise ConfigError(
+                        f"state path {path!r} is reached through a symbolic link: declare "
+                        f"the real path {real!r} (a link's target is not put back)",
+                        source="state",
+                    )
+            overlap = state_module.overlapping(declared)
+            if overlap:
+                raise ConfigError(
+                    f"state paths {overlap[0]!r} and {overlap[1]!r} overlap: declare the outer "
+                    "one alone",
+                    source="state",
+                )
             missing = [p for p in outside if not os.path.lexists(p)]
             if missing:
                 raise ConfigError(
@@ -660,7 +683,9 @@ class Engine:
         for earlier in attempts.list_attempts(self.repo):
             if earlier.record_ref.split("/")[3] == slug and earlier.trailers.get("State"):
                 commit = earlier.trailers["State"]
-                state_module.restore(self.repo, commit, ws.path, overwrite=True)
+                state_module.restore(
+                    self.repo, commit, ws.path, overwrite=True, declared=ws.state_declared
+                )
                 ws.resumed_from = commit
                 return commit
         return None

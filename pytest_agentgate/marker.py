@@ -101,6 +101,13 @@ def gated(
             )
         if Path(path).is_absolute() and Path(path) == Path("/"):
             raise TypeError("state=['/'] would carry the whole machine: name what the task keeps")
+    from .state import overlapping
+
+    overlap = overlapping(state)
+    if overlap:
+        raise TypeError(
+            f"state paths {overlap[0]!r} and {overlap[1]!r} overlap: declare the outer one alone"
+        )
     if not isinstance(resume, bool) and resume not in RETRY_MODES:
         raise TypeError(
             f"resume must be one of {', '.join(map(repr, RETRY_MODES))} (or True), got {resume!r}"

@@ -74,3 +74,36 @@ def remove_tree(path: Path) -> None:
                 _remove_entry(path.name, parent)
         finally:
             os.close(parent)
+
+
+def empty_dir(path: Path) -> None:
+    """Remove everything inside the directory ``path``, keeping it; raise when anything stays.
+
+    For state the plugin puts back: nothing is followed (each directory is opened with
+    ``O_NOFOLLOW`` from its parent's descriptor, so a link planted anywhere inside only goes
+    itself), and a directory its writer made read-only is made writable first (a process of
+    the same user can do that; the plugin then can too). Unlike :func:`remove_tree`, a
+    failure is raised: state that could not be put back must not pass for put back.
+    """
+    fd = _open_dir(str(path), None)
+    try:
+        _purge(fd)
+    finally:
+        os.close(fd)
+
+
+def _purge(dir_fd: int) -> None:
+    if stat.S_IMODE(os.fstat(dir_fd).st_mode) & 0o700 != 0o700:
+        os.fchmod(dir_fd, stat.S_IMODE(os.fstat(dir_fd).st_mode) | 0o700)
+    with os.scandir(dir_fd) as entries:
+        found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in found:
+        if is_dir:
+            inner = _open_dir(name, dir_fd)
+            try:
+                _purge(inner)
+            finally:
+                os.close(inner)
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)

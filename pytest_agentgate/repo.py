@@ -444,6 +444,11 @@ class BaseRepo:
         ).out
         return [LogEntry(*line.split("\0", 3)) for line in out.splitlines() if line]
 
+    def parents(self, commit: str) -> list[str]:
+        """The parents of ``commit``, in order."""
+        out = self._run("rev-list", "--parents", "-n", "1", "--end-of-options", commit).out
+        return out.split()[1:]
+
     def show_commit(self, commit: str) -> str:
         """A commit as a person reads it: header, whole message, stat and patch (no colour,
         no external diff or text conversion: nothing of the repository's runs)."""

@@ -190,6 +190,7 @@ def restore(
     *,
     overwrite: bool,
     outside_root: Path | None = Path("/"),
+    declared: Sequence[str] | None = None,
 ) -> list[str]:
     """Write the state files of ``commit`` under ``dest``; returns their paths.
 
@@ -197,8 +198,11 @@ def restore(
     under ``outside_root`` (``/``; a person restoring elsewhere names another; None leaves
     it out), the rest under ``dest`` (None leaves it out). Without ``overwrite``, an
     existing file at any of those paths stops the restore before anything is written
-    (nothing of the user's is replaced unasked).
+    (nothing of the user's is replaced unasked). With ``declared``, a commit holding any
+    path outside those is refused before anything is written.
     """
+    if declared is not None:
+        check_declared(repo, commit, declared)
     names = repo.tree_paths(commit)
     inside = [n for n in names if not n.startswith(f"{ABS}/")]
     outside = [n[len(ABS) + 1 :] for n in names if n.startswith(f"{ABS}/")]
@@ -237,16 +241,42 @@ def restore(
 def put_back(repo: BaseRepo, commit: str | None, declared: Sequence[str]) -> None:
     """Make each declared path outside the workspace hold exactly what ``commit`` holds for
     it (nothing, when it held none): what an agent wrote there is removed (never through
-    a link), then the captured content is written."""
-    from .removal import remove_tree
+    a link, read-only folders included), then the captured content is written.
+    :class:`StateError` when that cannot be done."""
+    from .removal import UnsafePath, empty_dir
 
     for path in (Path(p) for p in declared if p.startswith("/")):
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.is_dir():
-            remove_tree(path)
+        try:
+            if path.is_symlink() or (path.exists() and not path.is_dir()):
+                os.unlink(path)
+            elif path.is_dir():
+                empty_dir(path)  # the folder itself stays: it is bound into the sandbox
+        except (UnsafePath, OSError) as exc:
+            raise StateError(
+                path, f"cannot be put back to what it held before the test: {exc}"
+            ) from exc
     if commit is not None:
-        restore(repo, commit, None, overwrite=True)
+        restore(repo, commit, None, overwrite=True, declared=declared)
+
+
+def check_declared(repo: BaseRepo, commit: str, declared: Sequence[str]) -> None:
+    """Refuse a state commit holding a path outside the declared ones: what a restore
+    writes must be exactly what the test declared, wherever the commit came from."""
+    allowed = [tree_path(p).rstrip("/") for p in declared]
+    for name in repo.tree_paths(commit):
+        if not any(name == a or name.startswith(a + "/") for a in allowed):
+            raise StateError(name, "is in the state to restore but is not a declared state path")
+
+
+def overlapping(declared: Sequence[str]) -> tuple[str, str] | None:
+    """Two declared paths of which one is inside the other (refused: putting one back
+    would go through what an agent made of the other), or None."""
+    norm = sorted({tree_path(p).rstrip("/") for p in declared})
+    for outer in norm:
+        for inner in norm:
+            if inner != outer and inner.startswith(outer + "/"):
+                return outer, inner
+    return None
 
 
 def ref_for(attempt_ref: str) -> str:

@@ -145,6 +145,7 @@ class Workspace:
         for name, value in fields.items():
             if not name.isidentifier():
                 raise AgentgateError(f"note(): {name!r} is not a field name")
+            _check_note(name, value)
             old = self.notes.get(name)
             if _is_number(value) and _is_number(old):
                 self.notes[name] = old + value  # type: ignore[operator]
@@ -252,6 +253,15 @@ class Workspace:
 
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_note(name: str, value: object) -> None:
+    """A noted number is a count or an amount: finite and not negative (a NaN or a negative
+    note would never reach a budget)."""
+    import math
+
+    if _is_number(value) and (not math.isfinite(value) or value < 0):  # type: ignore[arg-type,operator]
+        raise AgentgateError(f"note({name}={value!r}): a noted number is finite and not negative")
 
 
 def fork(

@@ -13,6 +13,7 @@ from helpers import fsck, git, land, spawn_pytest
 
 from pytest_agentgate.cli import main
 from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.sandbox import Settings
 
 
 def agentgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -443,3 +444,34 @@ def test_an_attempt_number_is_never_claimed_again_after_prune(
     assert attempts.high_water(repo, "again") == 3
     after = land(service, {}, task="again", promote=False)
     assert after.record_ref == "refs/agentgate/attempts/again/4"
+
+
+def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    """An attempt rejected by a gate that failed for a reason outside the code (a flaky
+    service, a broken runner) lands with `agentgate land`, without its agent, onto the
+    target as it is now: judged against its own base, merged, re-tested, recorded anew."""
+    from pytest_agentgate import Engine, GateSpec
+
+    flag = tmp_path / "service-up"
+    gate = f"{sys.executable} -c \"import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)\""
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,)), sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    ws = e.fork(task="add notes")
+    (ws.path / "notes.txt").write_text("notes\n")
+    first = e.run_attempt(ws, task="add notes")
+    assert first.verdict.status == "rejected"
+    land(service, {"other.txt": "o\n"}, task="meanwhile")  # the target moves on
+    flag.touch()  # the outside problem is fixed
+    code, out, _ = agentgate(
+        capsys, "land", "--repo", str(service), first.record_ref, "--gate", gate,
+        "--sandbox", "none",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "judged again: promoted" in out and "recorded as refs/agentgate/attempts/add-notes/2" in out
+    on_main = git(service, "ls-tree", "--name-only", "main").splitlines()
+    assert {"notes.txt", "other.txt"} <= set(on_main)
+    git(service, "fsck", "--strict", "--no-progress")
