@@ -25,7 +25,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -230,6 +230,8 @@ class Engine:
         self.settled: list[str] = []
         self._known_tips: set[str] = set()
         self._started = False
+        #: Told each step an attempt enters (snapshot, gate, queue...); None: nobody listens.
+        self.on_step: Callable[[str], None] | None = None
 
     @classmethod
     def open(
@@ -586,6 +588,14 @@ class Engine:
             said += " and the agent's git state"
         return said
 
+    def _step(self, attempt: Attempt, step: str) -> None:
+        """The attempt enters ``step``: kept on it (an interrupt's record names it) and told
+        to :attr:`on_step` (the plugin's progress line)."""
+        attempt.step = step
+        if self.on_step is not None:
+            with contextlib.suppress(Exception):  # a display must never change a verdict
+                self.on_step(step)
+
     def checkpoint(self, ws: Workspace, message: str) -> str:
         """Record ``ws``'s code, declared state and agent git state (see :mod:`.checkpoints`)."""
         author = Author.for_agent(ws.agent)
@@ -797,6 +807,7 @@ class Engine:
         """Land through the queue: one re-test for a batch of attempts that share this gate
         (see :mod:`.queue`); the verdict may come from another process that led."""
         assert attempt.change_commit is not None
+        self._step(attempt, "queue")
 
         def batch_retest(tree: str, tip: str, bases: Sequence[str]) -> tuple[bool, str, str]:
             # Held to what passed on every attempt's base and on the tip: a test another
@@ -1000,7 +1011,7 @@ class Engine:
             clock = now
 
         # contain -> snapshot
-        attempt.step = "snapshot"
+        self._step(attempt, "snapshot")
         refused = None
         try:
             attempt.snapshot = self.snapshot(attempt.workspace)
@@ -1026,7 +1037,7 @@ class Engine:
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
         # gate -> verdict
-        attempt.step = "gate"
+        self._step(attempt, "gate")
         if spec.commands and self.settings.retest and spec.grading is None:
             # A leader may wait for it.
             attempt.gate_began = self.queue.announce(attempt.uid, self._batch_key(spec))
@@ -1049,7 +1060,7 @@ class Engine:
                 return Verdict("error", failed.message, failed.name, failed.output)
             return Verdict("rejected", failed.message, failed.name, failed.output)
         if spec.grading is not None:
-            attempt.step = "grading"
+            self._step(attempt, "grading")
             try:
                 graded = grader.grade(
                     self.repo,
@@ -1072,7 +1083,7 @@ class Engine:
             assert graded.plan is not None
             spec = graded.plan.spec
         # preflight -> merge preview
-        attempt.step = "preflight"
+        self._step(attempt, "preflight")
         attempt.change_commit = self.repo.commit_tree(
             attempt.graded_tree or attempt.snapshot.tree,
             [attempt.base],
@@ -1088,7 +1099,7 @@ class Engine:
                 "preflight",
             )
         # promote -> the target moves; record (written by land() right after the move)
-        attempt.step = "promote"
+        self._step(attempt, "promote")
         outcome = self.land(attempt, spec)
         lap("promote")
         if outcome.conflicts:

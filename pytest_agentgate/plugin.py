@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .engine import Engine
     from .gate import GateSpec
     from .marker import GatedMarker
+    from .progress import Progress
     from .settings import Settings
     from .workspace import Workspace
 
@@ -70,6 +71,9 @@ class AgentgateRun:
         self._settings: Settings | None = None
         self.engine_: Engine | None = None
         self.rows: list[Mapping[str, Any]] = []
+        #: The line on the terminal while a step is slow (None: not on a terminal).
+        self.progress: Progress | None = None
+        self.current_test = ""
         self.held: list[int] = []  # locks that mark this run's directory as live
         self.warnings: list[str] = []
         self.seen: set[object] = set()
@@ -89,7 +93,17 @@ class AgentgateRun:
         if self.engine_ is None:
             self.engine_ = self._open_engine()
             self.engine_.start(self.run_id)
+            from .progress import Progress
+
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            self.progress = Progress.for_terminal(bool(getattr(reporter, "isatty", False)))
+            self.engine_.on_step = self.tell
         return self.engine_
+
+    def tell(self, step: str) -> None:
+        """The running gated test enters ``step`` (for the progress line)."""
+        if self.progress is not None:
+            self.progress.step(self.current_test, step)
 
     def _workdir(self) -> Path:
         """Where this run's workspaces go: ``run-<id>`` under ``--agentgate-workdir``, or
@@ -210,6 +224,9 @@ class AgentgateRun:
             terminalreporter.write_line(line, yellow=True)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
         if self.engine_ is not None:
             self.engine_.close()
         if hasattr(self.config, "workerinput"):
@@ -391,6 +408,7 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     ws.attempt, ws.history = 1, []
     ws.feedback = _feedback_file(agentgate, ws)
     ws.checkpointer = agentgate.checkpoint
+    ws.on_step = request.config.stash[RUN_KEY].tell
     ws.checkpoints, ws.try_id = [], uuid.uuid4().hex[:12]  # a recycled one had another test's
     item.stash[WS_KEY] = ws
     with agentgate.state_held(ws, marker.state):  # the state before the test: captured first
@@ -429,6 +447,17 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     marker = item.stash.get(MARKER_KEY, None)
     if ws is None or marker is None:
         return (yield)
+    run = item.config.stash[RUN_KEY]
+    run.current_test = item.nodeid
+    try:
+        return (yield from _gated_call(item, ws, marker))
+    finally:
+        run.tell("")
+
+
+def _gated_call(
+    item: pytest.Item, ws: Workspace, marker: GatedMarker
+) -> Generator[None, None, None]:
     failure: BaseException | None = None
     try:
         result = yield

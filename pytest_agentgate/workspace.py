@@ -135,6 +135,8 @@ class Workspace:
     checkpointer: Callable[[Workspace, str], str] | None = None
     #: What the agent reported of this try through :meth:`note` (tokens, cost, steps...).
     notes: dict[str, object] = field(default_factory=dict)
+    #: Told when the agent starts and ends (the plugin's progress line); None: nobody.
+    on_step: Callable[[str], None] | None = None
     _groups: list[int] = field(default_factory=list)
 
     def note(self, **fields: object) -> None:
@@ -192,10 +194,19 @@ class Workspace:
         )
         limit = self.agent_timeout if timeout is None else timeout
         extra_ro = (self.feedback,) if self.feedback is not None else ()
-        result = self.run(argv, timeout=limit, extra_ro=extra_ro)
+        self._tell("agent")
+        try:
+            result = self.run(argv, timeout=limit, extra_ro=extra_ro)
+        finally:
+            self._tell("")
         if result.timed_out and limit is not None:
             raise AgentTimedOut(limit)
         return result
+
+    def _tell(self, step: str) -> None:
+        if self.on_step is not None:
+            with contextlib.suppress(Exception):  # a display must never change an outcome
+                self.on_step(step)
 
     def run(
         self,

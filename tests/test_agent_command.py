@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -251,3 +252,47 @@ def test_children_branch_from_one_checkpoint_judged_against_its_base(service: Pa
     (cheater.path / "child.txt").write_text("x\n")
     verdict = e.run_attempt(cheater, task="child from the cheat").verdict
     assert verdict.status == "rejected" and "conftest.py" in verdict.reason
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_a_slow_step_shows_one_updating_line_on_a_terminal_only(
+    service: Path, tmp_path: Path
+) -> None:
+    """On a terminal (a pseudo-terminal here), a gate that takes a few seconds shows which
+    test, which step and for how long; the same run's captured output never holds it."""
+    import shlex
+    import subprocess
+
+    from pytest_agentgate.progress import Progress
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_slow.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.gated(task='slow gate')\n"
+        "def test_slow(agent_workspace):\n"
+        "    (agent_workspace.path / 'x.txt').write_text('x')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+    env.pop("CI", None)
+    command = shlex.join([
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--agentgate-repo={service}",
+        "--agentgate-gate=sleep 4.5", f"--basetemp={tmp_path / 'tmp'}", "--agentgate-sandbox=none",
+        f"--junitxml={tmp_path / 'junit.xml'}",
+    ])  # fmt: skip
+    shown = subprocess.run(
+        ["script", "-qec", command, "/dev/null"], cwd=suite, env=env, capture_output=True,
+        text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert "1 passed" in shown.stdout, shown.stdout
+    import re
+
+    assert re.search(r"agentgate: test_slow\.py::test_slow: gate for [34] s", shown.stdout)
+    assert "gate for" not in (tmp_path / "junit.xml").read_text()
+    # Off a terminal, or under CI, there is no line at all.
+    assert Progress.for_terminal(False) is None
+    os.environ["CI"] = "true"
+    try:
+        assert Progress.for_terminal(True) is None
+    finally:
+        del os.environ["CI"]
