@@ -76,6 +76,10 @@ class Attempt:
     step: str = "snapshot"
     #: Why its declared state was not captured (too large), when it was not.
     state_refused: str = ""
+    #: The test's own rules it was judged by beyond the run's (``protect=`` globs and
+    #: ``max_changed_lines``), kept in its record so ``agentgate land`` holds it to them.
+    protect: tuple[str, ...] = ()
+    max_changed_lines: int | None = None
     #: The refs of the checkpoints the try made, in order.
     checkpoints: list[str] = field(default_factory=list)
     #: What the agent noted of this try (``agent_workspace.note``).

@@ -235,6 +235,8 @@ def write_record(
         batch=str(fields.get("batch") or ""),
         try_number=int(str(fields.get("try") or 1)),
         checkpoints=str(fields.get("checkpoints") or ""),
+        protect=tuple(fields.get("protect") or ()),
+        max_changed_lines=fields.get("max_changed_lines"),
     )
     begin = time.perf_counter()
     from . import _faults

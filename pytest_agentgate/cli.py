@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -481,7 +482,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if args.state and commit:
         # State declared outside the workspace goes under --state-root: never to its real
         # absolute path unless that is asked for (--state-root /).
-        root = (args.state_root or args.to / ".agentgate-state-root").resolve()
+        root = Path(os.path.abspath(args.state_root or args.to / ".agentgate-state-root"))
+        if os.path.realpath(root) != os.path.normpath(root):
+            # The code just written may hold a link by that name: it must not send the
+            # state anywhere else.
+            raise UsageProblem(
+                f"the state root {str(root)!r} is reached through a symbolic link: nothing of "
+                "the state was written; choose another --state-root"
+            )
         names = state.restore(repo, commit, dest, overwrite=args.force, outside_root=root)
         for name in names:
             shown = (
@@ -491,6 +499,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
             )
             print(f"restored {shown}")
     return 0
+
+
+#: The checks whose rejection ``agentgate land`` can judge again: the gate's and the merge's.
+LANDABLE = ("gate", "retest", "preflight", "conflict")
 
 
 def cmd_land(args: argparse.Namespace) -> int:
@@ -508,6 +520,15 @@ def cmd_land(args: argparse.Namespace) -> int:
 
     repo = _open(args)
     earlier = find(repo, args.attempt)
+    check = earlier.trailers.get("Check", "")
+    if earlier.verdict == "rejected" and not check.startswith(LANDABLE):
+        raise UsageProblem(
+            f"{earlier.record_ref} was rejected by {check or 'its test'!r}, which land does "
+            "not judge again (it runs the gate, the harness, the protection and the limits, "
+            "not the test body or its checks): run its test again instead"
+        )
+    protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
+    limit = earlier.trailers.get("Max-Changed-Lines")
     target = _target(repo, args)
     with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
         engine = Engine.open(
@@ -515,7 +536,12 @@ def cmd_land(args: argparse.Namespace) -> int:
             target,
             promote=not args.dry_run,
             workdir=Path(workdir),
-            gate=GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout),
+            gate=GateSpec(
+                commands=tuple(args.gate),
+                timeout=args.gate_timeout,
+                protect=protect,
+                max_changed_lines=int(limit) if limit else None,
+            ),
             sandbox=Settings(mode=args.sandbox),
         )
         try:

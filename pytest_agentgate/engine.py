@@ -640,7 +640,8 @@ class Engine:
         promoted (:meth:`put_back_state`)."""
         import hashlib
 
-        outside = sorted({p.rstrip("/") or "/" for p in declared if p.startswith("/")})
+        declared = [state_module.normalise(p) for p in declared]
+        outside = sorted({p for p in declared if p.startswith("/")})
         ws.state_declared = tuple(declared)
         with contextlib.ExitStack() as held:
             for path in outside:
@@ -885,6 +886,8 @@ class Engine:
             "results": attempt.results,
             "graded_tree": attempt.graded_tree or "",
             "try": attempt.try_number,
+            "protect": list(attempt.protect),
+            "max_changed_lines": attempt.max_changed_lines,
             # The folder of the try's checkpoints (refs/agentgate/checkpoints/<this>/<k>).
             "checkpoints": attempt.checkpoints[-1]
             .removeprefix(checkpoints.PREFIX)
@@ -952,6 +955,7 @@ class Engine:
         attempt.notes = dict(ws.notes)
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
+        attempt.protect, attempt.max_changed_lines = spec.protect, spec.max_changed_lines
         ws.end_processes()
         try:
             with terminate_as_interrupt():

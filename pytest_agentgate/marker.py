@@ -101,8 +101,11 @@ def gated(
             )
         if Path(path).is_absolute() and Path(path) == Path("/"):
             raise TypeError("state=['/'] would carry the whole machine: name what the task keeps")
-    from .state import overlapping
+    from .state import normalise, overlapping
 
+    if any(normalise(p) in (".", "/") for p in state):
+        raise TypeError("state=['.'] or ['/'] would carry everything: name what the task keeps")
+    state = tuple(normalise(p) for p in state)
     overlap = overlapping(state)
     if overlap:
         raise TypeError(

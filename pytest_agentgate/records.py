@@ -8,6 +8,7 @@ newline in one can forge a trailer.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -74,6 +75,8 @@ def format_message(
     batch: str = "",
     try_number: int = 1,
     checkpoints: str = "",
+    protect: Sequence[str] = (),
+    max_changed_lines: int | None = None,
 ) -> str:
     """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
@@ -118,6 +121,9 @@ def format_message(
         "Batch": batch,
         "Try": str(try_number) if try_number > 1 else None,
         "Checkpoints": checkpoints,
+        # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
+        "Protect": json.dumps(list(protect)) if protect else None,
+        "Max-Changed-Lines": str(max_changed_lines) if max_changed_lines is not None else None,
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
     }
     return "\n".join(body) + "\n" + trailer_lines(trailers)

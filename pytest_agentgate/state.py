@@ -55,9 +55,17 @@ class StateTooLarge(StateError):
 ABS = "@abs"
 
 
+def normalise(declared: str) -> str:
+    """One spelling per declared path (``/x//y/./z/`` is ``/x/y/z``): every comparison of
+    declared paths (overlap, locks, what a restore may write) is made on it."""
+    folded = os.path.normpath(declared)
+    return "/" + folded.lstrip("/") if declared.startswith("/") else folded
+
+
 def tree_path(declared: str) -> str:
     """The path a declared state path has in a state commit."""
-    return f"{ABS}/{declared.strip('/')}" if declared.startswith("/") else declared.strip("/")
+    path = normalise(declared)
+    return f"{ABS}/{path.lstrip('/')}" if path.startswith("/") else path
 
 
 def _files(root: Path, rel: str) -> Iterator[tuple[str, Path]]:

@@ -145,3 +145,75 @@ def test_a_checkpoint_of_a_huge_agent_git_is_refused(service: Path) -> None:
         out.truncate(1 << 20)
     with pytest.raises(CheckpointError, match="bytes, more than 100,000"):
         ws.checkpoint("step")
+
+
+def test_overlap_is_found_whatever_the_spelling(tmp_path: Path) -> None:
+    """Found by a second trial: ``/x/./state`` or ``/x//state`` beside ``/x/state/sub/db``
+    passed the overlap check, and the put back deleted a host file through the agent's link."""
+    from pytest_agentgate.marker import gated
+
+    outer = tmp_path / "state"
+    for spelling in (f"{tmp_path}/./state", f"{tmp_path}//state", f"{outer}/."):
+        with pytest.raises(TypeError, match="overlap"):
+            gated("t", state=[f"{outer}/sub/db", spelling])
+
+
+def test_a_state_path_spelled_oddly_is_put_back_whole(service: Path, tmp_path: Path) -> None:
+    """Found by a second trial: a declared ``/x//state`` was compared unnormalised with what
+    the capture named, so the put back emptied the folder and then refused to restore it."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "precious.db").write_text("the user's\n")
+    e = engine(service)
+    ws = e.fork(task="odd spelling")
+    with e.state_held(ws, [f"{tmp_path}//state/"]):
+        (state / "precious.db").write_text("the agent's\n")
+        (state / "planted.txt").write_text("x\n")
+        e.put_back_state(ws)
+    assert sorted(p.name for p in state.iterdir()) == ["precious.db"]
+    assert (state / "precious.db").read_text() == "the user's\n"
+
+
+def test_land_holds_an_attempt_to_its_test_s_own_rules(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    """Found by a second trial: ``agentgate land`` of an attempt rejected by its marker's
+    ``protect=`` landed it (land judged it by the run's rules alone)."""
+    from pytest_agentgate.cli import main
+
+    e = engine(service)
+    spec = GateSpec(commands=("true",), protect=("ledger/api.py",))
+    ws = e.fork(task="backdoor")
+    (ws.path / "ledger" / "api.py").write_text("BACKDOOR = True\n")
+    first = e.run_attempt(ws, task="backdoor", spec=spec)
+    assert first.verdict.status == "rejected" and first.verdict.check == "protect"
+    capsys.readouterr()
+    code = main(["land", "--repo", str(service), first.record_ref, "--gate", "true", "--sandbox", "none"])
+    assert code == 2 and "land does not judge again" in capsys.readouterr().err
+    assert "BACKDOOR" not in git(service, "show", "main:ledger/api.py")
+    record = git(service, "log", "-1", "--format=%B", first.record_ref)
+    assert 'Agentgate-Protect: ["ledger/api.py"]' in record
+
+
+def test_restore_sends_no_state_through_a_link_the_restored_code_holds(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    """Found by a second trial (with an allow-symlink glob matching it): the code restored
+    first held ``.agentgate-state-root -> /``, and the state then went to the host's paths."""
+    from pytest_agentgate.cli import main
+
+    host = tmp_path / "host-state"
+    host.mkdir()
+    e = engine(service, allow_symlinks=(".agentgate-state-root",))
+    ws = e.fork(task="root link")
+    with e.state_held(ws, [str(host)]):
+        (host / "planted.txt").write_text("planted by a rejected agent\n")
+        (ws.path / ".agentgate-state-root").symlink_to("/")
+        attempt = e.run_attempt(ws, task="root link", state=[str(host)])
+        e.put_back_state(ws)
+    assert not (host / "planted.txt").exists()
+    out = tmp_path / "restored"
+    capsys.readouterr()
+    code = main(["restore", "--repo", str(service), attempt.record_ref, "--to", str(out), "--state"])
+    assert code == 2 and "reached through a symbolic link" in capsys.readouterr().err
+    assert not (host / "planted.txt").exists()
