@@ -427,19 +427,20 @@ class Bench:
                 hashed.append(snap.hashed)
                 self.repo.commit_tree(snap.tree, [self.base], "snapshot\n", AGENT)
 
-            def floor(s: dict) -> None:
-                ws = s["ws"]
-                raw_git(self.repo, "add", "-A", work_tree=ws.path, index=s["copy"])
-                tree = raw_git(self.repo, "write-tree", index=s["copy"])
-                raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "floor", input=b"")
-
-            def teardown(s: dict) -> None:
-                workspace.remove(s["ws"])
-                s["copy"].unlink(missing_ok=True)
-
-            p, f = pair(self.runs, setup, plugin, floor, teardown)
+            p, f = pair(self.runs, setup, plugin, self._raw_snapshot, self._drop_workspace)
             self.hashed[count] = max(hashed)
             self.add(f"snapshot, {count} changed", p, f, f"objects hashed: {max(hashed)}")
+
+    def _raw_snapshot(self, s: dict) -> None:
+        """The floor of a snapshot: git add, write-tree and commit-tree on a copy of the index."""
+        ws = s["ws"]
+        raw_git(self.repo, "add", "-A", work_tree=ws.path, index=s["copy"])
+        tree = raw_git(self.repo, "write-tree", index=s["copy"])
+        raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "floor", input=b"")
+
+    def _drop_workspace(self, s: dict) -> None:
+        workspace.remove(s["ws"])
+        s["copy"].unlink(missing_ok=True)
 
     def checkpoint(self) -> None:
         """A checkpoint (the code as a snapshot, the agent's .git as files, one commit and
@@ -468,17 +469,7 @@ class Bench:
                 message="step", author=AGENT,
             )  # fmt: skip
 
-        def floor(s: dict) -> None:
-            ws = s["ws"]
-            raw_git(self.repo, "add", "-A", work_tree=ws.path, index=s["copy"])
-            tree = raw_git(self.repo, "write-tree", index=s["copy"])
-            raw_git(self.repo, "commit-tree", tree, "-p", self.base, "-m", "floor", input=b"")
-
-        def teardown(s: dict) -> None:
-            workspace.remove(s["ws"])
-            s["copy"].unlink(missing_ok=True)
-
-        p, f = pair(self.runs, setup, plugin, floor, teardown)
+        p, f = pair(self.runs, setup, plugin, self._raw_snapshot, self._drop_workspace)
         self.add("checkpoint, 10 changed", p, f, "floor: the snapshot commit alone (raw git)")
 
     # preflight --------------------------------------------------------------------------
