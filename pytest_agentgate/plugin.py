@@ -409,7 +409,8 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     ws.feedback = _feedback_file(agentgate, ws)
     ws.checkpointer = agentgate.checkpoint
     ws.on_step = request.config.stash[RUN_KEY].tell
-    ws.checkpoints, ws.try_id = [], uuid.uuid4().hex[:12]  # a recycled one had another test's
+    # A recycled workspace served another test: nothing of that test's tries carries over.
+    ws.checkpoints, ws.notes, ws.try_id = [], {}, uuid.uuid4().hex[:12]
     item.stash[WS_KEY] = ws
     with agentgate.state_held(ws, marker.state):  # the state before the test: captured first
         if marker.resume is True:

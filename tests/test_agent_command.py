@@ -296,3 +296,28 @@ def test_a_slow_step_shows_one_updating_line_on_a_terminal_only(
         assert Progress.for_terminal(True) is None
     finally:
         del os.environ["CI"]
+
+
+def test_a_recycled_workspace_carries_no_notes_of_the_last_test(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    pytester.makepyfile(
+        test_two=(
+            "import pytest\n\n"
+            "@pytest.mark.gated(task='first')\n"
+            "def test_a(agent_workspace):\n"
+            "    (agent_workspace.path / 'a.txt').write_text('a')\n"
+            "    agent_workspace.note(tokens=5)\n\n"
+            "@pytest.mark.gated(task='second')\n"
+            "def test_b(agent_workspace):\n"
+            "    (agent_workspace.path / 'b.txt').write_text('b')\n"
+        )
+    )
+    report = tmp_path / "report.json"
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", "--agentgate-promote", "--agentgate-gate=true",
+        f"--agentgate-report={report}", "-p", "no:randomly",
+    )  # fmt: skip
+    result.assert_outcomes(passed=2)
+    rows = json.loads(report.read_text())["attempts"]
+    assert [r["notes"] for r in rows] == [{"tokens": 5}, {}]
