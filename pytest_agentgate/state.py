@@ -209,9 +209,9 @@ def restore(
     (nothing of the user's is replaced unasked). With ``declared``, a commit holding any
     path outside those is refused before anything is written.
     """
-    if declared is not None:
-        check_declared(repo, commit, declared)
     names = repo.tree_paths(commit)
+    if declared is not None:
+        check_declared(names, declared)
     inside = [n for n in names if not n.startswith(f"{ABS}/")]
     outside = [n[len(ABS) + 1 :] for n in names if n.startswith(f"{ABS}/")]
     if outside_root is None:
@@ -267,11 +267,11 @@ def put_back(repo: BaseRepo, commit: str | None, declared: Sequence[str]) -> Non
         restore(repo, commit, None, overwrite=True, declared=declared)
 
 
-def check_declared(repo: BaseRepo, commit: str, declared: Sequence[str]) -> None:
-    """Refuse a state commit holding a path outside the declared ones: what a restore
-    writes must be exactly what the test declared, wherever the commit came from."""
+def check_declared(names: Sequence[str], declared: Sequence[str]) -> None:
+    """Refuse a state commit holding a path (of ``names``) outside the declared ones: what a
+    restore writes must be exactly what the test declared, wherever the commit came from."""
     allowed = [tree_path(p).rstrip("/") for p in declared]
-    for name in repo.tree_paths(commit):
+    for name in names:
         if not any(name == a or name.startswith(a + "/") for a in allowed):
             raise StateError(name, "is in the state to restore but is not a declared state path")
 
