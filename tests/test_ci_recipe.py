@@ -1,0 +1,109 @@
+"""The CI recipe in examples/ci/ is checked: against GitHub's workflow schema, and by running
+its pytest command against a bare repository standing for the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import git
+
+RECIPE = Path(__file__).resolve().parent.parent / "examples" / "ci" / "github-actions.yml"
+
+
+def _need(program: str) -> str:
+    found = shutil.which(program) or (
+        str(Path(sys.executable).parent / program)
+        if (Path(sys.executable).parent / program).exists()
+        else None
+    )
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{program} is missing: the test extra installs it")
+        pytest.skip(f"{program} is not installed (pip install -e '.[test]')")
+    return found
+
+
+def test_the_recipe_is_a_valid_github_workflow() -> None:
+    checker = _need("check-jsonschema")
+    done = subprocess.run(
+        [checker, "--builtin-schema", "vendor.github-workflows", str(RECIPE)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_recipe_keeps_its_promises() -> None:
+    text = RECIPE.read_text()
+    assert "persist-credentials: false" in text  # no token in .git/config
+    assert "--agentgate-sandbox=bwrap" in text  # never quietly uncontained
+    assert "apparmor_restrict_unprivileged_userns=0" in text  # so bwrap can start
+    assert '--agentgate-target="$TARGET"' in text  # checkouts are detached: say the target
+
+
+def _pytest_command() -> str:
+    for line in RECIPE.read_text().splitlines():
+        if line.strip().startswith("python -m pytest agents/"):
+            return line.strip()
+    raise AssertionError("the recipe has no pytest command")
+
+
+AGENT = """
+import pytest
+
+@pytest.mark.gated(task="add a changelog")
+def test_changelog(agent_workspace):
+    (agent_workspace.path / "CHANGELOG.md").write_text("- a changelog\\n")
+"""
+
+
+def test_the_recipe_s_pytest_command_lands_an_attempt_on_the_server(
+    service: Path, tmp_path: Path, bwrap: str
+) -> None:
+    """The command as the recipe writes it, in a clone whose origin stands for GitHub."""
+    (service / "agents").mkdir()
+    (service / "agents" / "test_agents.py").write_text(AGENT)
+    (service / "agents" / "requirements.txt").write_text("")
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "an agent suite")
+    server = tmp_path / "server.git"
+    git(tmp_path, "clone", "-q", "--bare", str(service), str(server))
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(server), str(checkout))
+    git(checkout, "checkout", "-q", "--detach")  # as CI checkouts are
+    target = "agents/staging"
+    git(checkout, "push", "-q", "origin", f"HEAD:refs/heads/{target}")  # the recipe's step
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
+    env.update(TARGET=target, AGENTGATE_AGENT="ci-1")
+    command = _pytest_command().replace('"$TARGET"', shlex.quote(target))
+    argv = shlex.split(command)
+    assert argv[:3] == ["python", "-m", "pytest"]
+    done = subprocess.run(
+        [sys.executable, *argv[1:], f"--basetemp={tmp_path / 'tmp'}"],
+        cwd=checkout, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:]
+    rows = json.loads((checkout / "agentgate-report.json").read_text())["attempts"]
+    assert [r["verdict"] for r in rows] == ["promoted"]
+    assert rows[0]["sandbox"] == "bwrap"
+    assert git(server, "show", f"{target}:CHANGELOG.md") == "- a changelog"
+    assert "promoted" in (checkout / "agentgate-summary.md").read_text()
+    assert "CHANGELOG.md" not in git(server, "ls-tree", "--name-only", "main")  # staging only
+
+
+def test_the_local_dry_run_runs_what_ci_runs_without_promoting() -> None:
+    import configparser
+
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(RECIPE.parent / "tox.ini")
+    local = tox["testenv:agents"]["commands"].replace("\\\n", " ")
+    ci = _pytest_command()
+    for flag in ("--agentgate-sandbox=bwrap", '--agentgate-gate="python -m pytest -q tests"'):
+        assert flag in local and flag in ci
+    assert "--agentgate-promote" in ci and "--agentgate-promote" not in local
