@@ -477,6 +477,9 @@ class Engine:
         attempt.external_move = self.note_external_move(tip, attempt.agent)
         if tip == attempt.base:  # merging onto its own parent: the attempt's tree, clean
             return MergePreview(self.repo.tree_of(attempt.change_commit), ())
+        if isinstance(self.target, RemoteBranch):  # a shallow clone: deepen for a merge base
+            self.target.reach(attempt.base)
+            tip = self.repo.ref_value(self.target.ref) or tip
         return self.repo.merge_preview(tip, attempt.change_commit)
 
     def capture_state(self, attempt: Attempt, paths: Sequence[str]) -> str | None:

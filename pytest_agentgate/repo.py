@@ -444,6 +444,11 @@ class BaseRepo:
         ).out
         return [LogEntry(*line.split("\0", 3)) for line in out.splitlines() if line]
 
+    def merge_base(self, a: str, b: str) -> str | None:
+        """A best common ancestor of ``a`` and ``b`` in the history present, or None."""
+        out = self._run("merge-base", "--end-of-options", a, b, ok=(0, 1))
+        return out.out.strip() or None
+
     def parents(self, commit: str) -> list[str]:
         """The parents of ``commit``, in order."""
         out = self._run("rev-list", "--parents", "-n", "1", "--end-of-options", commit).out

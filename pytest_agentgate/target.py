@@ -456,6 +456,28 @@ class RemoteBranch(_LogsMoves):
     def tip_under_lock(self, guess: str) -> str | None:
         return self.tip()
 
+    #: How far a shallow clone is deepened, step by step, to find a merge base.
+    DEEPEN_STEPS = (50, 200, 1000)
+
+    def reach(self, base: str) -> None:
+        """In a shallow clone (the default of CI checkouts), fetch just enough history for
+        ``base`` and the target's tip to have a merge base, or say which command to run."""
+        tip = self.repo.ref_value(self.ref)
+        if tip is None or not self.repo.is_shallow() or self.repo.merge_base(base, tip):
+            return
+        for by in self.DEEPEN_STEPS:
+            transport.deepen(self.repo, self.urls()[0], self.branch, self.ref, by, name=self.remote)
+            tip = self.repo.ref_value(self.ref) or tip
+            if self.repo.merge_base(base, tip) or not self.repo.is_shallow():
+                return
+        if not self.repo.merge_base(base, tip):
+            raise ConfigError(
+                f"this shallow clone holds no common history of {base[:12]} and {self.label}, "
+                f"even {sum(self.DEEPEN_STEPS):,} commits deeper: run `git fetch --unshallow "
+                f"{self.remote}` (in CI, check out with fetch-depth: 0)",
+                source="remote",
+            )
+
     def start(self, run_id: str) -> list[str]:
         from . import pending
 

@@ -99,6 +99,20 @@ def fetch_branch(
     return repo.ref_value(into)
 
 
+def deepen(
+    repo: BaseRepo, url: str, branch: str, into: str, by: int, *, name: str = "the remote"
+) -> None:
+    """Fetch ``by`` more commits of history behind every shallow boundary (``--deepen``),
+    with ``branch`` into ``into``: for a shallow clone that needs a merge base."""
+    result = repo._run(
+        "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+        f"--deepen={by}", "--end-of-options", url, f"+refs/heads/{branch}:{into}",
+        ok=(0, 128),
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise _git.failure(["fetch --deepen", name], result.returncode, result.stderr)
+
+
 def push(
     repo: BaseRepo,
     url: str,

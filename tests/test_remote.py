@@ -233,3 +233,73 @@ def test_a_remote_s_credentials_never_reach_a_message(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     text = result.stdout.str() + result.stderr.str()
     assert "git fetch origin" in text and "s3cr3t-token" not in text
+
+
+def _diverged(tmp_path: Path, shared: int, on_main: int) -> Path:
+    """A server whose main and feature share ``shared`` commits, then part ways."""
+    src = tmp_path / "src"
+    git(tmp_path, "init", "-q", "-b", "main", str(src))
+    for i in range(shared):
+        (src / f"shared{i}.txt").write_text(f"{i}\n")
+        git(src, "add", "-A")
+        git(src, "commit", "-qm", f"shared {i}")
+    git(src, "checkout", "-qb", "feature")
+    for i in range(2):
+        (src / f"feature{i}.txt").write_text(f"{i}\n")
+        git(src, "add", "-A")
+        git(src, "commit", "-qm", f"feature {i}")
+    git(src, "checkout", "-q", "main")
+    for i in range(on_main):
+        (src / f"main{i}.txt").write_text(f"{i}\n")
+        git(src, "add", "-A")
+        git(src, "commit", "-qm", f"main {i}")
+    server = tmp_path / "server.git"
+    git(tmp_path, "clone", "-q", "--bare", str(src), str(server))
+    return server
+
+
+def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> None:
+    """CI checks out one commit of a branch (depth 1); an attempt forked there lands on a
+    target that moved: the plugin fetches just enough history to find the merge base."""
+    from pytest_agentgate import Engine, GateSpec
+    from pytest_agentgate.sandbox import Settings
+
+    server = _diverged(tmp_path, shared=3, on_main=3)
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{server}", str(work))
+    assert (work / ".git" / "shallow").exists()
+    e = Engine.open(
+        work, "main", remote="origin", base="HEAD", promote=True, workdir=tmp_path / "runs",
+        gate=GateSpec(outcome_is_enough=True), sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    ws = e.fork(task="shallow")
+    (ws.path / "agent.txt").write_text("from a shallow clone\n")
+    attempt = e.run_attempt(ws, task="shallow")
+    assert attempt.verdict.status == "promoted", attempt.verdict
+    assert attempt.move is not None and attempt.move.kind == "merge"
+    landed = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert {"agent.txt", "feature1.txt", "main2.txt"} <= set(landed)
+    git(server, "fsck", "--strict", "--no-progress")
+
+
+def test_a_shallow_clone_too_far_from_the_target_names_the_command_to_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_agentgate import Engine, GateSpec
+    from pytest_agentgate.sandbox import Settings
+    from pytest_agentgate.target import RemoteBranch
+
+    monkeypatch.setattr(RemoteBranch, "DEEPEN_STEPS", (1,))  # the merge base is 2 behind
+    server = _diverged(tmp_path, shared=2, on_main=6)
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{server}", str(work))
+    e = Engine.open(
+        work, "main", remote="origin", base="HEAD", promote=True, workdir=tmp_path / "runs",
+        gate=GateSpec(outcome_is_enough=True), sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    ws = e.fork(task="too shallow")
+    (ws.path / "agent.txt").write_text("x\n")
+    verdict = e.run_attempt(ws, task="too shallow").verdict
+    assert verdict.status == "error"
+    assert "git fetch --unshallow origin" in verdict.reason and "fetch-depth: 0" in verdict.reason
+    assert "agent.txt" not in git(server, "ls-tree", "--name-only", "main")
