@@ -446,6 +446,16 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def _real_state_root(root: Path) -> Path:
+    """``root``, unless it is reached through a link (the state must go nowhere else)."""
+    if os.path.realpath(root) != os.path.normpath(root):
+        raise UsageProblem(
+            f"the state root {str(root)!r} is reached through a symbolic link: nothing of the "
+            "state was written; choose another --state-root"
+        )
+    return root
+
+
 def cmd_restore(args: argparse.Namespace) -> int:
     """Write an attempt's or a checkpoint's code (and with ``--state`` its declared state)
     into a directory, for a person to inspect or to start from."""
@@ -473,6 +483,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
             f"--to {str(args.to)!r} is not empty: nothing was written (--force writes over "
             "the files there)"
         )
+    if args.state and args.state_root is not None:
+        _real_state_root(Path(os.path.abspath(args.state_root)))  # before anything is written
     dest.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="agentgate-restore-") as tmp:
         index = repo.index(Path(tmp), Path(tmp) / "index")
@@ -482,14 +494,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if args.state and commit:
         # State declared outside the workspace goes under --state-root: never to its real
         # absolute path unless that is asked for (--state-root /).
-        root = Path(os.path.abspath(args.state_root or args.to / ".agentgate-state-root"))
-        if os.path.realpath(root) != os.path.normpath(root):
-            # The code just written may hold a link by that name: it must not send the
-            # state anywhere else.
-            raise UsageProblem(
-                f"the state root {str(root)!r} is reached through a symbolic link: nothing of "
-                "the state was written; choose another --state-root"
-            )
+        # Checked again now: the code just written may hold a link by the default's name.
+        root = _real_state_root(
+            Path(os.path.abspath(args.state_root or args.to / ".agentgate-state-root"))
+        )
         names = state.restore(repo, commit, dest, overwrite=args.force, outside_root=root)
         for name in names:
             shown = (
@@ -501,8 +509,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The checks whose rejection ``agentgate land`` can judge again: the gate's and the merge's.
-LANDABLE = ("gate", "retest", "preflight", "conflict")
+#: The checks whose verdict ``agentgate land`` can judge again, by exact name (a Python
+#: check named ``gate_policy`` is not the gate): the gate's, its baseline's and the merge's.
+LANDABLE = ("gate", "baseline", "retest", "preflight", "conflict")
 
 
 def cmd_land(args: argparse.Namespace) -> int:
@@ -521,11 +530,17 @@ def cmd_land(args: argparse.Namespace) -> int:
     repo = _open(args)
     earlier = find(repo, args.attempt)
     check = earlier.trailers.get("Check", "")
-    if earlier.verdict == "rejected" and not check.startswith(LANDABLE):
+    landable = check in LANDABLE or check.startswith(tuple(f"{c}: " for c in LANDABLE))
+    if (
+        earlier.verdict in ("promoted", "passed")
+        or not landable
+        or earlier.trailers.get("Graded-Tree")
+    ):
         raise UsageProblem(
-            f"{earlier.record_ref} was rejected by {check or 'its test'!r}, which land does "
-            "not judge again (it runs the gate, the harness, the protection and the limits, "
-            "not the test body or its checks): run its test again instead"
+            f"{earlier.record_ref} ({earlier.verdict}, by {check or 'its test'!r}) is not one "
+            "land judges again: land runs the gate, the harness, the protection and the "
+            "limits, not the test body, its checks, its grading, its agent or its state; "
+            "run its test again instead"
         )
     protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
     limit = earlier.trailers.get("Max-Changed-Lines")

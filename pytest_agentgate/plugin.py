@@ -511,7 +511,10 @@ def _used(ws: Workspace, marker: GatedMarker) -> dict[str, float]:
         for name in used:
             value = notes.get(name) if isinstance(notes, dict) else None
             if isinstance(value, int | float) and not isinstance(value, bool):
-                used[name] += value
+                try:
+                    used[name] += float(value)
+                except OverflowError:  # past any budget: spent
+                    used[name] = float("inf")
     return used
 
 

@@ -147,8 +147,8 @@ class Workspace:
         for name, value in fields.items():
             if not name.isidentifier():
                 raise AgentgateError(f"note(): {name!r} is not a field name")
-            _check_note(name, value)
             old = self.notes.get(name)
+            _check_note(name, value, old)
             if _is_number(value) and _is_number(old):
                 self.notes[name] = old + value  # type: ignore[operator]
             elif _is_number(value) or isinstance(value, str | bool) or value is None:
@@ -266,13 +266,29 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _check_note(name: str, value: object) -> None:
-    """A noted number is a count or an amount: finite and not negative (a NaN or a negative
-    note would never reach a budget)."""
+#: The largest noted number (and sum of one field in a try): 2**53, the last integer a
+#: float holds exactly; past it a budget's sum would overflow or round.
+NOTE_MAX = 2**53
+
+
+def _check_note(name: str, value: object, old: object = None) -> None:
+    """A noted number is a count or an amount: finite, not negative, at most ``NOTE_MAX``,
+    its sum within the try too (a NaN, a negative or an overflowing note would never reach a
+    budget); and a field keeps its kind within a try (a string in place of a number would
+    reset its count)."""
     import math
 
-    if _is_number(value) and (not math.isfinite(value) or value < 0):  # type: ignore[arg-type,operator]
-        raise AgentgateError(f"note({name}={value!r}): a noted number is finite and not negative")
+    if _is_number(value) != _is_number(old) and old is not None:
+        raise AgentgateError(
+            f"note({name}={value!r}): {name} was noted as {type(old).__name__} in this try"
+        )
+    if _is_number(value):
+        total = value + (old or 0)  # type: ignore[operator]
+        if not math.isfinite(value) or value < 0 or total > NOTE_MAX:  # type: ignore[arg-type,operator]
+            raise AgentgateError(
+                f"note({name}={value!r}): a noted number is finite, not negative, and its sum "
+                f"in a try at most {NOTE_MAX:,}"
+            )
 
 
 def fork(

@@ -128,11 +128,27 @@ def test_a_read_only_folder_an_agent_left_in_state_is_still_put_back(tmp_path: P
         shutil.rmtree(place, ignore_errors=True)
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -5])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -5, 10**308])
 def test_a_note_that_could_never_reach_a_budget_is_refused(service: Path, value: float) -> None:
     ws = engine(service).fork(task="notes")
-    with pytest.raises(AgentgateError, match="finite and not negative"):
+    with pytest.raises(AgentgateError, match="finite, not negative, and its sum"):
         ws.note(tokens=value)
+
+
+def test_notes_whose_sum_overflows_or_whose_kind_changes_are_refused(service: Path) -> None:
+    """Found by a third trial: two notes of 10**300 each passed, their sum overflowed the
+    budget's float after the attempt was promoted (its report row was lost); and a string in
+    place of a number reset the try's count, so the budget never bound."""
+    ws = engine(service).fork(task="notes")
+    ws.note(tokens=2**52)
+    with pytest.raises(AgentgateError, match="its sum in a try at most"):
+        ws.note(tokens=2**52 + 1)
+    with pytest.raises(AgentgateError, match="was noted as int"):
+        ws.note(tokens="done")
+    ws.note(model="stand-in")
+    with pytest.raises(AgentgateError, match="was noted as str"):
+        ws.note(model=3)
+    assert ws.notes == {"tokens": 2**52, "model": "stand-in"}
 
 
 def test_a_checkpoint_of_a_huge_agent_git_is_refused(service: Path) -> None:
@@ -189,7 +205,7 @@ def test_land_holds_an_attempt_to_its_test_s_own_rules(
     assert first.verdict.status == "rejected" and first.verdict.check == "protect"
     capsys.readouterr()
     code = main(["land", "--repo", str(service), first.record_ref, "--gate", "true", "--sandbox", "none"])
-    assert code == 2 and "land does not judge again" in capsys.readouterr().err
+    assert code == 2 and "is not one land judges again" in capsys.readouterr().err
     assert "BACKDOOR" not in git(service, "show", "main:ledger/api.py")
     record = git(service, "log", "-1", "--format=%B", first.record_ref)
     assert 'Agentgate-Protect: ["ledger/api.py"]' in record
@@ -217,3 +233,30 @@ def test_restore_sends_no_state_through_a_link_the_restored_code_holds(
     code = main(["restore", "--repo", str(service), attempt.record_ref, "--to", str(out), "--state"])
     assert code == 2 and "reached through a symbolic link" in capsys.readouterr().err
     assert not (host / "planted.txt").exists()
+
+
+@pytest.mark.parametrize("how", ["a timeout", "a check named like the gate"])
+def test_land_refuses_what_it_cannot_judge_again(
+    capsys: pytest.CaptureFixture[str], service: Path, how: str
+) -> None:
+    """Found by a third trial: land took any ``error`` verdict (an agent's timeout, a state
+    problem) for one it could judge, and a Python check named ``gate_policy`` for the gate."""
+    from pytest_agentgate.cli import main
+
+    e = engine(service)
+    ws = e.fork(task="refused")
+    (ws.path / "EVIL.md").write_text("the test refuses me\n")
+    if how == "a timeout":
+        found = e.run_attempt(ws, task="refused", agent_error="agent timed out after 3 s")
+    else:
+
+        def gate_policy(attempt: object) -> bool:
+            return False
+
+        found = e.run_attempt(ws, task="refused", extra_checks=[gate_policy])
+    assert found.verdict.status in ("error", "rejected")
+    capsys.readouterr()
+    code = main(["land", "--repo", str(service), found.record_ref, "--gate", "true",
+                 "--sandbox", "none"])  # fmt: skip
+    assert code == 2 and "is not one land judges again" in capsys.readouterr().err
+    assert "EVIL.md" not in git(service, "ls-tree", "--name-only", "main")
