@@ -258,20 +258,26 @@ def _diverged(tmp_path: Path, shared: int, on_main: int) -> Path:
     return server
 
 
-def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> None:
-    """CI checks out one commit of a branch (depth 1); an attempt forked there lands on a
-    target that moved: the plugin fetches just enough history to find the merge base."""
+def _from_depth_1_clone(server: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An engine on a depth-1 clone of the server's feature branch, forking from its HEAD."""
     from pytest_agentgate import Engine, GateSpec
     from pytest_agentgate.sandbox import Settings
 
-    server = _diverged(tmp_path, shared=3, on_main=3)
     work = tmp_path / "work"
     git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{server}", str(work))
     assert (work / ".git" / "shallow").exists()
-    e = Engine.open(
+    return Engine.open(
         work, "main", remote="origin", base="HEAD", promote=True, workdir=tmp_path / "runs",
         gate=GateSpec(outcome_is_enough=True), sandbox=Settings(mode="none"),
     )  # fmt: skip
+
+
+def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> None:
+    """CI checks out one commit of a branch (depth 1); an attempt forked there lands on a
+    target that moved: the plugin fetches just enough history to find the merge base."""
+
+    server = _diverged(tmp_path, shared=3, on_main=3)
+    e = _from_depth_1_clone(server, tmp_path)
     ws = e.fork(task="shallow")
     (ws.path / "agent.txt").write_text("from a shallow clone\n")
     attempt = e.run_attempt(ws, task="shallow")
@@ -285,18 +291,11 @@ def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> 
 def test_a_shallow_clone_too_far_from_the_target_names_the_command_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentgate import Engine, GateSpec
-    from pytest_agentgate.sandbox import Settings
     from pytest_agentgate.target import RemoteBranch
 
     monkeypatch.setattr(RemoteBranch, "DEEPEN_STEPS", (1,))  # the merge base is 2 behind
     server = _diverged(tmp_path, shared=2, on_main=6)
-    work = tmp_path / "work"
-    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{server}", str(work))
-    e = Engine.open(
-        work, "main", remote="origin", base="HEAD", promote=True, workdir=tmp_path / "runs",
-        gate=GateSpec(outcome_is_enough=True), sandbox=Settings(mode="none"),
-    )  # fmt: skip
+    e = _from_depth_1_clone(server, tmp_path)
     ws = e.fork(task="too shallow")
     (ws.path / "agent.txt").write_text("x\n")
     verdict = e.run_attempt(ws, task="too shallow").verdict
