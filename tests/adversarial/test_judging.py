@@ -706,6 +706,17 @@ def test_shadowing_covers_the_folders_the_configuration_puts_on_sys_path(service
     assert "src/xml (shadows the module 'xml')" in verdict.reason
 
 
+def land_three_on_reused_checkouts(e: Engine) -> None:
+    """Three attempts in a row, each promoted, their gates on checkouts kept and reused."""
+    for n in range(3):
+        ws = e.fork(task=f"change {n}")
+        (ws.path / f"c{n}.txt").write_text(f"{n}\n")
+        found = e.run_attempt(ws, task=f"change {n}")
+        assert found.verdict.status == "promoted", found.verdict
+        e.release(ws)
+    assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
+
+
 def test_a_reused_gate_checkout_carries_nothing_from_the_last_gate(service: Path) -> None:
     """Gate checkouts are reused from one gate run to the next: whatever a gate left (an
     untracked file, bytecode, an ignored cache, an edit to a tracked file, a new directory
@@ -726,13 +737,7 @@ def test_a_reused_gate_checkout_carries_nothing_from_the_last_gate(service: Path
         service, "main", promote=True, workdir=service.parent / "work",
         gate=GateSpec(commands=(gate,), timeout=60),
     )  # fmt: skip
-    for n in range(3):
-        ws = e.fork(task=f"change {n}")
-        (ws.path / f"c{n}.txt").write_text(f"{n}\n")
-        attempt = e.run_attempt(ws, task=f"change {n}")
-        assert attempt.verdict.status == "promoted", attempt.verdict
-        e.release(ws)
-    assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
+    land_three_on_reused_checkouts(e)
     assert "tampered" not in git(service, "show", "main:ledger/store.py")
     e.close()
 
@@ -921,11 +926,5 @@ def test_a_same_size_edit_with_its_time_restored_is_undone_in_a_reused_checkout(
         gate=GateSpec(commands=(f"{sys.executable} {tamper}",), timeout=60),
         sandbox=Settings(mode="none"),
     )  # fmt: skip
-    for n in range(3):
-        ws = e.fork(task=f"change {n}")
-        (ws.path / f"c{n}.txt").write_text(f"{n}\n")
-        found = e.run_attempt(ws, task=f"change {n}")
-        assert found.verdict.status == "promoted", found.verdict
-        e.release(ws)
-    assert e.pool._checkouts is not None and e.pool._checkouts.reused >= 2
+    land_three_on_reused_checkouts(e)
     e.close()
