@@ -713,24 +713,30 @@ class Engine:
         first time the plugin meets a target is where it starts, not a move. An external move
         is not an error: promotion merges on top of it like any moved target, never over it.
         """
-        if not isinstance(self.target, LocalBranch) or not self.target.promotes:
+        if not isinstance(self.target, LocalBranch | RemoteBranch) or not self.target.promotes:
             return None
         if tip in self._known_tips:
             return None
         self._known_tips.add(tip)
         ours = ("promote", "rollback", "revert", "pending", "external-move")
         ref = self.target.ref
+        # A server's branch: its moves are logged by the branch's name there, its pending
+        # lines by the local mirror.
+        refs = {ref, self.target.moved_ref}
         used_before = False
         for line in self.log.read():
-            if line.ref != ref:
+            if line.ref not in refs:
                 continue
             used_before = True
             if line.new == tip and line.op in ours:
                 return None
         if not used_before or tip in {a.landed for a in attempts.list_attempts(self.repo)}:
             return None
-        entry = self.repo.last_reflog_entry(ref)
-        how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
+        if isinstance(self.target, RemoteBranch):
+            how = f"pushed to {self.target.remote} outside agentgate (no record of it)"
+        else:
+            entry = self.repo.last_reflog_entry(ref)
+            how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
         with contextlib.suppress(OSError):
             self.log.append(
                 oplog.OpRecord(op="external-move", ref=ref, old=None, new=tip, note=how)

@@ -302,3 +302,35 @@ def test_a_shallow_clone_too_far_from_the_target_names_the_command_to_run(
     assert verdict.status == "error"
     assert "git fetch --unshallow origin" in verdict.reason and "fetch-depth: 0" in verdict.reason
     assert "agent.txt" not in git(server, "ls-tree", "--name-only", "main")
+
+
+def test_a_person_s_push_to_the_server_is_logged_as_an_external_move(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    """Judged by the records, as for a local branch: a tip on the server that no attempt
+    record or logged move accounts for is logged and shown in the summary."""
+    work = clone(str(server), tmp_path / "work")
+    other = clone(str(server), tmp_path / "other")
+    for n in range(2):
+        pytester.makepyfile(
+            **{f"test_agent_{n}": f"""
+            import pytest
+
+            @pytest.mark.gated(task="change {n}")
+            def test_change(agent_workspace):
+                (agent_workspace.path / "change-{n}.txt").write_text("{n}")
+            """}
+        )
+    flags = [f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+             "--agentgate-gate=true"]  # fmt: skip
+    pytester.runpytest("test_agent_0.py", *flags).assert_outcomes(passed=1)
+    (other / "person.txt").write_text("person\n")
+    git(other, "add", "person.txt")
+    git(other, "commit", "-qm", "a person's push")
+    git(other, "pull", "-q", "--rebase", "origin", "main")
+    git(other, "push", "-q", "origin", "HEAD:main")
+    second = pytester.runpytest("test_agent_1.py", *flags)
+    second.assert_outcomes(passed=1)
+    second.stdout.fnmatch_lines(["*target had moved outside agentgate: pushed to origin*"])
+    log = [json.loads(line) for line in (work / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()]
+    assert [r["op"] for r in log].count("external-move") == 1
