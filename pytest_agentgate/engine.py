@@ -530,7 +530,7 @@ class Engine:
         else:
             source = None
         workspace.recycle(ws, ws.base)
-        ws.checkpoints, ws.notes, ws.try_id = [], {}, uuid.uuid4().hex[:12]
+        ws.new_try()
         if mode == "restart" or source is None:
             self.resume_into(ws, None, mode)
             if source is None and mode != "restart":

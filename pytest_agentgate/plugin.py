@@ -409,8 +409,7 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     ws.feedback = _feedback_file(agentgate, ws)
     ws.checkpointer = agentgate.checkpoint
     ws.on_step = request.config.stash[RUN_KEY].tell
-    # A recycled workspace served another test: nothing of that test's tries carries over.
-    ws.checkpoints, ws.notes, ws.try_id = [], {}, uuid.uuid4().hex[:12]
+    ws.new_try()  # a recycled workspace served another test: nothing of it carries over
     item.stash[WS_KEY] = ws
     with agentgate.state_held(ws, marker.state):  # the state before the test: captured first
         if marker.resume is True:
@@ -427,9 +426,8 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
                 # left there stays only when its attempt landed.
                 agentgate.put_back_state(ws)
             if attempt is not None and attempt.verdict.accepted:
-                agentgate.release(
-                    ws
-                )  # recycled for the next test (--agentgate-fresh-workspaces: not)
+                # Recycled for the next test (with --agentgate-fresh-workspaces: removed).
+                agentgate.release(ws)
             else:
                 ws_module.discard_index(ws)  # the files stay for inspection
 
@@ -500,7 +498,7 @@ def _retried(attempt: Attempt, ws: Workspace, marker: GatedMarker) -> bool:
         not attempt.verdict.accepted
         and attempt.verdict.status in RETRIED
         and ws.attempt <= marker.retries
-        and not _spent(ws, marker)
+        and not any(used >= limit for used, limit in attempt.budget.values())
     )
 
 
@@ -516,11 +514,6 @@ def _used(ws: Workspace, marker: GatedMarker) -> dict[str, float]:
                 except OverflowError:  # past any budget: spent
                     used[name] = float("inf")
     return used
-
-
-def _spent(ws: Workspace, marker: GatedMarker) -> bool:
-    used = _used(ws, marker)
-    return any(used[name] >= limit for name, limit in marker.budget)
 
 
 def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:

@@ -139,6 +139,11 @@ class Workspace:
     on_step: Callable[[str], None] | None = None
     _groups: list[int] = field(default_factory=list)
 
+    def new_try(self) -> None:
+        """Begin another try (the next one of this test, or the first of another test this
+        recycled workspace serves): no checkpoint or note of an earlier try carries over."""
+        self.checkpoints, self.notes, self.try_id = [], {}, uuid.uuid4().hex[:12]
+
     def note(self, **fields: object) -> None:
         """Record what the agent reports of this try (``note(tokens=1200, cost=0.04)``):
         numbers add up over the calls of one try, anything else is replaced. The notes go

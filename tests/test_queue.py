@@ -342,10 +342,11 @@ def _gate_runs(log: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
-def test_eight_processes_land_everything_with_few_retests(
-    service: Path, tmp_path: Path
-) -> None:
-    log = logs(tmp_path)
+def eight_processes(
+    service: Path, tmp_path: Path, log: Path, gate: str, *extra: str
+) -> list[subprocess.Popen[str]]:
+    """Eight pytest processes started together, each landing its own change through ``gate``
+    (which logs its runs to ``log``)."""
     procs = []
     for n in range(8):
         suite = tmp_path / f"suite-{n}"
@@ -354,11 +355,19 @@ def test_eight_processes_land_everything_with_few_retests(
         procs.append(
             spawn_pytest(
                 suite, f"--agentgate-repo={service}", "--agentgate-promote",
-                f"--agentgate-gate={GATE}", "--agentgate-gate-env=GATE_LOG",
-                f"--agentgate-sandbox-bind={log.parent}:rw",
+                f"--agentgate-gate={gate}", "--agentgate-gate-env=GATE_LOG",
+                *extra, f"--agentgate-sandbox-bind={log.parent}:rw",
                 f"--basetemp={tmp_path / f'tmp-{n}'}", env={"GATE_LOG": str(log)},
             )
-        )
+        )  # fmt: skip
+    return procs
+
+
+def test_eight_processes_land_everything_with_few_retests(
+    service: Path, tmp_path: Path
+) -> None:
+    log = logs(tmp_path)
+    procs = eight_processes(service, tmp_path, log, GATE)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0] * 8, outputs
     on_main = set(git(service, "ls-tree", "--name-only", "main").splitlines())
@@ -403,19 +412,9 @@ def test_one_culprit_among_eight_processes(service: Path, tmp_path: Path) -> Non
         )
     )
     log = logs(tmp_path)
-    procs = []
-    for n in range(8):
-        suite = tmp_path / f"suite-{n}"
-        suite.mkdir()
-        (suite / "test_agent.py").write_text(agent(n, tmp_path, 8))
-        procs.append(
-            spawn_pytest(
-                suite, f"--agentgate-repo={service}", "--agentgate-promote",
-                f"--agentgate-gate={sys.executable} {check}", "--agentgate-gate-env=GATE_LOG",
-                f"--agentgate-sandbox-bind={check}", f"--agentgate-sandbox-bind={log.parent}:rw",
-                f"--basetemp={tmp_path / f'tmp-{n}'}", env={"GATE_LOG": str(log)},
-            )
-        )
+    procs = eight_processes(
+        service, tmp_path, log, f"{sys.executable} {check}", f"--agentgate-sandbox-bind={check}"
+    )
     outputs = [p.communicate(timeout=300)[0] for p in procs]
     codes = [p.returncode for p in procs]
     on_main = set(git(service, "ls-tree", "--name-only", "main").splitlines())
