@@ -403,11 +403,9 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     settings = request.config.stash[RUN_KEY].settings
     ws.agent_command = settings.agent_command
     ws.agent_timeout = settings.agent_timeout
-    ws.task = marker.task
-    ws.agent = marker.agent or settings.agent
+    ws.agent = marker.agent or settings.agent  # its task and checkpointer: set by fork()
     ws.attempt, ws.history = 1, []
     ws.feedback = _feedback_file(agentgate, ws)
-    ws.checkpointer = agentgate.checkpoint
     ws.on_step = request.config.stash[RUN_KEY].tell
     ws.new_try()  # a recycled workspace served another test: nothing of it carries over
     item.stash[WS_KEY] = ws
