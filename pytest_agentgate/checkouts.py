@@ -6,6 +6,11 @@ cache one gate left must never run in the next tree), and the result is verified
 snapshot would see it; a checkout that cannot be proven clean is removed and a fresh one is
 made. On a large repository that turns each gate command's checkout (and each re-test's,
 inside the target's lock) from writing every file into writing the change.
+
+The proof that a returned checkout holds exactly its tree (:func:`~.workspace.prove_clean`:
+one stat pass, the removal of what the command left, a walk for what git never lists) is
+made in a background thread as soon as its command has ended, when nothing can run in it any
+more: the next gate then pays only for writing the difference.
 """
 
 from __future__ import annotations
@@ -13,12 +18,40 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import GitError
 from .removal import remove_tree
 from .repo import BaseRepo
-from .workspace import RecycleFailed, checkout_with_index, reset_checkout
+from .workspace import RecycleFailed, checkout_with_index, prove_clean, reset_checkout
+
+
+@dataclass
+class _Kept:
+    """A kept checkout: its folder, its index, the tree it holds, and its proof on the way."""
+
+    path: Path
+    index: Path
+    tree: str
+    thread: threading.Thread | None = None
+    #: True: proven to hold ``tree``; False: not (reset whole); None: the proof failed.
+    proven: list[bool | None] = field(default_factory=lambda: [None])
+
+    def prove(self, repo: BaseRepo) -> None:
+        def run() -> None:
+            try:
+                self.proven[0] = prove_clean(repo.index(self.path, self.index), self.path)
+            except Exception:  # any failure: the checkout is not reused, never an error
+                self.proven[0] = None
+
+        self.thread = threading.Thread(target=run, name="agentgate-checkout", daemon=True)
+        self.thread.start()
+
+    def settled(self) -> bool | None:
+        if self.thread is not None:
+            self.thread.join()
+        return self.proven[0]
 
 
 class GateCheckouts:
@@ -28,11 +61,12 @@ class GateCheckouts:
         self.repo = repo
         self.root = root
         self.keep = keep
-        #: Kept checkouts: the folder, its index, and the tree it was last brought to.
-        self._free: list[tuple[Path, Path, str]] = []
+        self._free: list[_Kept] = []
         self._lock = threading.Lock()
-        #: How many checkouts were reused rather than made afresh (for the benchmark).
+        #: How many checkouts were reused rather than made afresh (for the benchmark), and
+        #: how many of those were brought over by the paths that differ alone.
         self.reused = 0
+        self.brought_over = 0
 
     @contextmanager
     def checkout(self, tree: str, name: str) -> Iterator[Path]:
@@ -42,13 +76,18 @@ class GateCheckouts:
             found = self._free.pop() if self._free else None
         taken: tuple[Path, Path] | None = None
         if found is not None:
-            path, index, current = found
+            proven = found.settled()
             try:
-                reset_checkout(self.repo, path, index, tree, current=current)
-                taken = (path, index)
+                if proven is None:
+                    raise RecycleFailed(found.path, "its proof failed")
+                by_difference = reset_checkout(
+                    self.repo, found.path, found.index, tree, current=found.tree, proven=proven
+                )
+                taken = (found.path, found.index)
                 self.reused += 1
+                self.brought_over += by_difference
             except (RecycleFailed, GitError, OSError):
-                _remove((path, index))
+                _remove((found.path, found.index))
         if taken is None:
             taken = checkout_with_index(self.repo, tree, self.root, name)
         kept = False
@@ -56,18 +95,21 @@ class GateCheckouts:
             yield taken[0]
             with self._lock:
                 if len(self._free) < self.keep:
-                    self._free.append((*taken, tree))
+                    entry = _Kept(*taken, tree)
+                    entry.prove(self.repo)  # its command has ended: nothing runs in it now
+                    self._free.append(entry)
                     kept = True
         finally:
             if not kept:
                 _remove(taken)
 
     def close(self) -> None:
-        """Remove every kept checkout."""
+        """Remove every kept checkout (once its proof, if under way, has ended)."""
         with self._lock:
             free, self._free = self._free, []
-        for path, index, _tree in free:
-            _remove((path, index))
+        for entry in free:
+            entry.settled()
+            _remove((entry.path, entry.index))
 
 
 def _remove(taken: tuple[Path, Path]) -> None:

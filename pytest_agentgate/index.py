@@ -158,6 +158,13 @@ class Index:
             payload = b"".join(entry.line() for entry in entries)
             self._run("update-index", "--add", "-z", "--index-info", input=payload)
 
+    def check_out_paths(self, paths: Sequence[str]) -> None:
+        """Write the index's files at ``paths`` into the work tree (replacing what is there,
+        leading directories made as needed) and record their new stat data."""
+        if paths:
+            payload = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
+            self._run("checkout-index", "-f", "-u", "-z", "--stdin", input=payload)
+
     def refresh(self) -> None:
         """Refresh stat data, so that only real edits count as changes.
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -58,6 +59,37 @@ def _remove_entry(name: str, dir_fd: int) -> None:
         shutil.rmtree(name, dir_fd=dir_fd)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+def remove_empty_dirs(root: Path, rels: Iterable[str]) -> None:
+    """Remove each directory ``root/rel`` that is empty, deepest first, and each parent it
+    leaves empty (as a checkout does for the paths it deletes). A directory that is not
+    empty, or already gone, stays as it is; a component that is a symlink raises
+    :class:`UnsafePath` (nothing is removed through it)."""
+    wanted: set[tuple[str, ...]] = set()
+    for rel in rels:
+        parts = tuple(p for p in rel.split("/") if p not in ("", "."))
+        if ".." in parts:
+            raise ValueError(f"not a path inside the tree: {rel!r}")
+        wanted.update(parts[:k] for k in range(1, len(parts) + 1))
+    for parts in sorted(wanted, key=len, reverse=True):
+        try:
+            fd = _open_dir(str(root), None)
+        except FileNotFoundError:
+            return
+        try:
+            for part in parts[:-1]:
+                inner = _open_dir(part, fd)
+                os.close(fd)
+                fd = inner
+            os.rmdir(parts[-1], dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno not in (39, 20):  # ENOTEMPTY, ENOTDIR (a file now: not a dir's)
+                raise
+        finally:
+            os.close(fd)
 
 
 def remove_tree(path: Path) -> None:

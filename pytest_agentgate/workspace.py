@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 
 from . import _git, _proc
 from .errors import AgentgateError, GitError
-from .index import Index
-from .removal import remove_tree, remove_under
+from .index import Index, IndexEntry
+from .removal import remove_empty_dirs, remove_tree, remove_under
 from .repo import BaseRepo, TreeChange
 from .sandbox import UNCONTAINED, Role, Sandbox, run_contained
 
@@ -713,8 +713,14 @@ class RecycleFailed(AgentgateError):
 
 
 def reset_checkout(
-    repo: BaseRepo, path: Path, index: Path, rev: str, *, current: str | None = None
-) -> None:
+    repo: BaseRepo,
+    path: Path,
+    index: Path,
+    rev: str,
+    *,
+    current: str | None = None,
+    proven: bool = False,
+) -> bool:
     """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
 
     Everything untracked or ignored is removed first (a ``.pyc`` one run left must never
@@ -725,28 +731,24 @@ def reset_checkout(
     the result is verified as a snapshot would see it. :class:`RecycleFailed` when anything
     still differs.
 
-    With ``current`` (the tree the checkout was last brought to), git first rewrites only
-    the paths that differ between the two trees, with no stat pass of its own; the
-    verification's pass then finds any other file changed, and only then is every path
-    reset and verified again.
+    With ``current`` (the tree the checkout was last brought to), a checkout proven to hold
+    exactly ``current`` (by :func:`prove_clean`, now, or already when ``proven``) is brought
+    to ``rev`` by the paths that differ between the two trees alone (:func:`_bring_over`;
+    returns True); otherwise every path is reset as above (False).
     """
     checkout = repo.index(path, index)
+    if (
+        current is not None
+        and (proven or prove_clean(checkout, path))
+        and _bring_over(repo, checkout, path, current, rev)
+    ):
+        return True
     # First remove what the last run left: git reads a ``.gitattributes`` from the work
     # tree while it writes files, so one left behind would change the bytes of the next.
     for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
         remove_under(path, rel.rstrip("/"))
-    found = None
-    if current is not None:
-        try:
-            checkout.merge_trees(current, rev)
-            found = checkout.differences(ignored_too=True)
-        except GitError:
-            found = None  # a changed file was in the way: reset every path below
-        if found is not None and found.changed:
-            found = None
-    if found is None:
-        checkout.read_tree(rev, update=True)
-        found = checkout.differences(ignored_too=True)
+    checkout.read_tree(rev, update=True)
+    found = checkout.differences(ignored_too=True)
     # A tracked path still modified or missing after the reset means it could not be fixed.
     if found.changed:
         raise RecycleFailed(
@@ -757,6 +759,53 @@ def reset_checkout(
     _scrub(path)
     if checkout.write_tree() != repo.tree_of(rev):
         raise RecycleFailed(path, "its index does not hold the tree it was reset to")
+    return False
+
+
+def prove_clean(checkout: Index, path: Path) -> bool:
+    """Whether the checkout holds exactly what its index says, after removing everything
+    untracked or ignored and every entry git never lists (:func:`_scrub`).
+
+    One pass: nothing tracked may be modified or missing, by stat data (ctime included,
+    which no process can set back; git reads the content of any file written in the same
+    second as the index). Call it only when nothing can run in the checkout any more (its
+    command's processes were all ended): what it proves then holds until the next write.
+    """
+    found = checkout.differences(ignored_too=True)
+    for rel in found.untracked:
+        remove_under(path, rel.rstrip("/"))
+    if found.changed:
+        return False
+    _scrub(path)
+    return True
+
+
+def _bring_over(repo: BaseRepo, checkout: Index, path: Path, current: str, rev: str) -> bool:
+    """Bring a checkout proven to hold ``current`` to ``rev`` by the paths that differ;
+    False (nothing written) when a submodule is among them, for the full reset instead.
+
+    Deleted files are unlinked (and directories they leave empty), the index is set to
+    ``rev``'s entries at the changed paths, and git itself writes the new files from it. The
+    work tree then holds ``rev`` because it held ``current`` and exactly the difference was
+    written; the index's tree must equal ``rev``'s. Unlike a two-tree ``read-tree -m -u``,
+    nothing stats every path a second time: on a large tree that pass was most of the cost.
+    """
+    changes = repo.diff_tree(current, rev)
+    if any("160000" in (c.old_mode, c.new_mode) for c in changes):
+        return False  # a submodule's directory: the full reset handles gitlinks
+    gone = [c for c in changes if c.status == "D"]
+    for change in gone:
+        with contextlib.suppress(FileNotFoundError):
+            remove_under(path, change.path)
+    remove_empty_dirs(path, [c.path.rpartition("/")[0] for c in gone if "/" in c.path])
+    checkout.stage_entries(
+        [IndexEntry("0", c.old_oid, c.path) for c in gone]
+        + [IndexEntry(c.new_mode, c.new_oid, c.path) for c in changes if c.status != "D"]
+    )
+    checkout.check_out_paths([c.path for c in changes if c.status != "D"])
+    if checkout.write_tree() != repo.tree_of(rev):
+        raise RecycleFailed(path, "its index does not hold the tree it was brought to")
+    return True
 
 
 def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:

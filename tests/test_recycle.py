@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -25,7 +26,9 @@ def describe(root: Path) -> dict[str, tuple[str, object]]:
             if stat.S_ISLNK(info.st_mode):
                 found[rel] = ("link", os.readlink(path))
             elif stat.S_ISDIR(info.st_mode):
-                found[rel] = ("dir", None)
+                found[rel] = ("dir", oct(info.st_mode & 0o777))
+            elif not stat.S_ISREG(info.st_mode):
+                found[rel] = ("special", oct(info.st_mode))  # never opened: a FIFO blocks
             else:
                 found[rel] = (oct(info.st_mode & 0o777), path.read_bytes())
     return found
@@ -136,3 +139,97 @@ def test_fresh_workspaces_option(pytester: pytest.Pytester, service: Path) -> No
             f"--agentgate-repo={service}", "--agentgate-promote", "-p", "no:randomly", *args
         )
         result.assert_outcomes(passed=4)
+
+
+def _commit_files(service: Path, files: dict[str, str | None], message: str) -> str:
+    """Commit ``files`` (None: delete; a value starting with "->": a symlink to the rest)."""
+    for rel, content in files.items():
+        path = service / rel
+        if content is None:
+            git(service, "rm", "-rq", "--", rel)
+            continue
+        if path.is_dir() and not path.is_symlink():
+            git(service, "rm", "-rq", "--", rel)
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_symlink() or path.exists():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content.startswith("->"):
+            os.symlink(content[2:], path)
+        else:
+            path.write_text(content)
+            if rel.endswith(".sh"):
+                path.chmod(0o755)
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", message)
+    return git(service, "rev-parse", "HEAD^{tree}")
+
+
+@pytest.mark.parametrize("gate_left", ["nothing", "untracked", "an edit"])
+def test_a_kept_gate_checkout_brought_to_the_next_tree_equals_a_fresh_one(
+    service: Path, tmp_path: Path, gate_left: str
+) -> None:
+    """A kept gate checkout is brought to the next tree by the paths that differ: a file that
+    becomes a directory, a directory that becomes a file, a directory left empty, a file that becomes a link, a mode
+    that changes. Each step must equal a fresh checkout of that tree, also after a gate that
+    left untracked things (bytecode, a FIFO, a nested ``.git``, a directory's mode) or an
+    edit of the same size and time (then the checkout is reset whole instead)."""
+    from pytest_agentgate import BaseRepo
+    from pytest_agentgate.checkouts import GateCheckouts
+
+    repo = BaseRepo.open(service)
+    trees = [git(service, "rev-parse", "HEAD^{tree}")]
+    trees.append(
+        _commit_files(
+            service,
+            {
+                "ledger/report.py": None,
+                "ledger/report.py/inner.txt": "now a directory\n",
+                "deep/a/b/only.txt": "alone\n",
+                "run.sh": "#!/bin/sh\necho hi\n",
+                "alias.py": "->ledger/store.py",
+            },
+            "shapes",
+        )
+    )
+    trees.append(
+        _commit_files(
+            service,
+            {
+                "deep/a/b/only.txt": None,
+                "alias.py": "a file, not a link\n",
+                "ledger": "a file where a package was\n",
+            },
+            "shapes back",
+        )
+    )
+    kept = GateCheckouts(repo, tmp_path / "kept")
+    fresh_root = tmp_path / "fresh"
+    order = [0, 1, 2, 0, 2, 1]
+    path = None
+    for n, step in enumerate(order):
+        with kept.checkout(trees[step], "gate") as reused:
+            assert path in (None, reused)
+            path = reused
+            if n:
+                with GateCheckouts(repo, fresh_root).checkout(trees[step], "fresh") as fresh:
+                    assert describe(reused) == describe(fresh), f"tree {step}"
+            # What the gate's command leaves, while it runs (nothing runs after it).
+            if gate_left == "untracked":
+                (reused / "left.pyc").write_bytes(b"\0")
+                os.mkfifo(reused / "tests" / "pipe")
+                (reused / "tests" / ".git").mkdir()
+                (reused / "tests" / ".git" / "config").write_text("[core]\n")
+                (reused / "tests").chmod(0o777)
+            if gate_left == "an edit":
+                target = reused / "tests" / "test_ledger.py"
+                before = target.stat()
+                data = target.read_bytes()
+                target.write_bytes(data[::-1])  # the same size
+                os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert kept.reused == len(order) - 1
+    if gate_left == "an edit":
+        assert kept.brought_over == 0  # an edit found: reset whole, every time
+    else:
+        assert kept.brought_over == kept.reused  # the fast way, every time
+    kept.close()
