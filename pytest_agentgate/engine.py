@@ -44,7 +44,7 @@ from . import (
     workspace,
 )
 from . import state as state_module
-from ._proc import terminate_as_interrupt
+from ._proc import Running, terminate_as_interrupt
 from .attempt import Attempt
 from .baseline import Baselines, HarnessBroken, either_passed
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
@@ -60,7 +60,7 @@ from .gate import (
 )
 from .pool import ISOLATIONS, WorkspacePool
 from .promote import Move, PromoteOutcome, promote
-from .queue import LandingQueue
+from .queue import LandingQueue, Retested
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
@@ -819,18 +819,27 @@ class Engine:
         assert attempt.change_commit is not None
         self._step(attempt, "queue")
 
-        def batch_retest(tree: str, tip: str, bases: Sequence[str]) -> tuple[bool, str, str]:
+        def batch_retest(
+            tree: str,
+            tip: str,
+            bases: Sequence[str],
+            *,
+            ahead: bool = False,
+            running: Running | None = None,
+        ) -> Retested:
             # Held to what passed on every attempt's base and on the tip: a test another
-            # landing fixed must not break again in the merge.
-            held = self.baselines.of_tip(tip, spec)
+            # landing fixed must not break again in the merge. A run ahead stands on a tip
+            # not tested yet: the queue checks the tip's own results against it afterwards.
+            held = None if ahead else self.baselines.of_tip(tip, spec)
             for base in dict.fromkeys(bases):
                 held = either_passed(self.baselines.of_commit(base, spec), held)
             result = run_commands(
-                self.repo, tree, spec, self.gate_context(), "retest", baseline=held
-            )
+                self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+                running=running,
+            )  # fmt: skip
             if result.ok and result.tests:  # the merged tree is a baseline for free
                 self.baselines.keep(tree, spec, result.tests)
-            return result.ok, result.message, result.output
+            return Retested(result.ok, result.message, result.output, result.tests)
 
         gate_s = attempt.timings.get("gate", 0.0) / 1000
         found = self.queue.land(

@@ -225,6 +225,7 @@ def run_commands(
     baseline: Mapping[str, str] | None = None,
     collect: bool = False,
     harness_fault: bool | None = None,
+    running: Running | None = None,
 ) -> CheckResult:
     """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
 
@@ -242,6 +243,9 @@ def run_commands(
     failed and then passed is flaky: under ``spec.flaky == "reject"`` that rejects, under
     ``"accept"`` the passing run counts; either way it is named. On a baseline, a flaky test
     is kept as ``flaky``: not required of attempts, not blamed on them.
+
+    With ``running``, another thread can end the commands (:meth:`Running.end_all`): the
+    queue's leader does, for a re-test run ahead that is no longer wanted.
     """
     if isinstance(context, Path):
         context = GateContext(context)
@@ -281,11 +285,11 @@ def run_commands(
     if spec.jobs > 1 and len(spec.commands) > 1:
         # At once, each in its own checkout; judged below in the commands' order, so the
         # first failing command decides, as when they run one after another.
-        outcomes = _at_once(judge_command, spec.commands, spec.jobs)
+        outcomes = _at_once(judge_command, spec.commands, spec.jobs, running or Running())
     else:
         outcomes = []
         for command in spec.commands:
-            outcomes.append(judge_command(command))
+            outcomes.append(judge_command(command, running))
             if outcomes[-1][0] is not None:
                 break
     tests: dict[str, str] = {}
@@ -328,11 +332,11 @@ def _at_once(
     judge: Callable[[results.Command, Running], _Judged],
     commands: Sequence[results.Command],
     jobs: int,
+    running: Running,
 ) -> list[_Judged]:
     """Judge ``commands`` at once, ``jobs`` at a time, each in its own thread."""
     from concurrent.futures import ThreadPoolExecutor
 
-    running = Running()
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="agentgate-gate")
     try:
         outcomes = list(pool.map(lambda c: judge(c, running), commands))

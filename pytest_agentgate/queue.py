@@ -31,14 +31,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
-from . import _faults, attempts, locks, pending, records
+from . import _faults, attempts, locks, pending, records, results
+from ._proc import Running
 from .errors import AgentgateError, RefMoved
 from .oplog import OpRecord
 from .repo import Author, BaseRepo
@@ -51,9 +54,36 @@ GATHER_SHARE = 0.3
 #: ... or this many seconds, whichever is more: a loaded machine spreads gates' starts.
 GATHER_FLOOR_S = 0.5
 
-#: A re-test: (the merged tree, the tip it stands on, the bases of the attempts in it) ->
-#: (passed, why it failed, output tail).
-BatchRetest = Callable[[str, str, Sequence[str]], tuple[bool, str, str]]
+#: How often a leader re-testing a batch looks for attempts to re-test ahead (seconds).
+AHEAD_POLL_S = 0.02
+
+
+@dataclass(frozen=True)
+class Retested:
+    """What a re-test found: passed or not, why not, its output's tail, and its per-test
+    results (None when the gate reports none)."""
+
+    ok: bool
+    why: str = ""
+    output: str = ""
+    tests: Mapping[str, str] | None = None
+
+
+class BatchRetest(Protocol):
+    """A re-test of a merged tree that stands on ``tip``, holding the tests that passed on
+    the ``bases`` of the attempts in it, and on ``tip`` too unless ``ahead`` (a re-test run
+    ahead, on a tip not yet tested: see :class:`_Ahead`). ``running`` lets another thread
+    end it."""
+
+    def __call__(
+        self,
+        tree: str,
+        tip: str,
+        bases: Sequence[str],
+        *,
+        ahead: bool = False,
+        running: Running | None = None,
+    ) -> Retested: ...
 
 
 @dataclass(frozen=True)
@@ -112,6 +142,9 @@ class LandingQueue:
         self.repo = repo
         self.target = target
         self.batch_max = max(1, batch_max)
+        #: The re-test run ahead of the batch now landing, if any (the leader's alone).
+        self._ahead: _Ahead | None = None
+        self._gate_s = 0.0
 
     @property
     def folder(self) -> Path:
@@ -266,17 +299,39 @@ class LandingQueue:
     def lead(self, key: str, retest: BatchRetest, *, gate_s: float = 0.0) -> None:
         """Land every queued attempt of this batch key, batch after batch. Call with the
         target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
-        batch with room first waits briefly for attempts about to finish their own gate."""
-        for _ in range(MAX_ROUNDS * 4):
-            queued = [e for e in self.entries() if e.key == key]
-            if not queued:
-                return
-            if gate_s > 0 and len(queued) < self.batch_max:
-                self._gather(queued, gate_s)
+        batch with room first waits briefly for attempts about to finish their own gate.
+
+        While a batch's top is re-tested, the attempts queued since are re-tested ahead, on
+        that top (:class:`_Ahead`): when the batch lands, they are the next batch, and their
+        verdict is ready or nearly so."""
+        self._gate_s = gate_s
+        try:
+            for _ in range(MAX_ROUNDS * 4):
                 queued = [e for e in self.entries() if e.key == key]
-            queued = self._without_dead_owners(self._settle_dead_leaders(queued))
-            if queued:
-                self._batch(queued[: self.batch_max], retest)
+                if not queued:
+                    return
+                ahead = self._ahead
+                if ahead is not None:
+                    queued = self._without_dead_owners(self._settle_dead_leaders(queued))
+                    taken = queued[: len(ahead.uids)]
+                    if tuple(e.uid for e in taken) == ahead.uids and self.target.tip() == ahead.on:
+                        self._batch(taken, retest)
+                        continue
+                    self._drop_ahead()
+                if gate_s > 0 and len(queued) < self.batch_max:
+                    self._gather(queued, gate_s)
+                    queued = [e for e in self.entries() if e.key == key]
+                queued = self._without_dead_owners(self._settle_dead_leaders(queued))
+                if queued:
+                    self._batch(queued[: self.batch_max], retest)
+        finally:
+            self._drop_ahead()
+
+    def _drop_ahead(self) -> None:
+        """End the re-test run ahead (its batch did not land as it assumed)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
 
     def _without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
         """Drop the entries whose process is gone: nobody would report them, so nothing of
@@ -357,7 +412,14 @@ class LandingQueue:
             tip = self.target.tip()  # read now, under the lock: never a stale tip
             if tip is None:
                 raise RefMoved(self.target.ref, None, None)
-            chain, aside, already = self._chain(tip, batch)
+            ahead = self._ahead
+            aside: list[Entry]
+            already: list[Entry]
+            if ahead is not None and ahead.on == tip and ahead.uids == tuple(e.uid for e in batch):
+                # Exactly the commits re-tested ahead: a run ahead of this one stands on them.
+                chain, aside, already = list(ahead.chain), [], []
+            else:
+                chain, aside, already = self._chain(tip, batch)
             for entry in already:
                 self._already(entry, tip)
             if chain:
@@ -409,6 +471,22 @@ class LandingQueue:
                 )
         return chain, aside, already
 
+    def _chain_ahead(self, on: str, entries: Sequence[Entry]) -> list[_Link] | None:
+        """``entries`` merged one after another onto ``on`` (a batch top not landed yet), or
+        None when one of them would be set aside or is already there: none goes ahead then."""
+        chain: list[_Link] = []
+        aside: list[Entry] = []
+        already: list[Entry] = []
+        head = on
+        for entry in entries:
+            try:
+                head = self._link(on, head, entry, chain, aside, already)
+            except AgentgateError:
+                return None
+            if aside or already:
+                return None
+        return chain
+
     def _link(
         self,
         tip: str,
@@ -453,7 +531,7 @@ class LandingQueue:
         """Re-test the chain's top (bisecting on failure) and land the longest passing
         prefix; the new tip, or None when the target moved meanwhile."""
         batch_id = uuid.uuid4().hex[:12]
-        tested: dict[int, tuple[bool, str, str]] = {}
+        tested: dict[int, Retested] = {}
 
         def passes(k: int) -> bool:
             """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
@@ -462,9 +540,12 @@ class LandingQueue:
             if all(kind == "fast-forward" for _, _, _, kind in chain[:k]):
                 return True  # exactly the attempt's own tree, judged by its own gate
             if k not in tested:
-                bases = [entry.base for entry, _, _, _ in chain[:k]]
-                tested[k] = retest(chain[k - 1][2], tip, bases)
-            return tested[k][0]
+                if k == len(chain):
+                    tested[k] = self._top_test(tip, chain, retest)
+                else:
+                    bases = [entry.base for entry, _, _, _ in chain[:k]]
+                    tested[k] = retest(chain[k - 1][2], tip, bases)
+            return tested[k].ok
 
         n = len(chain)
         good = n
@@ -478,7 +559,7 @@ class LandingQueue:
                     hi = mid
             good = lo
             culprit = chain[hi - 1][0]
-            _, why, output = tested[hi]
+            why, output = tested[hi].why, tested[hi].output
             others = [e.label for e, _, _, _ in chain[: hi - 1]]
             self._decide(
                 culprit,
@@ -497,7 +578,7 @@ class LandingQueue:
             return tip
         landing = chain[:good]
         top = landing[-1][1]
-        retested = any(k in tested and tested[k][0] for k in range(1, good + 1))
+        retested = any(k in tested and tested[k].ok for k in range(1, good + 1))
         records_of = [
             (commit, {**e.record, "pid": e.pid, "batch": f"{batch_id} ({i + 1} of {good})"})
             for i, (e, commit, _, _) in enumerate(landing)
@@ -578,6 +659,36 @@ class LandingQueue:
             )
         return top
 
+    def _top_test(self, tip: str, chain: list[_Link], retest: BatchRetest) -> Retested:
+        """Re-test the chain's top, or take the re-test that ran ahead for exactly it; and
+        meanwhile start one ahead, for the attempts queued since, on this top."""
+        ahead, self._ahead = self._ahead, None
+        uids = tuple(entry.uid for entry, _, _, _ in chain)
+        watch = _Watch(self, chain[0][0].key, chain[-1][1], set(uids), retest, self._gate_s)
+        found: Retested | None = None
+        try:
+            if ahead is not None and ahead.on == tip and ahead.uids == uids:
+                found = ahead.wait()
+                if found is not None and not ahead.holds(found):
+                    found = None  # it could not hold what passed on the tip: test it now
+            elif ahead is not None:
+                ahead.cancel()
+            if found is None:
+                found = retest(chain[-1][2], tip, [entry.base for entry, _, _, _ in chain])
+        except BaseException:
+            after = watch.stop()
+            if after is not None:
+                after.cancel()
+            raise
+        after = watch.stop()
+        if after is not None:
+            if found.ok:  # the top it stands on passed: what passed there must still pass
+                after.tip_tests = found.tests
+                self._ahead = after
+            else:
+                after.cancel()
+        return found
+
     def _already(self, entry: Entry, tip: str) -> None:
         """Nothing to land is not a merge: no commit, no move, no re-test."""
         self._decide(
@@ -605,6 +716,126 @@ class LandingQueue:
     def _queue_lock(self) -> Iterator[None]:
         with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
             yield
+
+
+class _Ahead:
+    """A re-test run ahead, as Zuul's speculative pipelines do (as an idea): while a batch's
+    top is re-tested, the attempts queued since are merged onto that top and re-tested at the
+    same time, in a thread. If the batch lands whole, its top is the tip they stand on, and
+    exactly these commits land next on the verdict of this run; otherwise it is ended.
+
+    It runs before the top it stands on was tested, so it holds only the tests that passed
+    on its attempts' bases; :meth:`holds` then checks what passed on the top itself."""
+
+    def __init__(self, on: str, chain: list[_Link]) -> None:
+        self.on = on
+        self.chain = tuple(chain)
+        self.uids = tuple(entry.uid for entry, _, _, _ in chain)
+        self.running = Running()
+        self.found: Retested | None = None
+        self.thread: threading.Thread | None = None
+        #: The per-test results of the top it stands on, once that passed.
+        self.tip_tests: Mapping[str, str] | None = None
+
+    def start(self, retest: BatchRetest) -> None:
+        bases = [entry.base for entry, _, _, _ in self.chain]
+
+        def run() -> None:
+            try:
+                self.found = retest(
+                    self.chain[-1][2], self.on, bases, ahead=True, running=self.running
+                )
+            except BaseException:  # ended, or failed: no verdict from it
+                self.found = None
+
+        self.thread = threading.Thread(target=run, name="agentgate-ahead", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> Retested | None:
+        if self.thread is not None:
+            self.thread.join()
+        return None if self.running.ended else self.found
+
+    def cancel(self) -> None:
+        self.running.end_all()
+        self.wait()
+
+    def holds(self, found: Retested) -> bool:
+        """Whether ``found`` also holds the top it stood on: every test reported there is
+        reported, and every one that passed there passes (else it is run again, held)."""
+        if self.tip_tests is None:
+            return True
+        if found.tests is None:
+            return False
+        return all(
+            test in found.tests and (outcome != results.PASSED or found.tests[test] == outcome)
+            for test, outcome in self.tip_tests.items()
+        )
+
+
+class _Watch:
+    """While a batch's top is re-tested: look for attempts of its key queued since, and
+    start one re-test ahead on that top, once, when they have gathered (as :meth:`_gather`
+    judges: no attempt whose gate began with theirs is still being judged)."""
+
+    def __init__(
+        self,
+        queue: LandingQueue,
+        key: str,
+        on: str,
+        excluded: set[str],
+        retest: BatchRetest,
+        gate_s: float,
+    ) -> None:
+        self.queue, self.key, self.on, self.excluded = queue, key, on, excluded
+        self.retest, self.gate_s = retest, gate_s
+        self.ahead: _Ahead | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="agentgate-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        margin = max(GATHER_FLOOR_S, GATHER_SHARE * self.gate_s)
+        first_seen: float | None = None
+        try:
+            while not self._stop.wait(AHEAD_POLL_S):
+                fresh = [
+                    e
+                    for e in self.queue.entries()
+                    if e.key == self.key and e.uid not in self.excluded and pending.pid_alive(e.pid)
+                ][: self.queue.batch_max]
+                if not fresh:
+                    continue
+                now = time.monotonic()
+                first_seen = now if first_seen is None else first_seen
+                latest = max((e.began or time.time()) for e in fresh)
+                if (
+                    len(fresh) < self.queue.batch_max
+                    and now - first_seen < margin
+                    and self.queue._in_flight(self.key, latest + margin)
+                ):
+                    continue  # more are about to arrive: wait for them, a little
+                chain = self.queue._chain_ahead(self.on, fresh)
+                with self._lock:
+                    if chain and not self._stop.is_set():
+                        self.ahead = _Ahead(self.on, chain)
+                        self.ahead.start(self.retest)
+                return
+        except Exception:  # looking ahead is an optimisation: never a failure
+            return
+
+    def stop(self) -> _Ahead | None:
+        """Stop looking; the run ahead it started, if any (still running)."""
+        with self._lock:
+            self._stop.set()
+        self._thread.join()
+        return self.ahead
+
+
+#: One link of a batch's chain: (its entry, the commit that lands it, that commit's tree,
+#: "merge" or "fast-forward").
+_Link = tuple[Entry, str, str, str]
 
 
 def _write(path: Path, text: str) -> None:

@@ -20,7 +20,7 @@ from helpers import fsck, git, spawn_pytest, wait_for
 from pytest_agentgate import oplog
 from pytest_agentgate.attempts import list_attempts
 from pytest_agentgate.index import IndexEntry
-from pytest_agentgate.queue import Entry, LandingQueue, Outcome
+from pytest_agentgate.queue import Entry, LandingQueue, Outcome, Retested
 from pytest_agentgate.repo import Author, BaseRepo
 from pytest_agentgate.target import LocalBranch
 
@@ -58,12 +58,12 @@ class Bench:
     def retest(self, fails_with: Sequence[str] = ()) -> object:
         """A re-test that passes unless the tree holds every path of ``fails_with``."""
 
-        def run(tree: str, tip: str, bases: Sequence[str]) -> tuple[bool, str, str]:
+        def run(tree: str, tip: str, bases: Sequence[str], **_: object) -> Retested:
             self.retests.append(tree)
             paths = set(self.repo.tree_paths(tree))
             if fails_with and set(fails_with) <= paths:
-                return False, "tests failed: test_together", "E  assert 1 == 2"
-            return True, "", ""
+                return Retested(False, "tests failed: test_together", "E  assert 1 == 2")
+            return Retested(True)
 
         return run
 
@@ -200,18 +200,130 @@ def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) ->
     assert len(b.retests) == 4 and all(not o.batch for o in outcomes)
 
 
+
+class Timed:
+    """A re-test that takes ``seconds``, logs each run (its tree, whether it ran ahead, when
+    it began and ended), and fails a tree holding all of ``fails_with``. The first run
+    enqueues ``arrives`` (attempts that reach the queue while a batch is re-tested)."""
+
+    def __init__(
+        self,
+        b: Bench,
+        arrives: Sequence[Entry] = (),
+        seconds: float = 0.6,
+        fails_with: Sequence[str] = (),
+        tests: object = None,
+    ) -> None:
+        self.b, self.arrives, self.seconds, self.fails_with = b, list(arrives), seconds, fails_with
+        self.tests = tests or (lambda tree, ahead: None)
+        self.runs: list[tuple[str, bool, float, float]] = []
+
+    def __call__(self, tree: str, tip: str, bases: Sequence[str], **kw: object) -> Retested:
+        import time
+
+        began = time.monotonic()
+        while self.arrives:
+            self.b.queue.enqueue(self.arrives.pop(0))
+        time.sleep(self.seconds)
+        self.runs.append((tree, bool(kw.get("ahead")), began, time.monotonic()))
+        paths = set(self.b.repo.tree_paths(tree))
+        tests = self.tests(tree, bool(kw.get("ahead")))  # type: ignore[operator]
+        if self.fails_with and set(self.fails_with) <= paths:
+            return Retested(False, "tests failed: test_together", "E  assert 1 == 2", tests)
+        return Retested(True, tests=tests)
+
+
+def test_attempts_queued_during_a_retest_are_retested_ahead_at_the_same_time(
+    service: Path, tmp_path: Path
+) -> None:
+    """Attempts that reach the queue while a batch's top is re-tested are merged onto that
+    top and re-tested at once (not after it): when the batch lands, they land on that run's
+    verdict, with no gate run of their own, and exactly the commits that were tested land."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the target moves: the rest need merges
+    first = [b.queue.enqueue(b.attempt(f"a{i}", {f"a{i}.txt": str(i)})) for i in (1, 2)]
+    later = [b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in (3, 4)]
+    retest = Timed(b, arrives=later)
+    with b.target.lock():
+        b.queue.lead(KEY, retest)
+    verdicts = [b.queue.verdict(e.uid) for e in [*first, *later]]
+    assert [v.status for v in verdicts if v] == ["promoted"] * 4
+    assert [ahead for _, ahead, _, _ in retest.runs] == [False, True]  # two runs in all
+    (_, _, _, ended0), (tree1, _, began1, _) = retest.runs
+    assert began1 < ended0, "the run ahead did not overlap the batch's own re-test"
+    assert b.repo.tree_of("refs/heads/main") == tree1  # what landed is what was tested
+    assert b.first_parents()[:2] == ["agentgate: merge task a4", "agentgate: merge task a3"]
+    fsck(b.path)
+
+
+def test_a_run_ahead_of_a_failing_batch_is_ended_and_its_attempts_judged_again(
+    service: Path, tmp_path: Path
+) -> None:
+    """The batch under a run ahead fails: the run ahead stood on a top that never lands, so
+    its verdict is thrown away; its attempts are re-tested on what did land."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    culprit = b.queue.enqueue(b.attempt("bad", {"bad.txt": "x", "trap.txt": "x"}))
+    later = [b.attempt("a1", {"a1.txt": "1"})]
+    retest = Timed(b, arrives=later, fails_with=("bad.txt",))
+    with b.target.lock():
+        b.queue.lead(KEY, retest)
+    bad, good = b.queue.verdict(culprit.uid), b.queue.verdict(later[0].uid)
+    assert bad is not None and bad.status == "rejected" and bad.check == "retest"
+    assert good is not None and good.status == "promoted"
+    on_main = b.repo.tree_paths(b.repo.tree_of("refs/heads/main"))
+    assert "a1.txt" in on_main and "bad.txt" not in on_main
+    # The batch, the run ahead (thrown away), the attempt again on what landed.
+    assert [ahead for _, ahead, _, _ in retest.runs] == [False, True, False]
+
+
+def test_a_run_ahead_that_lost_a_test_passing_on_its_top_is_run_again(
+    service: Path, tmp_path: Path
+) -> None:
+    """A run ahead cannot hold the tests that pass on the top it stands on (they are not
+    known when it starts): a test that passed there and fails in the run ahead means it is
+    run again, held to them, and that run decides."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    first = b.queue.enqueue(b.attempt("fix", {"fix.txt": "1"}))
+    later = [b.attempt("breaks", {"breaks.txt": "1"})]
+
+    def tests(tree: str, ahead: bool) -> dict[str, str]:
+        paths = set(b.repo.tree_paths(tree))
+        return {"t::fixed": "failed" if "breaks.txt" in paths else "passed"}
+
+    # Held to the tip's t::fixed, the gate fails the two together.
+    retest = Timed(b, arrives=later, tests=tests, fails_with=("breaks.txt", "fix.txt"))
+    calls: list[bool] = []
+
+    def held(tree: str, tip: str, bases: Sequence[str], **kw: object) -> Retested:
+        calls.append(bool(kw.get("ahead")))
+        found = retest(tree, tip, bases, **kw)
+        if kw.get("ahead"):
+            return dataclasses.replace(found, ok=True)  # blind to what passed on its tip
+        return found
+
+    with b.target.lock():
+        b.queue.lead(KEY, held)
+    assert calls == [False, True, False]  # the batch, the run ahead, the run held to the tip
+    assert b.queue.verdict(first.uid).status == "promoted"  # type: ignore[union-attr]
+    broke = b.queue.verdict(later[0].uid)
+    assert broke is not None and broke.status == "rejected"
+    assert "breaks.txt" not in b.repo.tree_paths(b.repo.tree_of("refs/heads/main"))
+
+
 LEADER = """
 import sys
 from pathlib import Path
 from pytest_agentgate import oplog
-from pytest_agentgate.queue import LandingQueue
+from pytest_agentgate.queue import LandingQueue, Retested
 from pytest_agentgate.repo import BaseRepo
 from pytest_agentgate.target import LocalBranch
 repo = BaseRepo(Path(sys.argv[1]), None)
 target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
 queue = LandingQueue(repo, target)
 with target.lock():
-    queue.lead("same-gate", lambda tree, tip, bases: (True, "", ""))
+    queue.lead("same-gate", lambda tree, tip, bases, **_: Retested(True))
 """
 
 
@@ -244,7 +356,7 @@ WAITER = """
 import sys
 from pathlib import Path
 from pytest_agentgate import oplog
-from pytest_agentgate.queue import LandingQueue
+from pytest_agentgate.queue import LandingQueue, Retested
 from pytest_agentgate.repo import BaseRepo
 from pytest_agentgate.target import LocalBranch
 repo = BaseRepo(Path(sys.argv[1]), None)
@@ -253,7 +365,7 @@ queue = LandingQueue(repo, target)
 try:
     queue.land(uid="w", key="same-gate", change_commit=sys.argv[2], base=sys.argv[3], agent="w",
                task="waiter", record={"uid": "w", "task": "waiter", "agent": "w"},
-               retest=lambda tree, tip, bases: (True, "", ""))
+               retest=lambda tree, tip, bases, **_: Retested(True))
 except KeyboardInterrupt:
     sys.exit(42)
 """
