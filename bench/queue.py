@@ -139,6 +139,11 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 agents only: a smoke run")
+    parser.add_argument(
+        "--case", action="append", default=[],
+        help="only this row, as AGENTS:HOW (HOW: separate, '-n 2', '-n 4'); may repeat",
+    )  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, help="run each row this many times")
     args = parser.parse_args(argv)
     sizes = [4] if args.quick else [4, 8, 16]
     modes = ["separate", "-n 2"] if args.quick else ["separate", "-n 2", "-n 4"]
@@ -146,9 +151,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} cores")  # fmt: skip
     print(f"{'agents':>6}  {'how':<24} {'wall s':>7} {'in gates':>9} {'gate runs':>10} "
           f"{'re-tests':>9} {'landed':>7} {'rejected':>9} {'lost':>5}")  # fmt: skip
-    plan = [(n, mode, None) for n in sizes for mode in modes]
+    plan: list[tuple[int, str, tuple[int, int] | None]] = [
+        (n, mode, None) for n in sizes for mode in modes
+    ]
     if not args.quick:
         plan.append((16, "separate", (3, 11)))
+    if args.case:
+        plan = [(int(c.split(":", 1)[0]), c.split(":", 1)[1], None) for c in args.case]
+    plan = [step for step in plan for _ in range(max(1, args.repeat))]
     for n, mode, culprit in plan:
         row = run(n, mode, culprit)
         how = mode if mode != "separate" else "separate processes"

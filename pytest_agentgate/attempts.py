@@ -148,8 +148,11 @@ class AttemptInfo:
         }
 
 
-def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
-    """Every attempt, newest first, read with one ``git for-each-ref``."""
+def list_attempts(repo: BaseRepo, prefix: str = PREFIX) -> list[AttemptInfo]:
+    """Every attempt, newest first, read with one ``git for-each-ref``.
+
+    With ``prefix``, the records held there (a server's, fetched into this clone), named as
+    they are on the server (``refs/agentgate/attempts/...``)."""
     fields = (
         "refname",
         "objectname",
@@ -158,8 +161,8 @@ def list_attempts(repo: BaseRepo) -> list[AttemptInfo]:
         "trailers:only,unfold",
     )
     rows = [
-        AttemptInfo(ref, commit, date, subject, parse_trailers(trailers))
-        for ref, commit, date, subject, trailers in repo.ref_records(PREFIX, fields)
+        AttemptInfo(PREFIX + ref[len(prefix) :], commit, date, subject, parse_trailers(trailers))
+        for ref, commit, date, subject, trailers in repo.ref_records(prefix, fields)
     ]
     rows.sort(
         key=lambda a: (a.trailers.get("Recorded", a.date), _number(a.record_ref)), reverse=True
@@ -172,9 +175,10 @@ def _number(ref: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def find(repo: BaseRepo, name: str) -> AttemptInfo:
-    """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit."""
-    attempts = list_attempts(repo)
+def find(repo: BaseRepo, name: str, prefix: str = PREFIX) -> AttemptInfo:
+    """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit
+    (with ``prefix``: among the records held there, see :func:`list_attempts`)."""
+    attempts = list_attempts(repo, prefix)
     for attempt in attempts:
         ref = attempt.record_ref
         if name in (ref, ref[len(PREFIX) :], attempt.record_commit):

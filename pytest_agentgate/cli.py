@@ -52,6 +52,12 @@ def _positive(text: str) -> int:
     return value
 
 
+REMOTE_HELP = (
+    "read the records on this remote's server (every machine's), fetched into this clone, "
+    "instead of this clone's own"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaration per option
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -70,10 +76,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--agent", help="only this agent's attempts")
     p.add_argument("--verdict", choices=["promoted", "passed", "rejected", "conflict", "error"])
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
     p.set_defaults(func=cmd_attempts)
 
     p = sub.add_parser("show", parents=[common], help="an attempt's message, trailers and diff")
     p.add_argument("attempt", help="a ref, a unique prefix of <slug>/<n>, or a commit id")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("log", parents=[common], help="the operations log, newest first")
@@ -139,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
         help="where state declared at absolute paths goes (default: DIR/.agentgate-state-root)",
     )  # fmt: skip
     p.add_argument("--force", action="store_true", help="write over files that exist there")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP + " (an attempt, not a checkpoint)")
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser(
@@ -246,11 +255,23 @@ def _lagging(args: argparse.Namespace, problem: str) -> int:
 # -- subcommands ------------------------------------------------------------------------
 
 
+def _records(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = False) -> str:
+    """Where the records to read are: this clone's, or with ``--remote`` the server's,
+    fetched now."""
+    from . import server_records
+    from .attempts import PREFIX
+
+    if not getattr(args, "remote", None):
+        return PREFIX
+    server = server_records.for_remote(repo, args.remote)
+    return server_records.fetch_records(repo, server, with_state=with_state)
+
+
 def cmd_attempts(args: argparse.Namespace) -> int:
     from .attempts import list_attempts
 
     repo = _open(args)
-    rows = list_attempts(repo)
+    rows = list_attempts(repo, _records(repo, args))
     if args.task:
         rows = [a for a in rows if args.task.lower() in a.task.lower()]
     if args.agent:
@@ -286,8 +307,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .attempts import find
 
     repo = _open(args)
-    attempt = find(repo, args.attempt)
-    print(f"attempt {attempt.record_ref}")
+    attempt = find(repo, args.attempt, _records(repo, args))
+    print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
     sys.stdout.write(repo.show_commit(attempt.record_commit))
     return 0
 
@@ -467,12 +488,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     repo = _open(args)
     try:
+        if args.remote:
+            raise AgentgateError("a server's attempt, not a checkpoint here")
         point = checkpoints.read(repo, args.attempt)
         tree, commit, what = point.code_tree, point.state, f"checkpoint {point.commit[:12]}"
     except AgentgateError:
-        attempt = find(repo, args.attempt)
+        attempt = find(repo, args.attempt, _records(repo, args, with_state=args.state))
         tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
-        what = attempt.record_ref
+        what = attempt.record_ref + (f" (on {args.remote})" if args.remote else "")
+        if args.state and commit and not repo.has_object(commit):
+            raise UsageProblem(
+                f"{what} carries state, but its state is not on {args.remote}: its run "
+                "pushed no state (--agentgate-push-state)"
+            ) from None
     if args.state and not commit:
         raise UsageProblem(f"{what} carries no state (its test declared no state=[...])")
     dest = args.to.resolve()

@@ -41,6 +41,7 @@ from . import (
     records,
     results,
     sandbox,
+    server_records,
     workspace,
 )
 from . import state as state_module
@@ -102,6 +103,7 @@ class EngineSettings:
     allow_symlinks: tuple[str, ...] = ()
     #: Most attempts one re-test lands together (1: each merge is tested alone).
     batch_max: int = 8
+    push_state: bool = False
     #: Names this run (every process of one run shares it): a dry run's scratch ref is its own.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -155,7 +157,7 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
     """The target the settings name: a branch here or on a server, or a dry run of either."""
     assert settings.target is not None
     source: LocalBranch | RemoteBranch = (
-        RemoteBranch(repo, settings.remote, settings.target, log)
+        RemoteBranch(repo, settings.remote, settings.target, log, push_state=settings.push_state)
         if settings.remote
         else LocalBranch(repo, settings.target, log)
     )
@@ -938,6 +940,20 @@ class Engine:
             landed=attempt.move.new if attempt.move and self.target.promotes else None,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
         )
+        server = self.target.records()
+        if server is not None:  # on the server too, its number claimed there
+            ref, problem = server_records.publish(self.repo, server, ref, commit)
+            problems = [problem] if problem else []
+            if server.push_state:  # a checkpoint carries its state and the agent's git
+                for point in attempt.checkpoints:
+                    found = self.repo.ref_value(point)
+                    if found is not None:
+                        problems.append(
+                            server_records.publish_ref(self.repo, server, point, found) or ""
+                        )
+            problems = [p for p in problems if p]
+            if problems and attempt.record_problem is None:
+                attempt.record_problem = "; ".join(problems)
         attempt.record_ref, attempt.record_commit = ref, commit
         return ref
 

@@ -58,6 +58,13 @@ OPTIONS = (
         metavar="NAME",
     ),
     Option(
+        "push_state",
+        "with --agentgate-remote: push each attempt's state and its checkpoints to the server "
+        "too, not only its record (state can hold a whole database)",
+        "bool",
+        False,
+    ),
+    Option(
         "gate",
         "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
         "linelist",

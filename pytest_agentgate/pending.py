@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from . import attempts, oplog
 from .errors import AgentgateError
@@ -64,11 +64,17 @@ def _on(repo: BaseRepo, commit: str, ref: str) -> bool:
     return tip == commit or repo.is_ancestor(commit, tip)
 
 
-def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
+def settle(
+    repo: BaseRepo,
+    ref: str | None = None,
+    *,
+    publish: Callable[[str, str], tuple[str, str | None]] | None = None,
+) -> list[str]:
     """Complete the records of unsettled moves (for ``ref``, or every ref); say what was done.
 
     Call with the target's lock held. A failure to settle one is reported, never raised: the
-    next run tries again.
+    next run tries again. ``publish`` pushes a record written here to a remote target's
+    server (see :mod:`.server_records`).
     """
     lines = [
         line for line in open_lines(oplog.read(repo.common_dir), ref) if not _writer_alive(line)
@@ -83,7 +89,7 @@ def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
             if fields.get("uid") not in recorded:
                 moved = line.new is not None and _on(repo, line.new, line.ref)
                 status = str(fields.get("status", "promoted")) if moved else "error"
-                attempts.write_record(
+                written, commit = attempts.write_record(
                     repo,
                     fields,
                     status=status,
@@ -91,6 +97,10 @@ def settle(repo: BaseRepo, ref: str | None = None) -> list[str]:
                     check="" if moved else "promote",
                     landed=line.new if moved and status == "promoted" else None,
                 )
+                if publish is not None:
+                    _, problem = publish(written, commit)
+                    if problem:
+                        notes.append(problem)
                 notes.append(
                     f"completed the record of {fields.get('task')!r}: "
                     + (f"landed as {str(line.new)[:12]}" if moved else "it did not land")

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
-from . import _faults, attempts, locks, pending, records, results
+from . import _faults, attempts, locks, pending, records, results, server_records
 from ._proc import Running
 from .errors import AgentgateError, RefMoved
 from .oplog import OpRecord
@@ -378,11 +378,16 @@ class LandingQueue:
                 left.append(entry)
                 continue
             if line.new and tip and self.repo.is_ancestor(line.new, tip):
-                ref, commit = attempts.write_record(
-                    self.repo,
-                    line.record,
-                    status=str(line.record.get("status", "promoted")),
-                    landed=line.new if self.target.promotes else None,
+                found: dict[str, str] = {}
+                ref, commit = self._published(
+                    attempts.write_record(
+                        self.repo,
+                        line.record,
+                        status=str(line.record.get("status", "promoted")),
+                        landed=line.new if self.target.promotes else None,
+                    ),
+                    entry.uid,
+                    found,
                 )
                 log.append(
                     OpRecord("pending-done", self.target.ref, None, None, pending=line.pending)
@@ -397,6 +402,7 @@ class LandingQueue:
                         kind="merge",
                         record_ref=ref,
                         record_commit=commit,
+                        record_problem=found.get(entry.uid),
                     ),
                 )
             else:
@@ -601,12 +607,16 @@ class LandingQueue:
                     else entry.record.get("retest", ""),
                 }
                 try:
-                    written[entry.uid] = attempts.write_record(
-                        self.repo,
-                        fields,
-                        status=str(entry.record.get("status", "promoted")),
-                        landed=commit if self.target.promotes else None,
-                        known_objects=entry.known_objects,
+                    written[entry.uid] = self._published(
+                        attempts.write_record(
+                            self.repo,
+                            fields,
+                            status=str(entry.record.get("status", "promoted")),
+                            landed=commit if self.target.promotes else None,
+                            known_objects=entry.known_objects,
+                        ),
+                        entry.uid,
+                        problems,
                     )
                 except (AgentgateError, OSError) as exc:
                     problems[entry.uid] = (
@@ -688,6 +698,19 @@ class LandingQueue:
             else:
                 after.cancel()
         return found
+
+    def _published(
+        self, written: tuple[str, str], uid: str, problems: dict[str, str]
+    ) -> tuple[str, str]:
+        """A record just written, pushed to a remote target's server (its number claimed
+        there: it may come back renumbered); a failure to push goes into ``problems``."""
+        server = self.target.records()
+        if server is None:
+            return written
+        ref, problem = server_records.publish(self.repo, server, *written)
+        if problem:
+            problems[uid] = problem
+        return ref, written[1]
 
     def _already(self, entry: Entry, tip: str) -> None:
         """Nothing to land is not a merge: no commit, no move, no re-test."""

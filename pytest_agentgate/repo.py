@@ -483,6 +483,10 @@ class BaseRepo:
         self._trees[oid] = tree
         return oid
 
+    def has_object(self, oid: str) -> bool:
+        """Whether the object ``oid`` is in this repository (a fetch may not have brought it)."""
+        return self._run("cat-file", "-e", f"{oid}^{{object}}", ok=(0, 1, 128)).returncode == 0
+
     def blob(self, oid: str) -> bytes:
         """The content of a blob that must exist (:class:`GitError` otherwise)."""
         return self._run("cat-file", "blob", oid).stdout

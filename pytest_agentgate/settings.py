@@ -47,6 +47,7 @@ class Settings:
     promote: bool = False
     retest: bool = True
     batch_max: int = 8
+    push_state: bool = False
     agent: str = "agent"
     agent_command: AgentCommand | None = None
     agent_timeout: float = 3600.0
@@ -152,6 +153,7 @@ class Settings:
             promote=bool(values["promote"]),
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
+            push_state=bool(values["push_state"]),
             agent=agent,
             agent_command=command,
             agent_timeout=float(values["agent_timeout"]),
@@ -249,6 +251,7 @@ class Settings:
             gate=self.gate_spec(),
             retest=self.retest,
             batch_max=self.batch_max,
+            push_state=self.push_state,
             max_files=self.max_files,
             max_bytes=self.max_bytes,
             max_state_bytes=self.max_state_bytes,

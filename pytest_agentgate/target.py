@@ -27,11 +27,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from . import _faults, checkout, locks, oplog, transport
 from .errors import AgentgateError, ConfigError, GitError, PushRefused, WorktreeBlocked
 from .repo import ZERO, BaseRepo
+
+if TYPE_CHECKING:
+    from .server_records import Server
 
 #: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
 DRYRUN_PREFIX = "refs/agentgate/dryruns/"
@@ -116,6 +119,10 @@ class Target(Protocol):
         run. Returns what was settled."""
         ...
 
+    def records(self) -> Server | None:
+        """The server attempt records are pushed to (a remote target's), or None."""
+        ...
+
     def lock(self) -> AbstractContextManager[float]:
         """The plugin's lock for this target; yields the wait in ms."""
         ...
@@ -147,6 +154,9 @@ class _LogsMoves:
 
     def lock(self) -> AbstractContextManager[float]:
         return locks.ref_lock(self.repo, self.ref)
+
+    def records(self) -> Server | None:
+        return None
 
     def _pending(self, old: str, new: str, note: MoveNote) -> list[str]:
         """Append the ``pending`` lines of a move about to happen (one per record it
@@ -411,12 +421,21 @@ class RemoteBranch(_LogsMoves):
 
     promotes = True
 
-    def __init__(self, repo: BaseRepo, remote: str, branch: str, log: oplog.OpLog) -> None:
+    def __init__(
+        self,
+        repo: BaseRepo,
+        remote: str,
+        branch: str,
+        log: oplog.OpLog,
+        *,
+        push_state: bool = False,
+    ) -> None:
         self.repo = repo
         self.remote = remote
         self.branch = branch
         self.ref = f"{TRACKING_PREFIX}{remote}/{branch}"
         self.log = log
+        self.push_state = push_state
         self._urls: tuple[str, str] | None = None
 
     @property
@@ -449,9 +468,12 @@ class RemoteBranch(_LogsMoves):
         return self._urls
 
     def tip(self) -> str | None:
-        return transport.fetch_branch(
-            self.repo, self.urls()[0], self.branch, self.ref, name=self.remote
-        )
+        # One fetch at a time into the tracking ref: git's own ref lock would fail the
+        # second of two at once (pytest-xdist workers), not wait for it.
+        with locks.ref_lock(self.repo, f"fetch/{self.ref}"):
+            return transport.fetch_branch(
+                self.repo, self.urls()[0], self.branch, self.ref, name=self.remote
+            )
 
     def tip_under_lock(self, guess: str) -> str | None:
         return self.tip()
@@ -466,7 +488,10 @@ class RemoteBranch(_LogsMoves):
         if tip is None or not self.repo.is_shallow() or self.repo.merge_base(base, tip):
             return
         for by in self.DEEPEN_STEPS:
-            transport.deepen(self.repo, self.urls()[0], self.branch, self.ref, by, name=self.remote)
+            with locks.ref_lock(self.repo, f"fetch/{self.ref}"):
+                transport.deepen(
+                    self.repo, self.urls()[0], self.branch, self.ref, by, name=self.remote
+                )
             tip = self.repo.ref_value(self.ref) or tip
             if self.repo.merge_base(base, tip) or not self.repo.is_shallow():
                 return
@@ -478,12 +503,26 @@ class RemoteBranch(_LogsMoves):
                 source="remote",
             )
 
-    def start(self, run_id: str) -> list[str]:
-        from . import pending
+    def records(self) -> Server:
+        from .server_records import Server
 
+        fetch_url, push_url = self.urls()
+        return Server(self.remote, fetch_url, push_url, self.push_state)
+
+    def start(self, run_id: str) -> list[str]:
+        """Settle what earlier runs left (their records go to the server too), and push
+        the records they could not."""
+        from . import pending, server_records
+
+        server = self.records()
         with self.lock():
             self.tip()
-            return pending.settle(self.repo, self.ref)
+            notes = pending.settle(
+                self.repo,
+                self.ref,
+                publish=lambda r, c: server_records.publish(self.repo, server, r, c),
+            )
+        return notes + server_records.catch_up(self.repo, server)
 
     def move(
         self,

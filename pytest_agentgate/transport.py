@@ -113,6 +113,35 @@ def deepen(
         raise _git.failure(["fetch --deepen", name], result.returncode, result.stderr)
 
 
+def list_refs(
+    repo: BaseRepo, url: str, patterns: Sequence[str], *, name: str = "the remote"
+) -> dict[str, str]:
+    """The server's refs matching ``patterns`` (``ls-remote``: names and ids, no objects)."""
+    result = repo._run("ls-remote", "--refs", "--end-of-options", url, *patterns, ok=(0, 128))
+    if result.returncode != 0:
+        raise _git.failure(["ls-remote", name], result.returncode, result.stderr)
+    found = {}
+    for line in result.out.splitlines():
+        oid, _, ref = line.partition("\t")
+        if ref:
+            found[ref] = oid
+    return found
+
+
+def fetch_refs(
+    repo: BaseRepo, url: str, refspecs: Sequence[str], *, name: str = "the remote"
+) -> None:
+    """Fetch ``refspecs`` from ``url``, pruning what the server no longer has under them;
+    only the objects this repository lacks travel."""
+    result = repo._run(
+        "fetch", "--quiet", "--no-tags", "--prune", "--no-write-fetch-head",
+        "--no-recurse-submodules", "--end-of-options", url, *refspecs,
+        ok=(0, 128),
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise _git.failure(["fetch", name], result.returncode, result.stderr)
+
+
 def push(
     repo: BaseRepo,
     url: str,

@@ -174,7 +174,7 @@ def test_a_push_the_server_refuses_is_an_error_after_one_push(
     pushes = tmp_path / "pushes.log"
     hook = server / "hooks" / "pre-receive"
     hook.write_text(
-        f"#!/bin/sh\necho push >> {pushes}\n"
+        f"#!/bin/sh\nwhile read old new ref; do echo $ref >> {pushes}; done\n"
         "echo 'policy: main is protected, open a review instead' >&2\nexit 1\n"
     )
     hook.chmod(0o755)
@@ -191,9 +191,11 @@ def test_a_push_the_server_refuses_is_an_error_after_one_push(
     assert row["verdict"] == "error", row
     assert "refused" in row["reason"] and "pre-receive hook declined" in row["reason"]
     assert "main is protected, open a review instead" in row["reason"]
-    assert pushes.read_text().splitlines() == ["push"]  # exactly one push, no retries
+    # Exactly one push of the branch, no retries; then one of the record, refused too.
+    assert pushes.read_text().splitlines() == ["refs/heads/main", row["attempt_ref"]]
     assert git(server, "rev-parse", "main") == before
     assert row["attempt_ref"]  # the attempt is still recorded, locally
+    assert "not pushed to origin" in row["record_problem"]
     fsck(server)
 
 
@@ -205,7 +207,7 @@ def test_a_lock_left_on_the_server_is_an_error_after_one_push(
     error naming what the server said, never twenty pushes and a misleading RefMoved."""
     pushes = tmp_path / "pushes.log"
     hook = server / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\necho push >> {pushes}\nexit 0\n")
+    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do echo $ref >> {pushes}; done\n")
     hook.chmod(0o755)
     work = clone(str(server), tmp_path / "work")
     (server / "refs" / "heads" / "main.lock").write_text("")
@@ -219,7 +221,8 @@ def test_a_lock_left_on_the_server_is_an_error_after_one_push(
     row = json.loads(report.read_text())["attempts"][0]
     assert row["verdict"] == "error" and "refused" in row["reason"], row
     assert "main.lock" in row["reason"] or "cannot lock ref" in row["reason"]
-    assert pushes.read_text().splitlines() == ["push"]
+    # The branch once (no retries); then the record, which the server takes.
+    assert pushes.read_text().splitlines() == ["refs/heads/main", row["attempt_ref"]]
 
 
 def test_a_remote_s_credentials_never_reach_a_message(
@@ -334,3 +337,117 @@ def test_a_person_s_push_to_the_server_is_logged_as_an_external_move(
     second.stdout.fnmatch_lines(["*target had moved outside agentgate: pushed to origin*"])
     log = [json.loads(line) for line in (work / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()]
     assert [r["op"] for r in log].count("external-move") == 1
+
+
+def _attempts_on(work: Path, remote: str = "origin") -> list[dict[str, str]]:
+    """What ``agentgate attempts --remote`` lists from ``work``, as JSON rows."""
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "attempts", "--repo", str(work),
+         "--remote", remote, "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return list(json.loads(out))
+
+
+def test_records_go_to_the_server_with_numbers_unique_across_machines(
+    daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """Two clones run the same four tasks at once: every record reaches the server, each
+    under a number of its own there (claimed by compare-and-swap, renumbered here when the
+    other machine had it), and either clone lists all eight with ``--remote origin``."""
+    procs, works = [], []
+    for who in ("left", "right"):
+        work = clone(daemon, tmp_path / who)
+        works.append(work)
+        suite = tmp_path / f"suite-{who}"
+        suite.mkdir()
+        (suite / "test_agents.py").write_text("".join(AGENT.format(n=n, who=who) for n in range(4)))
+        procs.append(
+            spawn_pytest(
+                suite, f"--agentgate-repo={work}", "--agentgate-remote=origin",
+                "--agentgate-promote", "-n", "2", f"--basetemp={tmp_path / f'tmp-{who}'}",
+            )
+        )  # fmt: skip
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    on_server = dict(
+        line.split()[::-1]
+        for line in git(server, "for-each-ref", "--format=%(objectname) %(refname)",
+                        "refs/agentgate/attempts/").splitlines()
+    )  # fmt: skip
+    assert len(on_server) == 8, on_server
+    for slug in (f"remote-change-{n}" for n in range(4)):
+        assert {f"refs/agentgate/attempts/{slug}/1", f"refs/agentgate/attempts/{slug}/2"} <= set(
+            on_server
+        )
+    for work in works:
+        mine = dict(
+            line.split()[::-1]
+            for line in git(work, "for-each-ref", "--format=%(objectname) %(refname)",
+                            "refs/agentgate/attempts/").splitlines()
+        )  # fmt: skip
+        assert len(mine) == 4 and all(on_server[ref] == c for ref, c in mine.items()), mine
+        listed = _attempts_on(work)
+        assert sorted(r["ref"] for r in listed) == sorted(on_server), listed
+        assert {r["verdict"] for r in listed} == {"promoted"}
+    fsck(server)
+
+
+def test_a_record_the_server_would_not_take_is_pushed_by_the_next_run(
+    pytester: pytest.Pytester, daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """The server refuses the record (not the landing): the attempt still lands, the
+    summary says its record stayed here, and the next run pushes it before anything else."""
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\nwhile read old new ref; do case $ref in refs/agentgate/*) "
+        "echo 'no records here' >&2; exit 1;; esac; done\nexit 0\n"
+    )
+    hook.chmod(0o755)
+    work = clone(daemon, tmp_path / "work")
+    report = tmp_path / "report.json"
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    first = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+        f"--agentgate-report={report}",
+    )  # fmt: skip
+    first.assert_outcomes(passed=1)
+    row = json.loads(report.read_text())["attempts"][0]
+    assert row["verdict"] == "promoted" and git(server, "show", "main:a-1.txt") == "a 1"
+    assert "not pushed to origin" in row["record_problem"]
+    first.stdout.fnmatch_lines(["*not pushed to origin*"])
+    assert git(server, "for-each-ref", "refs/agentgate/attempts/") == ""
+    hook.unlink()
+    pytester.makepyfile(test_agent=AGENT.format(n=2, who="a"))
+    second = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    )
+    second.assert_outcomes(passed=1)
+    refs = git(server, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/")
+    assert refs.splitlines() == [
+        "refs/agentgate/attempts/remote-change-1/1",
+        "refs/agentgate/attempts/remote-change-2/1",
+    ]
+    # Any clone reads them: show and restore from a fresh one, which never ran an agent.
+    elsewhere = clone(daemon, tmp_path / "elsewhere")
+    shown = _agentgate("show", "--repo", str(elsewhere), "--remote", "origin", "remote-change-1/1")
+    assert "attempt refs/agentgate/attempts/remote-change-1/1 (on origin)" in shown
+    assert "a-1.txt" in shown
+    out = tmp_path / "restored"
+    _agentgate("restore", "--repo", str(elsewhere), "--remote", "origin", "remote-change-1/1",
+               "--to", str(out))  # fmt: skip
+    assert (out / "a-1.txt").read_text() == "a 1\n"
+    fsck(server)
+
+
+def _agentgate(*args: str) -> str:
+    import sys
+
+    found = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    return found.stdout
