@@ -24,6 +24,7 @@ from . import __version__
 if TYPE_CHECKING:
     # Loaded when a subcommand runs, not to print --help.
     from .repo import Author, BaseRepo
+    from .target import RemoteBranch
 
 EXIT_USAGE = 2
 
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     target_args.add_argument(
         "--dry-run", action="store_true", help="say what would happen; change nothing"
     )
+    target_args.add_argument(
+        "--remote", metavar="NAME",
+        help="move the branch on this remote's server (by its compare-and-swap), not here",
+    )  # fmt: skip
 
     p = sub.add_parser(
         "rollback",
@@ -233,6 +238,31 @@ def _target(repo: BaseRepo, args: argparse.Namespace) -> str:
     return str(branch)
 
 
+def _moved(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteBranch | None]:
+    """The branch a rollback or revert moves: here, or with ``--remote`` on that server
+    (fetched now, so that its history is here to read)."""
+    if not args.remote:
+        return _target(repo, args), None
+    from .errors import ConfigError
+    from .oplog import OpLog
+    from .repo import check_branch_name
+    from .target import RemoteBranch
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    target = RemoteBranch(repo, args.remote, branch, OpLog(repo.common_dir))
+    target.check("--remote")
+    if target.tip() is None:
+        raise ConfigError(
+            f"branch {branch!r} does not exist on remote {args.remote!r}",
+            value=branch,
+            source="--target",
+        )
+    return branch, target
+
+
 def _expect(repo: BaseRepo, args: argparse.Namespace) -> str | None:
     return repo.resolve_commit(args.expect, "--expect") if args.expect else None
 
@@ -348,11 +378,11 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from . import promote
 
     repo = _open(args)
-    branch = _target(repo, args)
+    branch, target = _moved(repo, args)
     to = repo.resolve_commit(args.to, "--to")
     expect = _expect(repo, args)
     ref = f"refs/heads/{branch}"
-    tip_tree = repo.tree_of(ref)
+    tip_tree = repo.tree_of(target.ref if target is not None else ref)
     begin = time.perf_counter()
     move = promote.rollback(
         repo,
@@ -362,7 +392,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         author=_author(args.agent),
         agent=args.agent,
         dry_run=args.dry_run,
+        target=target,
     )
+    if target is not None:
+        branch = target.label
     ms = (time.perf_counter() - begin) * 1000
     if args.dry_run:
         print(
@@ -386,8 +419,8 @@ def cmd_revert(args: argparse.Namespace) -> int:
     from .gate import GateSpec, run_commands
 
     repo = _open(args)
-    branch = _target(repo, args)
-    attempt = find(repo, args.attempt)
+    branch, target = _moved(repo, args)
+    attempt = find(repo, args.attempt, _records(repo, args))
     if attempt.verdict != "promoted":
         raise UsageProblem(
             f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
@@ -421,7 +454,10 @@ def cmd_revert(args: argparse.Namespace) -> int:
         task=f"revert {attempt.task}",
         retest=retest,
         dry_run=args.dry_run,
+        target=target,
     )
+    if target is not None:
+        branch = target.label
     if args.dry_run:
         print(
             f"would revert {attempt.record_ref} on {branch} ({move.old[:12]}), giving tree {move.tree}"

@@ -22,7 +22,7 @@ from .errors import (
     RefMoved,
 )
 from .repo import Author, BaseRepo
-from .target import LocalBranch, MoveNote, Target, check_move, for_ref
+from .target import LocalBranch, MoveNote, RemoteBranch, Target, check_move, for_ref
 
 MAX_RETRIES = 20
 
@@ -165,30 +165,32 @@ def rollback(
     author: Author,
     agent: str,
     dry_run: bool = False,
-    target: LocalBranch | None = None,
+    target: LocalBranch | RemoteBranch | None = None,
 ) -> Move:
-    """A new commit on ``ref`` whose tree is exactly ``to``'s tree; history is kept."""
+    """A new commit on ``ref`` whose tree is exactly ``to``'s tree; history is kept.
+
+    On a server's branch (``target`` a :class:`RemoteBranch`) the tip is fetched under the
+    lock and the move is the server's compare-and-swap, as for a promotion."""
     begin = time.perf_counter()
     tree = repo.tree_of(to)
     target = target or for_ref(repo, ref)
     with target.lock():
-        recover_worktree(repo, ref)
+        actual = _tip(repo, target)
         # With --expect the compare-and-swap checks the tip; without, read it first.
-        tip = expect if expect is not None else repo.ref_value(ref)
+        tip = expect if expect is not None else actual
         if tip is None:
-            raise RefMoved(ref, expect, tip)
+            raise RefMoved(_name(target), expect, tip)
         if repo.tree_of(tip) == tree:
-            actual = repo.ref_value(ref)
             if actual != tip:
-                raise RefMoved(ref, expect, actual)
-            raise NothingToRollBack(ref, tree)
+                raise RefMoved(_name(target), expect, actual)
+            raise NothingToRollBack(target.label, tree)
         message = records.rollback_message(to, tree, agent)
         if dry_run:
-            actual = repo.ref_value(ref)
             if actual != tip:
-                raise RefMoved(ref, expect, actual)
-            check_move(repo, ref, tip, tree)
-            return Move(ref, tip, "", "rollback", tree)
+                raise RefMoved(_name(target), expect, actual)
+            if isinstance(target, LocalBranch):
+                check_move(repo, ref, tip, tree)
+            return Move(target.moved_ref, tip, "", "rollback", tree)
         new = repo.commit_tree(tree, [tip], message, author)
         result = target.move(
             new,
@@ -200,8 +202,22 @@ def rollback(
             ),
         )
         if not result.moved:
-            raise RefMoved(ref, tip, repo.ref_value(ref))
-        return Move(ref, tip, new, "rollback", tree, problem=result.problem)
+            raise RefMoved(_name(target), tip, _tip(repo, target))
+        return Move(target.moved_ref, tip, new, "rollback", tree, problem=result.problem)
+
+
+def _name(target: LocalBranch | RemoteBranch) -> str:
+    """The ref an error names: a local branch's ref, a server's ``remote/branch``."""
+    return target.label if isinstance(target, RemoteBranch) else target.ref
+
+
+def _tip(repo: BaseRepo, target: LocalBranch | RemoteBranch) -> str | None:
+    """The tip now, with the target's lock held: a server's is fetched; a local branch's
+    checked-out files first finish following an interrupted move."""
+    if isinstance(target, RemoteBranch):
+        return target.tip()
+    recover_worktree(repo, target.ref)
+    return repo.ref_value(target.ref)
 
 
 def revert(
@@ -216,7 +232,7 @@ def revert(
     task: str,
     retest: Retest | None = None,
     dry_run: bool = False,
-    target: LocalBranch | None = None,
+    target: LocalBranch | RemoteBranch | None = None,
 ) -> Move:
     """Undo one attempt's change on top of the current target, keeping later work.
 
@@ -226,10 +242,9 @@ def revert(
     begin = time.perf_counter()
     target = target or for_ref(repo, ref)
     with target.lock():
-        recover_worktree(repo, ref)
-        tip = repo.ref_value(ref)
+        tip = _tip(repo, target)
         if tip is None or (expect is not None and tip != expect):
-            raise RefMoved(ref, expect, tip)
+            raise RefMoved(_name(target), expect, tip)
         helper = Author("agentgate", "agentgate@localhost")
         pivot = repo.commit_tree(repo.tree_of(attempt_commit), [], records.REVERT_PIVOT, helper)
         ours = repo.commit_tree(repo.tree_of(tip), [pivot], records.REVERT_OURS, helper)
@@ -246,8 +261,9 @@ def revert(
             if not ok:
                 raise GateFailed(why, output)
         if dry_run:
-            check_move(repo, ref, tip, preview.tree)
-            return Move(ref, tip, "", "revert", preview.tree)
+            if isinstance(target, LocalBranch):
+                check_move(repo, ref, tip, preview.tree)
+            return Move(target.moved_ref, tip, "", "revert", preview.tree)
         message = records.revert_message(task, attempt_commit, agent)
         new = repo.commit_tree(preview.tree, [tip], message, author)
         result = target.move(
@@ -257,5 +273,5 @@ def revert(
             MoveNote("revert", agent, task, "revert", begin=begin),
         )
         if not result.moved:
-            raise RefMoved(ref, tip, repo.ref_value(ref))
-        return Move(ref, tip, new, "revert", preview.tree, problem=result.problem)
+            raise RefMoved(_name(target), tip, _tip(repo, target))
+        return Move(target.moved_ref, tip, new, "revert", preview.tree, problem=result.problem)

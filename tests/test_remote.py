@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -451,3 +452,43 @@ def _agentgate(*args: str) -> str:
     )  # fmt: skip
     assert found.returncode == 0, found.stderr
     return found.stdout
+
+
+def test_rollback_and_revert_move_the_server_s_branch(
+    pytester: pytest.Pytester, daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """Undo on the server: from a clone that ran nothing, ``revert --remote`` undoes one
+    promoted attempt (found among the server's records) keeping the later one, and
+    ``rollback --remote`` lands a byte-exact tree; both by the server's compare-and-swap,
+    both logged. A stale ``--expect`` moves nothing."""
+    work = clone(daemon, tmp_path / "work")
+    start = git(server, "rev-parse", "main")
+    pytester.makepyfile(
+        test_agents=AGENT.format(n=1, who="a") + AGENT.format(n=2, who="a"),
+    )
+    pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    ).assert_outcomes(passed=2)
+    elsewhere = clone(daemon, tmp_path / "elsewhere")
+    landed = git(server, "rev-parse", "main")
+    stale = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "rollback", "--repo", str(elsewhere),
+         "--remote", "origin", "--target", "main", "--to", "HEAD~2", "--expect", "HEAD~1"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert stale.returncode != 0 and git(server, "rev-parse", "main") == landed
+    _agentgate("revert", "--repo", str(elsewhere), "--remote", "origin", "--target", "main",
+               "remote-change-1/1")  # fmt: skip
+    names = set(git(server, "ls-tree", "--name-only", "main").splitlines())
+    assert "a-2.txt" in names and "a-1.txt" not in names
+    out = _agentgate("rollback", "--repo", str(elsewhere), "--remote", "origin",
+                     "--target", "main", "--to", start)  # fmt: skip
+    assert "origin/main:" in out
+    assert git(server, "rev-parse", "main^{tree}") == git(server, "rev-parse", f"{start}^{{tree}}")
+    log = [
+        json.loads(line)
+        for line in (elsewhere / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    ]
+    assert [r["op"] for r in log if r["op"] in ("revert", "rollback")] == ["revert", "rollback"]
+    assert all(r["ref"] == "origin:refs/heads/main" for r in log if r["op"] == "rollback")
+    fsck(server)
