@@ -175,9 +175,21 @@ def _number(ref: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def find(repo: BaseRepo, name: str, prefix: str = PREFIX) -> AttemptInfo:
+def find(repo: BaseRepo, name: str, prefix: str = PREFIX, *, readable: bool = True) -> AttemptInfo:
     """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit
-    (with ``prefix``: among the records held there, see :func:`list_attempts`)."""
+    (with ``prefix``: among the records held there, see :func:`list_attempts`).
+
+    With ``readable`` (for what acts on a record), one written in a newer record schema is
+    refused (:class:`~.schema.TooNew`) rather than misread."""
+    found = _find(repo, name, prefix)
+    if readable:
+        from .schema import check_record
+
+        check_record(found.record_ref, found.trailers)
+    return found
+
+
+def _find(repo: BaseRepo, name: str, prefix: str) -> AttemptInfo:
     attempts = list_attempts(repo, prefix)
     for attempt in attempts:
         ref = attempt.record_ref

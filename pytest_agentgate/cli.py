@@ -337,7 +337,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from .attempts import find
 
     repo = _open(args)
-    attempt = find(repo, args.attempt, _records(repo, args))
+    attempt = find(repo, args.attempt, _records(repo, args), readable=False)
     print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
     sys.stdout.write(repo.show_commit(attempt.record_commit))
     return 0

@@ -41,6 +41,7 @@ from . import (
     records,
     results,
     sandbox,
+    schema,
     server_records,
     workspace,
 )
@@ -346,6 +347,7 @@ class Engine:
         if self._started:
             return
         self._started = True
+        schema.ensure_layout(self.repo)  # a newer layout is refused before anything is written
         self.settled = self.target.start(run_id or self.settings.run_id)
 
     def close(self) -> None:

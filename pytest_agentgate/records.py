@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from .schema import RECORD_VERSION
+
 #: Characters that would end a line (or a trailer) in a commit message.
 _LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
@@ -125,6 +127,7 @@ def format_message(
         "Protect": json.dumps(list(protect)) if protect else None,
         "Max-Changed-Lines": str(max_changed_lines) if max_changed_lines is not None else None,
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "Schema": str(RECORD_VERSION),
     }
     return "\n".join(body) + "\n" + trailer_lines(trailers)
 

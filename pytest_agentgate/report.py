@@ -106,7 +106,10 @@ def terminal_lines(rows: Iterable[Mapping[str, Any]]) -> list[str]:
 def write_json(path: Path, rows: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**meta, "attempts": rows}, indent=2) + "\n", encoding="utf-8")
+    from .schema import REPORT_VERSION
+
+    document = {"schema_version": REPORT_VERSION, **meta, "attempts": rows}
+    tmp.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
 
 

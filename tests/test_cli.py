@@ -222,7 +222,7 @@ def test_prune_keeps_recent_and_rotates_the_log(
     )
     assert (
         git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/")
-        == "refs/agentgate/attempts/new/1"
+        == "refs/agentgate/attempts/new/1\nrefs/agentgate/layout"  # the layout stays
     )
     # Rotated records are still read, in order.
     _, out, _ = agentgate(capsys, "log", "--repo", str(service), "--json")
