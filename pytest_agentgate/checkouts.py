@@ -15,12 +15,15 @@ more: the next gate then pays only for writing the difference.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ._proc import end_processes_in
 from .errors import GitError
 from .removal import remove_tree
 from .repo import BaseRepo
@@ -34,15 +37,22 @@ class _Kept:
     path: Path
     index: Path
     tree: str
+    #: When it was first checked out (no file in it may be older).
+    made: float
     thread: threading.Thread | None = None
-    #: True: proven to hold ``tree``; False: not (reset whole); None: the proof failed.
+    #: True: proven to hold ``tree``; False: not (reset whole); None: not to be reused.
     proven: list[bool | None] = field(default_factory=lambda: [None])
 
     def prove(self, repo: BaseRepo) -> None:
         def run() -> None:
             try:
-                self.proven[0] = prove_clean(repo.index(self.path, self.index), self.path)
-            except Exception:  # any failure: the checkout is not reused, never an error
+                # A process the supervisor's sweep missed (it was killed first) ends now.
+                if end_processes_in(self.path):
+                    return
+                self.proven[0] = prove_clean(
+                    repo.index(self.path, self.index), self.path, made=self.made
+                )
+            except BaseException:  # any failure: the checkout is not reused, never an error
                 self.proven[0] = None
 
         self.thread = threading.Thread(target=run, name="agentgate-checkout", daemon=True)
@@ -63,6 +73,10 @@ class GateCheckouts:
         self.keep = keep
         self._free: list[_Kept] = []
         self._lock = threading.Lock()
+        #: Checkouts in use whose command ended badly: removed, never kept.
+        self._spoiled: set[Path] = set()
+        #: When each checkout in use was first made.
+        self._made: dict[Path, float] = {}
         #: How many checkouts were reused rather than made afresh (for the benchmark), and
         #: how many of those were brought over by the paths that differ alone.
         self.reused = 0
@@ -75,7 +89,9 @@ class GateCheckouts:
         with self._lock:
             found = self._free.pop() if self._free else None
         taken: tuple[Path, Path] | None = None
+        made = time.time() - 1  # file times are whole seconds where git writes them
         if found is not None:
+            made = found.made
             proven = found.settled()
             try:
                 if proven is None:
@@ -89,19 +105,28 @@ class GateCheckouts:
             except (RecycleFailed, GitError, OSError):
                 _remove((found.path, found.index))
         if taken is None:
+            made = time.time() - 1
             taken = checkout_with_index(self.repo, tree, self.root, name)
         kept = False
         try:
             yield taken[0]
             with self._lock:
-                if len(self._free) < self.keep:
-                    entry = _Kept(*taken, tree)
+                spoiled = taken[0] in self._spoiled
+                self._spoiled.discard(taken[0])
+                if not spoiled and len(self._free) < self.keep:
+                    entry = _Kept(*taken, tree, made)
                     entry.prove(self.repo)  # its command has ended: nothing runs in it now
                     self._free.append(entry)
                     kept = True
         finally:
             if not kept:
                 _remove(taken)
+
+    def spoil(self, path: Path) -> None:
+        """The command in the checkout at ``path`` ended badly (its status lost, processes
+        left behind, a timeout): that checkout is removed afterwards, never reused."""
+        with self._lock:
+            self._spoiled.add(path)
 
     def close(self) -> None:
         """Remove every kept checkout (once its proof, if under way, has ended)."""
@@ -113,5 +138,8 @@ class GateCheckouts:
 
 
 def _remove(taken: tuple[Path, Path]) -> None:
-    remove_tree(taken[0])
-    taken[1].unlink(missing_ok=True)
+    """Best effort: what cannot be removed stays for the run's clean-up, never an error of
+    the gate that happens to come next."""
+    with contextlib.suppress(Exception):
+        remove_tree(taken[0])
+        taken[1].unlink(missing_ok=True)

@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
                    help="with --workspaces: keep the newest N runs (default 3)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     p.add_argument("--agent", default="person", help="who is doing this (for the log)")
+    p.add_argument(
+        "--remote", metavar="NAME",
+        help="prune the records on this remote's server (every machine's) by the same rules, "
+        "keeping each task's highest number",
+    )  # fmt: skip
     p.set_defaults(func=cmd_prune)
 
     p = sub.add_parser(
@@ -476,6 +481,24 @@ def cmd_prune(args: argparse.Namespace) -> int:
         raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")
     repo = _open(args)
     cutoff = datetime.now(UTC) - args.older_than
+    if args.remote:
+        from .server_records import for_remote
+
+        report = prune.prune_remote(
+            repo,
+            for_remote(repo, args.remote),
+            cutoff=cutoff,
+            keep_last=args.keep_last,
+            dry_run=args.dry_run,
+            agent=args.agent,
+        )
+        verb = "would remove" if args.dry_run else "removed"
+        for ref in report.removed:
+            print(f"{verb} {ref} on {args.remote}")
+        for ref, why in report.kept_landed:
+            print(f"kept {ref} on {args.remote} ({why})")
+        print(f"{verb} {len(report.removed)} attempt(s) on {args.remote}; kept {report.kept}")
+        return 0
     report = prune.prune(
         repo,
         cutoff=cutoff,

@@ -448,6 +448,10 @@ def _run_one(
                 running=running,
             )
             found = _read_results(junit)
+            if context.checkouts is not None and (
+                result.launch_error or result.timed_out or result.survivors
+            ):
+                context.checkouts.spoil(checkout)  # something may still write there: not reused
         finally:
             remove_tree(private)
     where = f"{label}: {results.display(command)}"

@@ -13,14 +13,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import oplog
 from ._constants import RUN_MARKER
 from .attempts import PREFIX as ATTEMPTS_PREFIX
-from .attempts import list_attempts, raise_high_water
+from .attempts import AttemptInfo, list_attempts, raise_high_water
 from .removal import remove_tree
 from .repo import BaseRepo
 from .state import ref_for as state_ref_for
+
+if TYPE_CHECKING:
+    from .server_records import Server
 
 
 @dataclass
@@ -92,6 +96,84 @@ def prune(
             for path in report.workspaces:
                 remove_tree(path)
     return report
+
+
+def prune_remote(
+    repo: BaseRepo,
+    server: Server,
+    *,
+    cutoff: datetime,
+    keep_last: int = 0,
+    dry_run: bool = False,
+    agent: str = "person",
+) -> PruneReport:
+    """The same rules on a server's records (every machine's): an attempt that landed on a
+    branch of the server stays; so do the newest ``keep_last`` and those after ``cutoff``;
+    and so does each task's highest-numbered record, so that no machine is ever handed a
+    number again (numbers are claimed there by "must not exist"). Each removal is a push
+    deleting the ref only if it still holds that record (its state ref beside it), logged.
+    """
+    from . import transport
+    from .server_records import MIRROR, fetch_records
+
+    prefix = fetch_records(repo, server)
+    heads = f"{MIRROR}{server.remote}/heads/"
+    transport.fetch_refs(repo, server.fetch_url, [f"+refs/heads/*:{heads}*"], name=server.remote)
+    rows = list_attempts(repo, prefix)
+    highest: dict[str, int] = {}
+    for attempt in rows:
+        slug, _, number = attempt.record_ref[len(ATTEMPTS_PREFIX) :].rpartition("/")
+        if number.isdigit():
+            highest[slug] = max(highest.get(slug, 0), int(number))
+    there = transport.list_refs(repo, server.fetch_url, ["refs/agentgate/state/*"])
+    report = PruneReport()
+    for position, attempt in enumerate(rows):
+        slug, _, number = attempt.record_ref[len(ATTEMPTS_PREFIX) :].rpartition("/")
+        landed = attempt.landed
+        branch = repo.branch_containing(landed, heads) if landed and repo.resolve(landed) else None
+        if branch:
+            report.kept_landed.append((attempt.record_ref, f"landed on {server.remote}/{branch}"))
+        elif number.isdigit() and int(number) == highest.get(slug):
+            report.kept_landed.append((attempt.record_ref, "its task's highest number"))
+        elif position < keep_last or datetime.fromisoformat(attempt.date) >= cutoff:
+            pass
+        else:
+            if not dry_run and not _delete_there(repo, server, attempt, there, agent):
+                report.kept += 1
+                continue
+            report.removed.append(attempt.record_ref)
+            continue
+        report.kept += 1
+    return report
+
+
+def _delete_there(
+    repo: BaseRepo,
+    server: Server,
+    attempt: AttemptInfo,
+    there: dict[str, str],
+    agent: str,
+) -> bool:
+    """Delete one record on the server if it still holds it (its state ref too); logged."""
+    from . import transport
+
+    begin = time.perf_counter()
+    updates = [transport.RefUpdate(attempt.record_ref, "", attempt.record_commit)]
+    state_ref = state_ref_for(attempt.record_ref)
+    if state_ref in there:
+        updates.append(transport.RefUpdate(state_ref, "", there[state_ref]))
+    if not transport.push(repo, server.push_url, updates, name=server.remote).ok:
+        return False  # it changed there meanwhile: kept
+    with contextlib.suppress(OSError):
+        oplog.append(
+            repo.common_dir,
+            oplog.OpRecord(
+                op="prune", ref=f"{server.remote}:{attempt.record_ref}",
+                old=attempt.record_commit, new=None, agent=agent, task=attempt.task,
+                duration_ms=round((time.perf_counter() - begin) * 1000, 3),
+            ),
+        )  # fmt: skip
+    return True
 
 
 #: A scratch ref used this recently may belong to a run still going: never pruned.

@@ -56,9 +56,26 @@ def remove_under(root: Path, rel: str) -> None:
 def _remove_entry(name: str, dir_fd: int) -> None:
     info = os.lstat(name, dir_fd=dir_fd)
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
+        try:
+            shutil.rmtree(name, dir_fd=dir_fd)
+        except RecursionError:
+            _rm_deep(name, dir_fd)
     else:
         os.unlink(name, dir_fd=dir_fd)
+
+
+def _rm_deep(name: str, dir_fd: int) -> None:
+    """Delete a directory nested deeper than Python's recursion allows (``shutil.rmtree``
+    recurses): with ``rm -rf``, which walks any depth by descriptor and follows no link,
+    reaching the directory through this process's descriptor of its parent."""
+    import subprocess
+
+    subprocess.run(
+        ["rm", "-rf", "--one-file-system", "--", f"/proc/self/fd/{dir_fd}/{name}"],
+        pass_fds=(dir_fd,), check=False, capture_output=True,
+    )  # fmt: skip
+    if os.path.lexists(f"/proc/self/fd/{dir_fd}/{name}"):
+        raise OSError(f"could not remove the deep directory {name}")
 
 
 def remove_empty_dirs(root: Path, rels: Iterable[str]) -> None:
@@ -134,8 +151,14 @@ def _purge(dir_fd: int) -> None:
             inner = _open_dir(name, dir_fd)
             try:
                 _purge(inner)
-            finally:
+            except RecursionError:  # deeper than Python recurses
                 os.close(inner)
+                inner = -1
+                _rm_deep(name, dir_fd)
+                continue
+            finally:
+                if inner >= 0:
+                    os.close(inner)
             os.rmdir(name, dir_fd=dir_fd)
         else:
             os.unlink(name, dir_fd=dir_fd)

@@ -424,13 +424,13 @@ class BaseRepo:
                 rows.append(parts[: len(fields)])
         return rows
 
-    def branch_containing(self, commit: str) -> str | None:
-        """A branch (short name) whose history contains ``commit``, or None."""
+    def branch_containing(self, commit: str, prefix: str = "refs/heads/") -> str | None:
+        """A branch (its name below ``prefix``) whose history contains ``commit``, or None."""
         out = self._run(
-            "for-each-ref", "--count=1", "--format=%(refname:short)", f"--contains={commit}",
-            "refs/heads/", ok=(0, 129),
+            "for-each-ref", "--count=1", "--format=%(refname)", f"--contains={commit}",
+            prefix, ok=(0, 129),
         ).out.strip()  # fmt: skip
-        return out or None
+        return out[len(prefix) :] if out else None
 
     def is_ancestor(self, commit: str, of: str) -> bool:
         """Whether ``commit`` is in the history of ``of`` (False when either is unknown)."""

@@ -719,7 +719,7 @@ def reset_checkout(
     rev: str,
     *,
     current: str | None = None,
-    proven: bool = False,
+    proven: bool | None = None,
 ) -> bool:
     """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
 
@@ -732,17 +732,19 @@ def reset_checkout(
     still differs.
 
     With ``current`` (the tree the checkout was last brought to), a checkout proven to hold
-    exactly ``current`` (by :func:`prove_clean`, now, or already when ``proven``) is brought
+    exactly ``current`` (by :func:`prove_clean`: now, or already when ``proven`` says so;
+    False: it was found to differ) is brought
     to ``rev`` by the paths that differ between the two trees alone (:func:`_bring_over`;
     returns True); otherwise every path is reset as above (False).
     """
     checkout = repo.index(path, index)
-    if (
-        current is not None
-        and (proven or prove_clean(checkout, path))
-        and _bring_over(repo, checkout, path, current, rev)
-    ):
-        return True
+    if current is not None:
+        if proven is None:
+            proven = prove_clean(checkout, path)
+            if proven is None:
+                raise RecycleFailed(path, "it holds what git cannot reset")
+        if proven and _bring_over(repo, checkout, path, current, rev):
+            return True
     # First remove what the last run left: git reads a ``.gitattributes`` from the work
     # tree while it writes files, so one left behind would change the bytes of the next.
     for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
@@ -756,28 +758,36 @@ def reset_checkout(
         )
     for rel in found.untracked:
         remove_under(path, rel.rstrip("/"))
+    _purge_gitlinks(checkout, path)
     _scrub(path)
     if checkout.write_tree() != repo.tree_of(rev):
         raise RecycleFailed(path, "its index does not hold the tree it was reset to")
     return False
 
 
-def prove_clean(checkout: Index, path: Path) -> bool:
-    """Whether the checkout holds exactly what its index says, after removing everything
-    untracked or ignored and every entry git never lists (:func:`_scrub`).
+def prove_clean(checkout: Index, path: Path, *, made: float | None = None) -> bool | None:
+    """Whether the checkout holds exactly what its index says: True, False (a tracked file
+    differs: reset every path), or None (something git cannot reset: do not reuse it).
 
-    One pass: nothing tracked may be modified or missing, by stat data (ctime included,
-    which no process can set back; git reads the content of any file written in the same
-    second as the index). Call it only when nothing can run in the checkout any more (its
-    command's processes were all ended): what it proves then holds until the next write.
+    First everything untracked or ignored is removed, before any file is compared (a
+    ``.gitattributes`` left behind would make git compare a changed file through it and call
+    it unchanged), with what a submodule's directory holds and every entry git never lists
+    (:func:`_scrub`, which with ``made``, when the checkout was made, also looks at what git
+    never compares). Then one pass: nothing tracked may be modified or missing, by stat data
+    (ctime included, which no process can set back; git reads the content of any file
+    written in the same second as the index). Call it only when nothing can run in the
+    checkout any more (its command's processes were all ended): what it proves then holds
+    until the next write.
     """
+    for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
+        remove_under(path, rel.rstrip("/"))
+    _purge_gitlinks(checkout, path)
+    if _scrub(path, files_since=made) is not None:
+        return None
     found = checkout.differences(ignored_too=True)
     for rel in found.untracked:
         remove_under(path, rel.rstrip("/"))
-    if found.changed:
-        return False
-    _scrub(path)
-    return True
+    return not found.changed
 
 
 def _bring_over(repo: BaseRepo, checkout: Index, path: Path, current: str, rev: str) -> bool:
@@ -864,17 +874,24 @@ def _umask() -> int:
     return 0o022
 
 
-def _scrub(root: Path) -> None:
+def _scrub(root: Path, *, files_since: float | None = None) -> str | None:
     """Remove what git's own listing never shows, so a recycled workspace is a fresh one.
 
     git skips every entry named ``.git`` at any depth and ignores FIFOs, sockets and devices,
     and a checkout leaves directory modes as it found them: an agent could leave a message
     for the next task there. One descriptor-based walk (no link followed, file types from
-    the directory entries, so no ``stat`` per file) removes such entries and gives
-    directories the mode a fresh checkout gives them.
+    the directory entries) removes such entries, gives directories the mode a fresh checkout
+    gives them and drops their ACLs and user attributes (a default ACL would change the mode
+    of every file git writes there next).
+
+    With ``files_since`` (when the checkout was made), every regular file is looked at too,
+    for what git never compares: permission bits beyond the owner's execute bit, a hard link
+    to another file, an ACL or a user attribute, a modification time set back before the
+    checkout existed. Returns what was found (the checkout must then not be reused), or None.
     """
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
     mode = 0o777 & ~_umask()
+    file_modes = {0o666 & ~_umask(), 0o777 & ~_umask()}
     # Depth first, one open descriptor per level: a wide tree never holds many at once.
     stack: list[tuple[str, int, list[os.DirEntry[str]]]] = []
 
@@ -882,6 +899,8 @@ def _scrub(root: Path) -> None:
         try:
             if stat.S_IMODE(os.fstat(fd).st_mode) != mode:
                 os.fchmod(fd, mode)
+            for name in _attributes(fd):
+                os.removexattr(fd, name)
             with os.scandir(fd) as entries:
                 found = list(entries)
         except BaseException:
@@ -905,9 +924,47 @@ def _scrub(root: Path) -> None:
                 enter(rel + "/", os.open(entry.name, flags, dir_fd=fd))
             elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
                 remove_under(root, rel)
+            elif files_since is not None and not entry.is_symlink():
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_IMODE(info.st_mode) not in file_modes:
+                    return f"{rel} has mode {stat.S_IMODE(info.st_mode):o}"
+                if info.st_nlink != 1:
+                    return f"{rel} is a hard link ({info.st_nlink} names)"
+                if info.st_mtime < files_since:
+                    return f"{rel} was given a time before the checkout was made"
+                if _attributes(str(root / rel)):
+                    return f"{rel} carries extended attributes"
     finally:
         for _, fd, _ in stack:
             os.close(fd)
+    return None
+
+
+def _attributes(target: int | str) -> list[str]:
+    """The extended attributes an agent can set that change or mark a file or directory:
+    ACLs and ``user.*`` (``security.*`` labels belong to the system, and stay)."""
+    try:
+        names = (
+            os.listxattr(target, follow_symlinks=False)
+            if isinstance(target, str)
+            else os.listxattr(target)
+        )
+    except OSError:  # a filesystem without extended attributes
+        return []
+    return [n for n in names if n.startswith(("user.", "system.posix_acl", "trusted."))]
+
+
+def _purge_gitlinks(checkout: Index, path: Path) -> None:
+    """Empty every submodule's directory (a gitlink's): git never lists what is inside one,
+    and a fresh checkout leaves it empty."""
+    for entry in checkout.entries():
+        if entry.mode == "160000":
+            where = path / entry.path
+            if where.is_dir() and not where.is_symlink():
+                with os.scandir(where) as listing:
+                    names = [child.name for child in listing]
+                for name in names:
+                    remove_under(path, f"{entry.path}/{name}")
 
 
 def _index(ws: Workspace) -> Index:
