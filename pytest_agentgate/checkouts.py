@@ -123,8 +123,8 @@ class GateCheckouts:
                 _remove(taken)
 
     def spoil(self, path: Path) -> None:
-        """The command in the checkout at ``path`` ended badly (its status lost, processes
-        left behind, a timeout): that checkout is removed afterwards, never reused."""
+        """The command in the checkout at ``path`` ended badly (its status lost, a timeout):
+        that checkout is removed afterwards, never reused."""
         with self._lock:
             self._spoiled.add(path)
 

@@ -448,10 +448,11 @@ def _run_one(
                 running=running,
             )
             found = _read_results(junit)
-            if context.checkouts is not None and (
-                result.launch_error or result.timed_out or result.survivors
-            ):
-                context.checkouts.spoil(checkout)  # something may still write there: not reused
+            if context.checkouts is not None and (result.launch_error or result.timed_out):
+                # Its status lost (its supervisor killed: the sweep may not have run) or cut
+                # short: something may still write there. (Processes the sweep ended are
+                # gone; bwrap's own always counts as one.)
+                context.checkouts.spoil(checkout)
         finally:
             remove_tree(private)
     where = f"{label}: {results.display(command)}"

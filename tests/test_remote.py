@@ -492,3 +492,49 @@ def test_rollback_and_revert_move_the_server_s_branch(
     assert [r["op"] for r in log if r["op"] in ("revert", "rollback")] == ["revert", "rollback"]
     assert all(r["ref"] == "origin:refs/heads/main" for r in log if r["op"] == "rollback")
     fsck(server)
+
+
+def test_prune_on_the_server_keeps_what_landed_and_each_task_s_highest_number(
+    pytester: pytest.Pytester, daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """``prune --remote``: by the same rules as here, on every machine's records there; a
+    task's highest number stays, so no machine is handed a number a second time."""
+    work = clone(daemon, tmp_path / "work")
+    failing = """
+import pytest
+
+@pytest.mark.gated(task="doomed", gate=["false"])
+def test_doomed_{n}(agent_workspace):
+    (agent_workspace.path / "d-{n}.txt").write_text("d")
+"""
+    pytester.makepyfile(
+        test_agents=AGENT.format(n=1, who="a") + failing.format(n=1) + failing.format(n=2)
+    )
+    pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    ).assert_outcomes(passed=1, failed=2)
+    listed = git(server, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/")
+    assert listed.splitlines() == [
+        "refs/agentgate/attempts/doomed/1",
+        "refs/agentgate/attempts/doomed/2",
+        "refs/agentgate/attempts/remote-change-1/1",
+    ]
+    elsewhere = clone(daemon, tmp_path / "elsewhere")
+    out = _agentgate("prune", "--repo", str(elsewhere), "--remote", "origin", "--older-than", "0s")
+    assert "removed refs/agentgate/attempts/doomed/1 on origin" in out
+    assert "kept refs/agentgate/attempts/doomed/2 on origin (its task's highest number)" in out
+    assert "landed on origin/main" in out
+    listed = git(server, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/")
+    assert listed.splitlines() == [
+        "refs/agentgate/attempts/doomed/2",
+        "refs/agentgate/attempts/remote-change-1/1",
+    ]
+    # A later attempt at the task gets a number above every one handed out.
+    pytester.makepyfile(test_agents=failing.format(n=3))
+    pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    ).assert_outcomes(failed=1)
+    assert "refs/agentgate/attempts/doomed/3" in git(
+        server, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/doomed/"
+    )
+    fsck(server)
