@@ -105,6 +105,7 @@ class EngineSettings:
     #: Most attempts one re-test lands together (1: each merge is tested alone).
     batch_max: int = 8
     push_state: bool = False
+    lease_seconds: float = 120.0
     #: Names this run (every process of one run shares it): a dry run's scratch ref is its own.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -158,7 +159,14 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
     """The target the settings name: a branch here or on a server, or a dry run of either."""
     assert settings.target is not None
     source: LocalBranch | RemoteBranch = (
-        RemoteBranch(repo, settings.remote, settings.target, log, push_state=settings.push_state)
+        RemoteBranch(
+            repo,
+            settings.remote,
+            settings.target,
+            log,
+            push_state=settings.push_state,
+            lease_seconds=settings.lease_seconds,
+        )
         if settings.remote
         else LocalBranch(repo, settings.target, log)
     )

@@ -58,6 +58,14 @@ OPTIONS = (
         metavar="NAME",
     ),
     Option(
+        "lease_seconds",
+        "with --agentgate-remote: how long the server's lease on the branch (one batch leader "
+        "across machines) lasts unless renewed; a dead leader's is taken over after it",
+        "float",
+        120.0,
+        "SECONDS",
+    ),
+    Option(
         "push_state",
         "with --agentgate-remote: push each attempt's state and its checkpoints to the server "
         "too, not only its record (state can hold a whole database)",

@@ -305,6 +305,13 @@ class LandingQueue:
         that top (:class:`_Ahead`): when the batch lands, they are the next batch, and their
         verdict is ready or nearly so."""
         self._gate_s = gate_s
+        if not any(e.key == key for e in self.entries()):
+            return
+        # One leader across machines too, for a branch on a server (its lease).
+        with self.target.lease():
+            self._lead(key, retest, gate_s)
+
+    def _lead(self, key: str, retest: BatchRetest, gate_s: float) -> None:
         try:
             for _ in range(MAX_ROUNDS * 4):
                 queued = [e for e in self.entries() if e.key == key]

@@ -516,6 +516,14 @@ class BaseRepo:
             "hash-object", "-w", "--no-filters", "--stdin-paths", input=listing
         ).out.split()
 
+    def commit_message(self, commit: str) -> str:
+        """A commit's message, whole."""
+        return self._run("cat-file", "commit", commit).out.split("\n\n", 1)[-1]
+
+    def empty_tree(self) -> str:
+        """The empty tree, stored."""
+        return self.mktree([])
+
     def mktree(self, entries: Sequence[TreeEntry]) -> str:
         """A tree of exactly ``entries`` (one level, no paths with ``/``); return its id."""
         listing = "".join(f"{e.mode} {e.kind} {e.oid}\t{e.path}\n" for e in entries)

@@ -48,6 +48,7 @@ class Settings:
     retest: bool = True
     batch_max: int = 8
     push_state: bool = False
+    lease_seconds: float = 120.0
     agent: str = "agent"
     agent_command: AgentCommand | None = None
     agent_timeout: float = 3600.0
@@ -116,6 +117,11 @@ class Settings:
                     f"invalid --agentgate-agent-command (from {sources['agent_command']}): "
                     f"{exc.reason}"
                 ) from exc
+        if float(values["lease_seconds"]) <= 0:
+            raise usage(
+                f"invalid --agentgate-lease-seconds {values['lease_seconds']!r} (from "
+                f"{sources['lease_seconds']}): give a number of seconds above 0"
+            )
         if float(values["agent_timeout"]) <= 0:
             raise usage(
                 f"invalid --agentgate-agent-timeout {values['agent_timeout']!r} (from "
@@ -154,6 +160,7 @@ class Settings:
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
             push_state=bool(values["push_state"]),
+            lease_seconds=float(values["lease_seconds"]),
             agent=agent,
             agent_command=command,
             agent_timeout=float(values["agent_timeout"]),
@@ -252,6 +259,7 @@ class Settings:
             retest=self.retest,
             batch_max=self.batch_max,
             push_state=self.push_state,
+            lease_seconds=self.lease_seconds,
             max_files=self.max_files,
             max_bytes=self.max_bytes,
             max_state_bytes=self.max_state_bytes,

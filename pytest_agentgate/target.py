@@ -34,6 +34,7 @@ from .errors import AgentgateError, ConfigError, GitError, PushRefused, Worktree
 from .repo import ZERO, BaseRepo
 
 if TYPE_CHECKING:
+    from .lease import Lease
     from .server_records import Server
 
 #: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
@@ -123,6 +124,11 @@ class Target(Protocol):
         """The server attempt records are pushed to (a remote target's), or None."""
         ...
 
+    def lease(self) -> AbstractContextManager[None]:
+        """Be the one batch leader for this branch across machines while it is held (a
+        server's lease, see :mod:`.lease`); nothing for a branch here."""
+        ...
+
     def lock(self) -> AbstractContextManager[float]:
         """The plugin's lock for this target; yields the wait in ms."""
         ...
@@ -157,6 +163,9 @@ class _LogsMoves:
 
     def records(self) -> Server | None:
         return None
+
+    def lease(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def _pending(self, old: str, new: str, note: MoveNote) -> list[str]:
         """Append the ``pending`` lines of a move about to happen (one per record it
@@ -429,6 +438,7 @@ class RemoteBranch(_LogsMoves):
         log: oplog.OpLog,
         *,
         push_state: bool = False,
+        lease_seconds: float = 120.0,
     ) -> None:
         self.repo = repo
         self.remote = remote
@@ -436,7 +446,19 @@ class RemoteBranch(_LogsMoves):
         self.ref = f"{TRACKING_PREFIX}{remote}/{branch}"
         self.log = log
         self.push_state = push_state
+        self.lease_seconds = lease_seconds
         self._urls: tuple[str, str] | None = None
+        self._lease: Lease | None = None
+
+    def lease(self) -> AbstractContextManager[None]:
+        from .lease import Lease
+
+        if self._lease is None:
+            self._lease = Lease(
+                self.repo, self.urls()[1], self.branch, seconds=self.lease_seconds,
+                name=self.remote,
+            )  # fmt: skip
+        return self._lease.hold()
 
     @property
     def label(self) -> str:
@@ -536,17 +558,20 @@ class RemoteBranch(_LogsMoves):
         # A push that raises (the connection dropped, the server did not report, Ctrl-C) may
         # have landed: its pending line stays open, and the next run settles it from what
         # the server holds.
-        pushed = transport.push(
-            self.repo,
-            self.urls()[1],
-            [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)],
-            name=self.remote,
-        )
+        updates = [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)]
+        lease = self._lease if self._lease is not None and self._lease.held else None
+        if lease is not None:  # renewed in the same atomic push: a lost lease cannot land
+            updates.append(lease.renewal())
+        pushed = transport.push(self.repo, self.urls()[1], updates, name=self.remote)
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
             if pushed.refused is not None:
                 raise PushRefused(self.label, pushed.refusal())
+            if lease is not None:
+                lease.confirm()  # the branch moved, or the lease was taken over: take it again
             return MoveResult(False)
+        if lease is not None:
+            lease.renewed(updates[1])
         # Our own view follows; a compare-and-swap, like every ref the plugin moves.
         self.repo.update_ref(self.ref, new, old, message)
         recorded = [after_move()] if after_move is not None else []
