@@ -554,6 +554,19 @@ class RemoteBranch(_LogsMoves):
         note: MoveNote,
         after_move: Callable[[], bool] | None = None,
     ) -> MoveResult:
+        # Every move holds the lease, a fast-forward too: a move made beside a leader's
+        # batch would leave that batch's re-test standing on an old tip, wasted.
+        with self.lease():
+            return self._move(new, old, message, note, after_move)
+
+    def _move(
+        self,
+        new: str,
+        old: str,
+        message: str,
+        note: MoveNote,
+        after_move: Callable[[], bool] | None,
+    ) -> MoveResult:
         uid = self._pending(old, new, note)
         # A push that raises (the connection dropped, the server did not report, Ctrl-C) may
         # have landed: its pending line stays open, and the next run settles it from what

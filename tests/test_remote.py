@@ -538,3 +538,110 @@ def test_doomed_{n}(agent_workspace):
         server, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/doomed/"
     )
     fsck(server)
+
+
+LOGGED = """
+import pytest
+
+@pytest.mark.gated(task="logged change {n}")
+def test_change_{n}(agent_workspace):
+    (agent_workspace.path / "{who}-{n}.txt").write_text("{who} {n}\\n")
+"""
+
+#: A gate that logs each of its runs and takes a little while, as a test suite does.
+GATE_LOGGING = (
+    f"{sys.executable} -c \"import pathlib, os, time; "
+    "p = pathlib.Path(os.environ['GATE_LOG']); time.sleep(0.3); "
+    "p.open('a').write('run\\\\n')\""
+)
+
+
+def test_two_machines_share_one_leader_and_few_retests(
+    daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """Two clones, each pytest -n 2 over four tests, at once, under a real git daemon: the
+    batch leader is one across machines (the server's lease, which every move holds), so no
+    re-test is spent on a tip the other machine then moves: all eight land, with fewer
+    re-tests than one per merge (7), and the lease is given back. (Each machine batches its
+    own attempts: 8 + 4 needs one queue across machines, which is not built yet.)"""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "gate.log"
+    procs = []
+    for who in ("left", "right"):
+        work = clone(daemon, tmp_path / who)
+        suite = tmp_path / f"suite-{who}"
+        suite.mkdir()
+        (suite / "test_agents.py").write_text("".join(LOGGED.format(n=n, who=who) for n in range(4)))
+        procs.append(
+            spawn_pytest(
+                suite, f"--agentgate-repo={work}", "--agentgate-remote=origin",
+                "--agentgate-promote", "-n", "2", f"--agentgate-gate={GATE_LOGGING}",
+                "--agentgate-gate-env=GATE_LOG", f"--agentgate-sandbox-bind={logs}:rw",
+                f"--basetemp={tmp_path / f'tmp-{who}'}", env={"GATE_LOG": str(log)},
+            )
+        )  # fmt: skip
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    names = set(git(server, "ls-tree", "--name-only", "main").splitlines())
+    assert {f"{who}-{n}.txt" for who in ("left", "right") for n in range(4)} <= names
+    runs = len(log.read_text().splitlines())
+    assert runs <= 8 + 6, f"{runs} gate runs"
+    assert git(server, "for-each-ref", "refs/agentgate/lease/") == ""  # given back
+    assert len(_attempts_on(tmp_path / "left")) == 8
+    fsck(server)
+
+
+def test_a_leader_killed_holding_the_lease_is_taken_over_after_it_expires(
+    daemon: str, server: Path, tmp_path: Path
+) -> None:
+    """Machine A's leader is killed mid-batch, holding the server's lease: nothing of its
+    batch lands; machine B's leader waits for the lease to expire (its length plus the
+    skew margin), takes it over, and lands B's attempt once."""
+    pusher = clone(daemon, tmp_path / "person")
+    moves = """
+import subprocess
+import pytest
+
+@pytest.mark.gated(task="{who} change")
+def test_{who}(agent_workspace):
+    (agent_workspace.path / "{who}.txt").write_text("{who}\\n")
+    # Someone pushes meanwhile: the attempt needs a merge, so it goes through the queue.
+    person = {person!r}
+    open(person + "/{who}-person.txt", "w").write("p\\n")
+    subprocess.run(["git", "-C", person, "add", "-A"], check=True)
+    subprocess.run(["git", "-C", person, "-c", "user.name=p", "-c", "user.email=p@e",
+                    "commit", "-qm", "person {who}"], check=True)
+    subprocess.run(["git", "-C", person, "pull", "-q", "--rebase"], check=True)
+    subprocess.run(["git", "-C", person, "push", "-q"], check=True)
+"""
+    runs = {}
+    for who, env in (("a", {"AGENTGATE_FAULT": "merge-written"}), ("b", {})):
+        work = clone(daemon, tmp_path / who)
+        suite = tmp_path / f"suite-{who}"
+        suite.mkdir()
+        (suite / "test_it.py").write_text(moves.format(who=who, person=str(pusher)))
+        import time
+
+        begin = time.monotonic()
+        proc = spawn_pytest(
+            suite, f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+            "--agentgate-gate=true", "--agentgate-lease-seconds=3",
+            f"--basetemp={tmp_path / f'tmp-{who}'}", env=env,
+        )  # fmt: skip
+        out = proc.communicate(timeout=120)[0]
+        runs[who] = (proc.returncode, out, time.monotonic() - begin)
+        if who == "a":
+            assert proc.returncode == -9, out  # killed while it led, lease held
+            held = git(server, "log", "-1", "--format=%B", "refs/agentgate/lease/main")
+            expires = float(held.split("Agentgate-Expires: ")[1].split()[0])
+    code, out, _ = runs["b"]
+    assert code == 0, out
+    # B landed only once A's lease had expired, by more than the skew margin (1 s for 3 s).
+    landed_at = float(git(server, "log", "-1", "--format=%ct", "main"))
+    assert landed_at >= int(expires + 1), (landed_at, expires)
+    names = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert "b.txt" in names and "a.txt" not in names  # A's batch never landed
+    assert names.count("b.txt") == 1
+    assert git(server, "for-each-ref", "refs/agentgate/lease/") == ""
+    fsck(server)
