@@ -156,13 +156,17 @@ def list_attempts(repo: BaseRepo, prefix: str = PREFIX) -> list[AttemptInfo]:
     fields = (
         "refname",
         "objectname",
+        "objecttype",
         "committerdate:iso-strict",
         "subject",
         "trailers:only,unfold",
     )
     rows = [
         AttemptInfo(PREFIX + ref[len(prefix) :], commit, date, subject, parse_trailers(trailers))
-        for ref, commit, date, subject, trailers in repo.ref_records(prefix, fields)
+        for ref, commit, kind, date, subject, trailers in repo.ref_records(prefix, fields)
+        # Anything else under the prefix (a blob, a tag, a commit with no date) is no record:
+        # anyone who can push to a server can put one there.
+        if kind == "commit" and date
     ]
     rows.sort(
         key=lambda a: (a.trailers.get("Recorded", a.date), _number(a.record_ref)), reverse=True
@@ -197,8 +201,10 @@ def _find(repo: BaseRepo, name: str, prefix: str) -> AttemptInfo:
             return attempt
     short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     matches = [a for a in attempts if a.record_ref[len(PREFIX) :].startswith(short)]
-    if not matches and re.fullmatch(r"[0-9a-f]{4,40}", name):
-        matches = [a for a in attempts if a.record_commit.startswith(name)]
+    if re.fullmatch(r"[0-9a-f]{4,40}", name):
+        # A commit id, or a name that starts like one: both are candidates, and two
+        # candidates are ambiguous (a record named after another's commit hijacks nothing).
+        matches += [a for a in attempts if a.record_commit.startswith(name) and a not in matches]
     if len(matches) == 1:
         return matches[0]
     raise AttemptNotFound(name, [m.record_ref for m in matches])

@@ -304,6 +304,7 @@ def _records(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = Fal
 
 def cmd_attempts(args: argparse.Namespace) -> int:
     from .attempts import list_attempts
+    from .records import one_line
 
     repo = _open(args)
     rows = list_attempts(repo, _records(repo, args))
@@ -323,11 +324,13 @@ def cmd_attempts(args: argparse.Namespace) -> int:
     print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
     for a in rows:
         ref, record = a.record_ref[len("refs/agentgate/attempts/") :], a.record_commit[:12]
-        print(
-            f"{ref:<44} {a.verdict:<9} {a.agent[:12]:<12} {a.base[:12]:<12} {record:<12} {a.date:<25} {a.task}"
+        # What a record says is data, never terminal control: one line of printable text.
+        ref, verdict, agent, base, date, task = (
+            one_line(v) for v in (ref, a.verdict, a.agent[:12], a.base[:12], a.date, a.task)
         )
+        print(f"{ref:<44} {verdict:<9} {agent:<12} {base:<12} {record:<12} {date:<25} {task}")
         folder = a.trailers.get("Checkpoints")
-        if folder:
+        if folder and not args.remote and re.fullmatch(r"[a-z0-9][a-z0-9-]*/[0-9a-f]{12}", folder):
             from .checkpoints import PREFIX, read
 
             made = repo.ref_names(f"{PREFIX}{folder}/")
@@ -344,7 +347,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     repo = _open(args)
     attempt = find(repo, args.attempt, _records(repo, args), readable=False)
     print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
-    sys.stdout.write(repo.show_commit(attempt.record_commit))
+    # Printable text and line breaks only: a record's message is data, never terminal control.
+    shown = repo.show_commit(attempt.record_commit)
+    sys.stdout.write(re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", shown))
     return 0
 
 
@@ -430,6 +435,21 @@ def cmd_revert(args: argparse.Namespace) -> int:
         raise UsageProblem(
             f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
             "only a promoted attempt can be reverted"
+        )
+    # What is undone is the record's own change (its tree against its own parent, as
+    # `show` prints it), never what its trailers claim: anyone who can push a record to a
+    # server can write any Base there.
+    parents = repo.parents(attempt.record_commit)
+    if len(parents) != 1 or parents[0] != attempt.base:
+        raise UsageProblem(
+            f"{attempt.record_ref} does not hold its own change: its Base trailer is not its "
+            "parent (a record written by hand?); nothing was changed"
+        )
+    landed_ref = target.ref if target is not None else f"refs/heads/{branch}"
+    if not attempt.landed or not repo.is_ancestor(attempt.landed, landed_ref):
+        raise UsageProblem(
+            f"{attempt.record_ref} did not land on {target.label if target else branch} "
+            "(its Landed commit is not in that branch's history); nothing was changed"
         )
     expect = _expect(repo, args)
     retest = None

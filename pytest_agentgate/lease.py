@@ -74,6 +74,8 @@ class Lease:
         self._depth = 0
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
+        #: Why the last :meth:`hold` went on without a lease ("" when it held one).
+        self.unavailable = ""
 
     # -- what the server holds ------------------------------------------------------------
 
@@ -199,7 +201,21 @@ class Lease:
             finally:
                 self._depth -= 1
             return
-        self._take()
+        try:
+            self._take()
+        except AgentgateError as exc:
+            # The server will not hold a lease (a hook refusing refs/agentgate/*, or it
+            # cannot be reached): the move goes on without one, as safe (the branch's own
+            # compare-and-swap) but not one leader across machines. A refusal of the move
+            # itself is then the server's to say, as before.
+            self.unavailable = str(exc)
+            self._depth = 1
+            try:
+                yield
+            finally:
+                self._depth = 0
+            return
+        self.unavailable = ""
         self._depth = 1
         self._stop.clear()
         self._renewer = threading.Thread(

@@ -306,6 +306,9 @@ class BaseRepo:
         For guesses that a compare-and-swap then checks (the next free attempt number): a
         ref created meanwhile only makes the swap fail and the guess move on.
         """
+        parts = prefix.rstrip("/").split("/")
+        if any(part in ("", ".", "..") or part.endswith(".lock") for part in parts):
+            return []  # no ref has such a name: never a walk outside the refs
         if self._reftable or not prefix.endswith("/") or not _PLAIN_REF.match(prefix + "x"):
             return [row[0] for row in self.refs(prefix)]
         names: set[str] = set()

@@ -69,18 +69,21 @@ def publish(repo: BaseRepo, server: Server, ref: str, commit: str) -> tuple[str,
             if pushed.ok:
                 _unlist(repo, server, ref)
                 return ref, None
-            if pushed.refused is not None:
-                raise AgentgateError(f"the server refused it: {pushed.refusal()}")
-            # Lost: the number is taken there, by another machine's attempt or by this one.
-            slug = ref[len(attempts.PREFIX) :].rsplit("/", 1)[0]
-            there = transport.list_refs(
-                repo, server.fetch_url, [f"{attempts.PREFIX}{slug}/*"], name=server.remote
+            refused = pushed.refused
+            in_the_way = refused is not None and "cannot lock ref" in (
+                f"{refused.summary} {refused.reason} {' '.join(pushed.server_says)}"
             )
+            if refused is not None and not in_the_way:
+                raise AgentgateError(f"the server refused it: {pushed.refusal()}")
+            # Lost, or its name is in the way of a ref there (git refuses "<n>" beside
+            # "<n>/x"): the number is taken there, by another machine's attempt or by this one.
+            slug = ref[len(attempts.PREFIX) :].rsplit("/", 1)[0]
+            folder = f"{attempts.PREFIX}{slug}/"
+            there = transport.list_refs(repo, server.fetch_url, [f"{folder}*"], name=server.remote)
             if there.get(ref) == commit:
                 _unlist(repo, server, ref)
                 return ref, None  # pushed before (by a run that could not say so)
-            numbers = [int(r.rsplit("/", 1)[1]) for r in there if r.rsplit("/", 1)[1].isdigit()]
-            ref = _renumber(repo, server, ref, commit, max(numbers, default=0))
+            ref = _renumber(repo, server, ref, commit, _highest(there, folder))
         raise AgentgateError(f"no free attempt number on {server.remote} in {MAX_CLAIMS} tries")
     except (AgentgateError, OSError) as exc:
         _list(repo, server, ref)
@@ -118,10 +121,11 @@ def catch_up(repo: BaseRepo, server: Server) -> list[str]:
             _unlist(repo, server, ref)
             continue
         now, problem = publish(repo, server, ref, commit)
-        if problem is None:
-            notes.append(
-                f"pushed the record {now} to {server.remote}, which an earlier run could not"
-            )
+        notes.append(
+            problem
+            if problem is not None
+            else f"pushed the record {now} to {server.remote}, which an earlier run could not"
+        )
     return notes
 
 
@@ -154,6 +158,24 @@ def for_remote(repo: BaseRepo, remote: str, *, push_state: bool = False) -> Serv
 
 
 # -- renumbering ----------------------------------------------------------------------
+
+#: Numbers above this are nobody's: a ref there by that name was written by hand (anyone
+#: who can push can), and counting it would push every later number past what git takes.
+MAX_NUMBER = 10**9
+
+
+def _highest(there: dict[str, str], folder: str) -> int:
+    """The highest attempt number the server holds in ``folder`` (``ls-remote`` matches a
+    pattern against the end of a name, so a ref elsewhere may be listed: it is not counted),
+    and a name in the way (``<n>/x``) counts as ``n``."""
+    found = 0
+    for ref in there:
+        if not ref.startswith(folder):
+            continue
+        head = ref[len(folder) :].split("/", 1)[0]
+        if head.isdigit() and head == str(int(head)) and int(head) <= MAX_NUMBER:
+            found = max(found, int(head))
+    return found
 
 
 def _renumber(repo: BaseRepo, server: Server, ref: str, commit: str, above: int) -> str:
