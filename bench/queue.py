@@ -98,7 +98,9 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
             f"--agentgate-sandbox-bind={gate}", f"--agentgate-sandbox-bind={logs}:rw",
         ]  # fmt: skip
         begin = time.perf_counter()
-        if mode == "separate":
+        if mode == "two machines":
+            codes, repo = two_machines(root, repo, suite, n, env, common)
+        elif mode == "separate":
             procs = [
                 subprocess.Popen(
                     [*common, f"test_agent_{i}.py", f"--basetemp={root / f'tmp-{i}'}"],
@@ -136,6 +138,55 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
         }
 
 
+def two_machines(
+    root: Path, repo: Path, suite: Path, n: int, env: dict[str, str], common: list[str]
+) -> tuple[list[int], Path]:
+    """Two clones of a bare repository served by a real ``git daemon`` (two machines),
+    each running ``-n 2`` over half of the agents, at once; the server, to count from."""
+    import socket
+
+    server = root / "server" / "service.git"
+    server.parent.mkdir()
+    git(root, "clone", "-q", "--bare", str(repo), str(server))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    daemon = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+         "--enable=receive-pack", f"--base-path={server.parent}", str(server.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(200):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        url = f"git://127.0.0.1:{port}/{server.name}"
+        procs = []
+        for side in (0, 1):
+            work = root / f"machine-{side}"
+            git(root, "clone", "-q", url, str(work))
+            mine = [f"test_agent_{i}.py" for i in range(n) if i % 2 == side]
+            argv = [
+                a.replace(f"--agentgate-repo={repo}", f"--agentgate-repo={work}")
+                for a in common if a != "--agentgate-target=main"
+            ]  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    [*argv, "--agentgate-remote=origin", "--agentgate-target=main", "-n", "2",
+                     *mine, f"--basetemp={root / f'tmp-m{side}'}"],
+                    cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+        codes = [p.wait(timeout=900) for p in procs]
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=10)
+    # What landed is counted on the server; every record is there too.
+    return codes, server
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="4 agents only: a smoke run")
@@ -156,12 +207,15 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if not args.quick:
         plan.append((16, "separate", (3, 11)))
+        plan.append((8, "two machines", None))
     if args.case:
         plan = [(int(c.split(":", 1)[0]), c.split(":", 1)[1], None) for c in args.case]
     plan = [step for step in plan for _ in range(max(1, args.repeat))]
     for n, mode, culprit in plan:
         row = run(n, mode, culprit)
         how = mode if mode != "separate" else "separate processes"
+        if mode == "two machines":
+            how = "two machines, -n 2 each"
         if culprit:
             how += ", one culprit"
         print(
