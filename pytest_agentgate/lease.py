@@ -12,7 +12,10 @@ leader whose lease was taken over cannot land (its push fails whole) and takes t
 again before it tries again.
 
 Expiry tolerates clock skew: a lease is taken over only once it has been expired for a
-margin, a quarter of its length and at least a second, by the taker's clock.
+margin, a quarter of its length and at least a second, by the taker's clock; and one that
+has not changed for a whole length plus that margin (by the waiter's own clock) is taken over
+whatever expiry it claims: a live holder renews it with a new commit, and anyone who can push
+could write one that claims to last for ever.
 """
 
 from __future__ import annotations
@@ -130,6 +133,10 @@ class Lease:
     def _take(self) -> None:
         deadline = time.monotonic() + WAIT_LIMIT_S
         pause = 0.05
+        #: When each lease commit was first seen here: a holder renews with a new commit,
+        #: so one that stays longer than a lease lasts is not renewed, whatever it claims
+        #: (a hand-written lease "until the year 3000" is honoured for one length).
+        first_seen: dict[str, float] = {}
         while True:
             there, info = self.read()
             if there is not None and info is None:
@@ -138,7 +145,12 @@ class Lease:
             if info is not None and info.holder == self.holder:
                 self.held = there  # ours already (a renewal this process could not confirm)
                 return
-            if info is None or time.time() > info.expires + margin(self.seconds):
+            stale = (
+                there is not None
+                and time.monotonic() - first_seen.setdefault(there, time.monotonic())
+                > self.seconds + margin(self.seconds)
+            )
+            if info is None or stale or time.time() > info.expires + margin(self.seconds):
                 new = self._commit()
                 pushed = transport.push(
                     self.repo, self.url,
@@ -159,6 +171,7 @@ class Lease:
                     f"held by {info.holder}"
                 )
             wait = min(pause, max(0.05, info.expires + margin(self.seconds) - time.time()))
+            wait = min(wait, max(0.05, self.seconds + margin(self.seconds)))
             time.sleep(wait)
             pause = min(pause * 1.5, 1.0)
 

@@ -671,3 +671,33 @@ def test_{who}(agent_workspace):
     assert names.count("b.txt") == 1
     assert git(server, "for-each-ref", "refs/agentgate/lease/") == ""
     fsck(server)
+
+
+def test_a_lease_written_by_hand_to_last_for_ever_is_taken_over_after_one_length(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    """Anyone who can push can write a lease that claims to expire in the year 3000: it is
+    honoured for one length plus the margin (it never changes, so nobody renews it), then
+    taken over; the landing happens, once."""
+    import time
+
+    work = clone(str(server), tmp_path / "work")
+    tree = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
+    forged = git(
+        work, "commit-tree", tree, "-m",
+        "lease\n\nAgentgate-Holder: squatter\nAgentgate-Expires: 32503680000\n",
+    )  # fmt: skip
+    git(work, "push", "-q", str(server), f"{forged}:refs/agentgate/lease/main")
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    begin = time.monotonic()
+    result = pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+        "--agentgate-lease-seconds=2",
+    )  # fmt: skip
+    took = time.monotonic() - begin
+    result.assert_outcomes(passed=1)
+    assert took >= 2 + 1  # the length and the margin: honoured that long, no longer
+    assert took < 30
+    assert git(server, "show", "main:a-1.txt") == "a 1"
+    assert git(server, "for-each-ref", "refs/agentgate/lease/") == ""
+    fsck(server)
