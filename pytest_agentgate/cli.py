@@ -23,6 +23,7 @@ from . import __version__
 
 if TYPE_CHECKING:
     # Loaded when a subcommand runs, not to print --help.
+    from .prune import PruneReport
     from .repo import Author, BaseRepo
     from .target import RemoteBranch
 
@@ -512,12 +513,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             agent=args.agent,
         )
-        verb = "would remove" if args.dry_run else "removed"
-        for ref in report.removed:
-            print(f"{verb} {ref} on {args.remote}")
-        for ref, why in report.kept_landed:
-            print(f"kept {ref} on {args.remote} ({why})")
-        print(f"{verb} {len(report.removed)} attempt(s) on {args.remote}; kept {report.kept}")
+        _print_pruned(report, args.dry_run, f" on {args.remote}")
         return 0
     report = prune.prune(
         repo,
@@ -529,11 +525,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         agent=args.agent,
     )
-    verb = "would remove" if args.dry_run else "removed"
-    for ref in report.removed:
-        print(f"{verb} {ref}")
-    for ref, why in report.kept_landed:
-        print(f"kept {ref} ({why})")
+    verb = _print_pruned(report, args.dry_run, "")
     for ref in report.scratch:
         print(f"{verb} {ref} (an old dry run's scratch ref)")
     for path in report.workspaces:
@@ -542,8 +534,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(
             f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}"
         )
-    print(f"{verb} {len(report.removed)} attempt(s); kept {report.kept} attempt(s)")
     return 0
+
+
+def _print_pruned(report: PruneReport, dry_run: bool, where: str) -> str:
+    """What prune removed and kept (``where``: on which server, or here); its verb."""
+    verb = "would remove" if dry_run else "removed"
+    for ref in report.removed:
+        print(f"{verb} {ref}{where}")
+    for ref, why in report.kept_landed:
+        print(f"kept {ref}{where} ({why})")
+    print(f"{verb} {len(report.removed)} attempt(s){where}; kept {report.kept} attempt(s)")
+    return verb
 
 
 def _real_state_root(root: Path) -> Path:
