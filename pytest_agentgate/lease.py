@@ -145,11 +145,9 @@ class Lease:
             if info is not None and info.holder == self.holder:
                 self.held = there  # ours already (a renewal this process could not confirm)
                 return
-            stale = (
-                there is not None
-                and time.monotonic() - first_seen.setdefault(there, time.monotonic())
-                > self.seconds + margin(self.seconds)
-            )
+            stale = there is not None and time.monotonic() - first_seen.setdefault(
+                there, time.monotonic()
+            ) > self.seconds + margin(self.seconds)
             if info is None or stale or time.time() > info.expires + margin(self.seconds):
                 new = self._commit()
                 pushed = transport.push(

@@ -142,17 +142,9 @@ def fetch_records(repo: BaseRepo, server: Server, *, with_state: bool = False) -
 
 def for_remote(repo: BaseRepo, remote: str, *, push_state: bool = False) -> Server:
     """The server of a configured remote (what ``--remote NAME`` names)."""
-    from .errors import ConfigError
+    from .target import check_remote
 
-    if not remote or remote.startswith("-") or "/" in remote:
-        raise ConfigError(f"{remote!r} is not a remote name", value=remote, source="--remote")
-    if not repo.config_value(f"remote.{remote}.url"):
-        raise ConfigError(
-            f"{repo.label} has no remote named {remote!r}; add it with "
-            f"'git remote add {remote} URL'",
-            value=remote,
-            source="--remote",
-        )
+    check_remote(repo, remote, "--remote")
     fetch_url, push_url = repo.remote_urls(remote)
     return Server(remote, fetch_url, push_url, push_state)
 
