@@ -142,9 +142,7 @@ def fetch_records(repo: BaseRepo, server: Server, *, with_state: bool = False) -
 
 def for_remote(repo: BaseRepo, remote: str, *, push_state: bool = False) -> Server:
     """The server of a configured remote (what ``--remote NAME`` names)."""
-    from .target import check_remote
-
-    check_remote(repo, remote, "--remote")
+    transport.check_remote(repo, remote, "--remote")
     fetch_url, push_url = repo.remote_urls(remote)
     return Server(remote, fetch_url, push_url, push_state)
 

@@ -470,7 +470,7 @@ class RemoteBranch(_LogsMoves):
 
     def check(self, source: str = "") -> None:
         """Raise :class:`ConfigError` unless ``remote`` is a configured remote of the base."""
-        check_remote(self.repo, self.remote, source)
+        transport.check_remote(self.repo, self.remote, source)
 
     def urls(self) -> tuple[str, str]:
         """(fetch URL, push URL): using URLs, not the remote's name, keeps git from updating
@@ -579,19 +579,6 @@ class RemoteBranch(_LogsMoves):
         self.repo.update_ref(self.ref, new, old, message)
         recorded = [after_move()] if after_move is not None else []
         return self._moved(old, new, note, uid, recorded, None)
-
-
-def check_remote(repo: BaseRepo, remote: str, source: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``remote`` is a configured remote of ``repo``."""
-    if not remote or remote.startswith("-") or "/" in remote:
-        raise ConfigError(f"{remote!r} is not a remote name", value=remote, source=source)
-    if not repo.config_value(f"remote.{remote}.url"):
-        raise ConfigError(
-            f"{repo.label} has no remote named {remote!r}; add it with "
-            f"'git remote add {remote} URL'",
-            value=remote,
-            source=source,
-        )
 
 
 def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:

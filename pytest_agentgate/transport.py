@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from . import _git
-from .errors import GitError
+from .errors import ConfigError, GitError
 
 if TYPE_CHECKING:
     from .repo import BaseRepo
@@ -77,6 +77,19 @@ class PushResult:
             return ""
         said = "; ".join(self.server_says)
         return f"{refused.summary} {refused.reason}".strip() + (f": {said}" if said else "")
+
+
+def check_remote(repo: BaseRepo, remote: str, source: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``remote`` is a configured remote of ``repo``."""
+    if not remote or remote.startswith("-") or "/" in remote:
+        raise ConfigError(f"{remote!r} is not a remote name", value=remote, source=source)
+    if not repo.config_value(f"remote.{remote}.url"):
+        raise ConfigError(
+            f"{repo.label} has no remote named {remote!r}; add it with "
+            f"'git remote add {remote} URL'",
+            value=remote,
+            source=source,
+        )
 
 
 def fetch_branch(
