@@ -21,6 +21,7 @@ could write one that claims to last for ever.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -99,13 +100,20 @@ class Lease:
                 )
             if not self.repo.has_object(there):
                 return there, None
-        text = self.repo.commit_message(there)
-        fields = dict(
-            line.split(": ", 1) for line in text.splitlines() if line.startswith("Agentgate-")
-        )
+        try:
+            text = self.repo.commit_message(there)
+        except AgentgateError:  # not a commit (a blob, a tree): no lease anyone holds
+            return there, LeaseInfo("?", 0.0)
+        fields: dict[str, str] = {}
+        for line in text.splitlines():
+            key, sep, value = line.partition(": ")
+            if sep and key.startswith("Agentgate-"):
+                fields.setdefault(key, value.strip())
         try:
             expires = float(fields.get("Agentgate-Expires", "0"))
         except ValueError:
+            expires = 0.0
+        if math.isnan(expires):  # no time is after it
             expires = 0.0
         return there, LeaseInfo(fields.get("Agentgate-Holder", "?"), expires)
 
@@ -117,16 +125,24 @@ class Lease:
         )
         return self.repo.commit_tree(tree, [], message, _AUTHOR)
 
+    @contextmanager
+    def pushing(self) -> Iterator[None]:
+        """Hold while a move's push carries the lease's renewal: the renewer waits, so the
+        two never renew from the same lease commit (the loser would think it lost)."""
+        with self._lock:
+            yield
+
     def renewal(self) -> transport.RefUpdate:
-        """The ref update that renews the held lease (for a move's atomic push)."""
+        """The ref update that renews the held lease (for a move's atomic push; call it
+        within :meth:`pushing`)."""
         if self.held is None:
             raise LeaseLost(f"no lease held on {self.name}/{self.branch}")
         return transport.RefUpdate(self.ref, self._commit(), self.held)
 
     def renewed(self, update: transport.RefUpdate) -> None:
-        """The push carrying ``update`` landed: the lease held is its new commit."""
-        with self._lock:
-            self.held = update.new
+        """The push carrying ``update`` landed: the lease held is its new commit (call it
+        within :meth:`pushing`)."""
+        self.held = update.new
 
     # -- taking and giving back -------------------------------------------------------------
 
@@ -140,8 +156,11 @@ class Lease:
         while True:
             there, info = self.read()
             if there is not None and info is None:
-                time.sleep(pause)  # changed while it was read: read it again
-                continue
+                seen = first_seen.setdefault(there, time.monotonic())
+                if time.monotonic() - seen <= self.seconds + margin(self.seconds):
+                    time.sleep(pause)  # changed while it was read: read it again
+                    continue
+                info = LeaseInfo("?", 0.0)  # never readable for a whole length: not held
             if info is not None and info.holder == self.holder:
                 self.held = there  # ours already (a renewal this process could not confirm)
                 return
@@ -214,7 +233,7 @@ class Lease:
             return
         try:
             self._take()
-        except AgentgateError as exc:
+        except (AgentgateError, OSError, ValueError) as exc:
             # The server will not hold a lease (a hook refusing refs/agentgate/*, or it
             # cannot be reached): the move goes on without one, as safe (the branch's own
             # compare-and-swap) but not one leader across machines. A refusal of the move

@@ -563,9 +563,12 @@ class RemoteBranch(_LogsMoves):
         # the server holds.
         updates = [transport.RefUpdate(f"refs/heads/{self.branch}", new, old)]
         lease = self._lease if self._lease is not None and self._lease.held else None
-        if lease is not None:  # renewed in the same atomic push: a lost lease cannot land
-            updates.append(lease.renewal())
-        pushed = transport.push(self.repo, self.urls()[1], updates, name=self.remote)
+        with lease.pushing() if lease is not None else contextlib.nullcontext():
+            if lease is not None:  # renewed in the same atomic push: a lost lease cannot land
+                updates.append(lease.renewal())
+            pushed = transport.push(self.repo, self.urls()[1], updates, name=self.remote)
+            if pushed.ok and lease is not None:
+                lease.renewed(updates[1])
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
             if pushed.refused is not None:
@@ -573,8 +576,6 @@ class RemoteBranch(_LogsMoves):
             if lease is not None:
                 lease.confirm()  # the branch moved, or the lease was taken over: take it again
             return MoveResult(False)
-        if lease is not None:
-            lease.renewed(updates[1])
         # Our own view follows; a compare-and-swap, like every ref the plugin moves.
         self.repo.update_ref(self.ref, new, old, message)
         recorded = [after_move()] if after_move is not None else []

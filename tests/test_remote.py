@@ -673,20 +673,25 @@ def test_{who}(agent_workspace):
     fsck(server)
 
 
-def test_a_lease_written_by_hand_to_last_for_ever_is_taken_over_after_one_length(
-    pytester: pytest.Pytester, server: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    "message",
+    [
+        "lease\n\nAgentgate-Holder: squatter\nAgentgate-Expires: 32503680000\n",
+        "lease\n\nAgentgate-Expires: notanumber\nAgentgate-Holder\n",
+    ],
+    ids=["lasting for ever", "a line that is no field"],
+)
+def test_a_lease_written_by_hand_is_taken_over_after_at_most_one_length(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path, message: str
 ) -> None:
-    """Anyone who can push can write a lease that claims to expire in the year 3000: it is
-    honoured for one length plus the margin (it never changes, so nobody renews it), then
-    taken over; the landing happens, once."""
+    """Anyone who can push can write a lease: one that claims to expire in the year 3000 is
+    honoured for one length plus the margin (it never changes, so nobody renews it), one
+    that cannot be read not at all; then it is taken over, and the landing happens, once."""
     import time
 
     work = clone(str(server), tmp_path / "work")
     tree = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
-    forged = git(
-        work, "commit-tree", tree, "-m",
-        "lease\n\nAgentgate-Holder: squatter\nAgentgate-Expires: 32503680000\n",
-    )  # fmt: skip
+    forged = git(work, "commit-tree", tree, "-m", message)
     git(work, "push", "-q", str(server), f"{forged}:refs/agentgate/lease/main")
     pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
     begin = time.monotonic()
@@ -696,7 +701,8 @@ def test_a_lease_written_by_hand_to_last_for_ever_is_taken_over_after_one_length
     )  # fmt: skip
     took = time.monotonic() - begin
     result.assert_outcomes(passed=1)
-    assert took >= 2 + 1  # the length and the margin: honoured that long, no longer
+    if "32503680000" in message:
+        assert took >= 2 + 1  # the length and the margin: honoured that long, no longer
     assert took < 30
     assert git(server, "show", "main:a-1.txt") == "a 1"
     assert git(server, "for-each-ref", "refs/agentgate/lease/") == ""
