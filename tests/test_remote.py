@@ -105,6 +105,22 @@ def test_unknown_remote_is_a_usage_error(pytester: pytest.Pytester, service: Pat
     )
 
 
+def pre_receive(server: Path, script: str) -> None:
+    """Give the server a pre-receive hook (``script``, after the shebang)."""
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\n" + script)
+    hook.chmod(0o755)
+
+
+def run_reported(pytester: pytest.Pytester, work: Path, report: Path) -> pytest.RunResult:
+    """One agent test against origin from ``work``, promoting, with the JSON report."""
+    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
+    return pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
+        f"--agentgate-report={report}",
+    )  # fmt: skip
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -173,20 +189,15 @@ def test_a_push_the_server_refuses_is_an_error_after_one_push(
     """A pre-receive hook that declines is the server's policy, not a race: one push, an
     ``error`` verdict with the server's own words, the branch where it was, nothing retried."""
     pushes = tmp_path / "pushes.log"
-    hook = server / "hooks" / "pre-receive"
-    hook.write_text(
-        f"#!/bin/sh\nwhile read old new ref; do echo $ref >> {pushes}; done\n"
-        "echo 'policy: main is protected, open a review instead' >&2\nexit 1\n"
+    pre_receive(
+        server,
+        f"while read old new ref; do echo $ref >> {pushes}; done\n"
+        "echo 'policy: main is protected, open a review instead' >&2\nexit 1\n",
     )
-    hook.chmod(0o755)
     before = git(server, "rev-parse", "main")
     work = clone(daemon, tmp_path / "work")
     report = tmp_path / "report.json"
-    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
-    result = pytester.runpytest(
-        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
-        f"--agentgate-report={report}",
-    )  # fmt: skip
+    result = run_reported(pytester, work, report)
     assert result.ret == 6  # an error verdict: the harness (here the server) stopped it
     row = json.loads(report.read_text())["attempts"][0]
     assert row["verdict"] == "error", row
@@ -211,17 +222,11 @@ def test_a_lock_left_on_the_server_is_an_error_after_one_push(
     (``[remote rejected] (atomic transaction failed)``): not a race, so one push and an
     error naming what the server said, never twenty pushes and a misleading RefMoved."""
     pushes = tmp_path / "pushes.log"
-    hook = server / "hooks" / "pre-receive"
-    hook.write_text(f"#!/bin/sh\nwhile read old new ref; do echo $ref >> {pushes}; done\n")
-    hook.chmod(0o755)
+    pre_receive(server, f"while read old new ref; do echo $ref >> {pushes}; done\n")
     work = clone(str(server), tmp_path / "work")
     (server / "refs" / "heads" / "main.lock").write_text("")
     report = tmp_path / "report.json"
-    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
-    result = pytester.runpytest(
-        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
-        f"--agentgate-report={report}",
-    )  # fmt: skip
+    result = run_reported(pytester, work, report)
     assert result.ret == 6
     row = json.loads(report.read_text())["attempts"][0]
     assert row["verdict"] == "error" and "refused" in row["reason"], row
@@ -424,26 +429,21 @@ def test_a_record_the_server_would_not_take_is_pushed_by_the_next_run(
 ) -> None:
     """The server refuses the record (not the landing): the attempt still lands, the
     summary says its record stayed here, and the next run pushes it before anything else."""
-    hook = server / "hooks" / "pre-receive"
-    hook.write_text(
-        "#!/bin/sh\nwhile read old new ref; do case $ref in refs/agentgate/*) "
-        "echo 'no records here' >&2; exit 1;; esac; done\nexit 0\n"
+    pre_receive(
+        server,
+        "while read old new ref; do case $ref in refs/agentgate/*) "
+        "echo 'no records here' >&2; exit 1;; esac; done\nexit 0\n",
     )
-    hook.chmod(0o755)
     work = clone(daemon, tmp_path / "work")
     report = tmp_path / "report.json"
-    pytester.makepyfile(test_agent=AGENT.format(n=1, who="a"))
-    first = pytester.runpytest(
-        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
-        f"--agentgate-report={report}",
-    )  # fmt: skip
+    first = run_reported(pytester, work, report)
     first.assert_outcomes(passed=1)
     row = json.loads(report.read_text())["attempts"][0]
     assert row["verdict"] == "promoted" and git(server, "show", "main:a-1.txt") == "a 1"
     assert "not pushed to origin" in row["record_problem"]
     first.stdout.fnmatch_lines(["*not pushed to origin*"])
     assert git(server, "for-each-ref", "refs/agentgate/attempts/") == ""
-    hook.unlink()
+    (server / "hooks" / "pre-receive").unlink()
     pytester.makepyfile(test_agent=AGENT.format(n=2, who="a"))
     second = pytester.runpytest(
         f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
