@@ -70,6 +70,8 @@ class Attempt:
     batch: str = ""
     #: When its own gate began (seconds since the epoch; 0: not announced to the queue).
     gate_began: float = 0.0
+    #: Which attempts may share its re-test (see ``Engine._batch_key``), once known.
+    batch_key: str = ""
     #: Which try within its test this was (1-based; see ``retries=`` on the marker).
     try_number: int = 1
     #: The step of the lifecycle under way (what an interrupted attempt's record names).

@@ -858,7 +858,7 @@ class Engine:
             gate_s=gate_s,
             began=attempt.gate_began,
             uid=attempt.uid,
-            key=self._batch_key(spec),
+            key=attempt.batch_key or self._batch_key(spec),
             change_commit=attempt.change_commit,
             base=attempt.base,
             agent=attempt.agent,
@@ -1088,7 +1088,8 @@ class Engine:
         self._step(attempt, "gate")
         if spec.commands and self.settings.retest and spec.grading is None:
             # A leader may wait for it.
-            attempt.gate_began = self.queue.announce(attempt.uid, self._batch_key(spec))
+            attempt.batch_key = self._batch_key(spec)
+            attempt.gate_began = self.queue.announce(attempt.uid, attempt.batch_key)
         gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
         try:
             attempt.checks = self.judge(attempt, gate_spec, extra_checks)
