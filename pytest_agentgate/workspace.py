@@ -720,6 +720,7 @@ def reset_checkout(
     *,
     current: str | None = None,
     proven: bool | None = None,
+    files_since: float | None = None,
 ) -> bool:
     """Bring a used checkout (a workspace, a gate's) to exactly ``rev``'s tree, or raise.
 
@@ -730,6 +731,10 @@ def reset_checkout(
     removes what is left, nested ``.git`` entries and FIFOs, and resets directory modes; and
     the result is verified as a snapshot would see it. :class:`RecycleFailed` when anything
     still differs.
+
+    With ``files_since``, files git never compares are looked at too (see :func:`_scrub`):
+    one with other permission bits, a hard link, an attribute, a time before then, keeps the
+    checkout from reuse (:class:`RecycleFailed`).
 
     With ``current`` (the tree the checkout was last brought to), a checkout proven to hold
     exactly ``current`` (by :func:`prove_clean`: now, or already when ``proven`` says so;
@@ -759,7 +764,9 @@ def reset_checkout(
     for rel in found.untracked:
         remove_under(path, rel.rstrip("/"))
     _purge_gitlinks(checkout, path)
-    _scrub(path)
+    found_off = _scrub(path, files_since=files_since)
+    if found_off is not None:  # what git cannot reset (see _scrub): not reused
+        raise RecycleFailed(path, found_off)
     if checkout.write_tree() != repo.tree_of(rev):
         raise RecycleFailed(path, "its index does not hold the tree it was reset to")
     return False
@@ -845,7 +852,10 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
             with contextlib.suppress(FileNotFoundError):
                 remove_under(ws.private, folder)
     try:
-        reset_checkout(repo, ws.path, ws.index, base)
+        # A hard link or a mode the last agent left would reach the next agent's work (an
+        # edit of one file changing another): such a workspace is not recycled. Times stay
+        # the agent's business here (tools restore them); the gate never runs in it.
+        reset_checkout(repo, ws.path, ws.index, base, files_since=0.0)
         make_agent_git(repo, ws.path, ws.branch, base, ws.index, sealed=ws.objects is None)
         if name is not None:
             fresh = _new_dir(ws.path.parent, name)

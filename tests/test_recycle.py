@@ -233,3 +233,32 @@ def test_a_kept_gate_checkout_brought_to_the_next_tree_equals_a_fresh_one(
     else:
         assert kept.brought_over == kept.reused  # the fast way, every time
     kept.close()
+
+
+@pytest.mark.parametrize("left", ["a hard link", "a mode git does not keep"])
+def test_a_workspace_left_with_what_git_never_compares_is_not_recycled(
+    service: Path, tmp_path: Path, left: str
+) -> None:
+    """A promoted agent leaves two tracked files hard-linked (or one 0600): invisible to
+    git, so its attempt lands; recycled, the next agent's edit of one file would change the
+    other. That workspace is not recycled: the next task gets a fresh fork."""
+    engine = Engine.open(
+        service, "main", promote=True, workdir=tmp_path / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )  # fmt: skip
+    ws = engine.fork(task="one")
+    (ws.path / "one.txt").write_text("1")
+    if left == "a hard link":
+        (ws.path / "ledger" / "report.py").unlink()
+        os.link(ws.path / "ledger" / "api.py", ws.path / "ledger" / "report.py")
+    else:
+        (ws.path / "ledger" / "api.py").chmod(0o600)
+    found = engine.run_attempt(ws, task="one")
+    assert found.verdict.status == "promoted", found.verdict  # else it is never recycled
+    engine.release(ws)
+    nxt = engine.fork(task="two")
+    assert nxt.recycled == 0, f"recycled after {left}"
+    if left == "a hard link":
+        assert os.stat(nxt.path / "ledger" / "api.py").st_nlink == 1
+    assert stat.S_IMODE(os.stat(nxt.path / "ledger" / "api.py").st_mode) in (0o644, 0o664)
+    engine.close()
