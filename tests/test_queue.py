@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git, spawn_pytest, wait_for
+from helpers import alive, fsck, git, spawn_pytest, wait_for
 
 from pytest_agentgate import oplog
 from pytest_agentgate.attempts import list_attempts
@@ -567,3 +567,76 @@ def test_an_entry_whose_process_is_gone_never_lands(service: Path, tmp_path: Pat
         e.uid == orphan.uid for e in b.queue.entries()
     )
     assert "o.txt" not in git(b.path, "ls-tree", "--name-only", "main")
+
+
+AHEAD_LEADER = """
+import sys
+from pathlib import Path
+from pytest_agentgate import gate, oplog, sandbox
+from pytest_agentgate.gate import GateContext, GateSpec
+from pytest_agentgate.index import IndexEntry
+from pytest_agentgate.queue import Entry, LandingQueue, Retested
+from pytest_agentgate.repo import Author, BaseRepo
+from pytest_agentgate.target import LocalBranch
+
+repo = BaseRepo(Path(sys.argv[1]), None)
+marks, root = Path(sys.argv[2]), Path(sys.argv[3])
+target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+queue = LandingQueue(repo, target)
+base = sys.argv[4]
+
+def entry(name):
+    index = repo.index(None, repo.private_dir / f"idx-{name}")
+    index.read_tree(base)
+    index.stage_entries([IndexEntry("100644", repo.hash_blob(name.encode()), f"{name}.txt")])
+    commit = repo.commit_tree(index.write_tree(), [base], name + "\\n", Author("q", "q@e"))
+    return Entry(seq=0, uid=name, key="k", change_commit=commit, base=base, agent=name,
+                 task=name, record={"uid": name, "task": name, "agent": name, "base": base,
+                 "tree": repo.tree_of(commit), "status": "promoted"}, pid=__import__("os").getpid())
+
+sleeper = (sys.executable + " -c \\"import os, pathlib, time; "
+           "pathlib.Path(%r, str(os.getpid())).touch(); time.sleep(120)\\"" % str(marks))
+context = GateContext(root, sandbox.resolve(sandbox.Settings(mode="none")))
+later = [entry("b")]
+
+def retest(tree, tip, bases, ahead=False, running=None):
+    while later:  # b reaches the queue while a's re-test runs: it goes ahead
+        queue.enqueue(later.pop())
+    found = gate.run_commands(repo, tree, GateSpec(commands=(sleeper,), timeout=300), context,
+                              running=running)
+    return Retested(found.ok)
+
+queue.enqueue(entry("a"))
+try:
+    with target.lock():
+        queue.lead("k", retest)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_an_interrupted_leader_ends_the_retest_running_ahead_too(
+    service: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C while a batch's re-test runs and a re-test runs ahead of it, in a thread: both
+    gate commands end at once (not after their 120 s), and nothing lands."""
+    import time
+
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the target moves: a and b need merges
+    tip = b.repo.ref_value("refs/heads/main")
+    marks, root = tmp_path / "marks", tmp_path / "gates"
+    marks.mkdir()
+    root.mkdir()
+    leader = subprocess.Popen(
+        [sys.executable, "-c", AHEAD_LEADER, str(b.path), str(marks), str(root), b.base]
+    )
+    wait_for(lambda: len(list(marks.iterdir())) >= 2, what="the re-test and the one ahead")
+    started = [int(p.name) for p in marks.iterdir()]
+    begin = time.monotonic()
+    leader.send_signal(signal.SIGINT)
+    assert leader.wait(timeout=60) == 130
+    assert time.monotonic() - begin < 20
+    for pid in started:
+        wait_for(lambda pid=pid: not alive(pid), timeout=10, what=f"gate {pid} to end")
+    assert b.repo.ref_value("refs/heads/main") == tip
