@@ -312,14 +312,17 @@ class LandingQueue:
             self._lead(key, retest, gate_s)
 
     def _lead(self, key: str, retest: BatchRetest, gate_s: float) -> None:
+        settle = self._mark_leading()
         try:
             for _ in range(MAX_ROUNDS * 4):
                 queued = [e for e in self.entries() if e.key == key]
                 if not queued:
                     return
+                if settle:
+                    queued = self._settle_dead_leaders(queued)
                 ahead = self._ahead
                 if ahead is not None:
-                    queued = self._without_dead_owners(self._settle_dead_leaders(queued))
+                    queued = self._without_dead_owners(queued)
                     taken = queued[: len(ahead.uids)]
                     if tuple(e.uid for e in taken) == ahead.uids and self.target.tip() == ahead.on:
                         self._batch(taken, retest)
@@ -328,11 +331,27 @@ class LandingQueue:
                 if gate_s > 0 and len(queued) < self.batch_max:
                     self._gather(queued, gate_s)
                     queued = [e for e in self.entries() if e.key == key]
-                queued = self._without_dead_owners(self._settle_dead_leaders(queued))
+                    if settle:
+                        queued = self._settle_dead_leaders(queued)
+                queued = self._without_dead_owners(queued)
                 if queued:
                     self._batch(queued[: self.batch_max], retest)
         finally:
             self._drop_ahead()
+            with contextlib.suppress(OSError):
+                (self.folder / "leading").unlink(missing_ok=True)
+
+    def _mark_leading(self) -> bool:
+        """Mark that a leader is at work (gone when it finishes); whether an earlier one may
+        have died leading, so that its pending lines must be read: its mark is still there,
+        or no mark can be written (then every round reads them, as nobody would know)."""
+        mark = self.folder / "leading"
+        left = mark.exists()
+        try:
+            _write(mark, str(os.getpid()))
+        except OSError:
+            return True
+        return left
 
     def _drop_ahead(self) -> None:
         """End the re-test run ahead (its batch did not land as it assumed)."""

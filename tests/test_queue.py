@@ -640,3 +640,25 @@ def test_an_interrupted_leader_ends_the_retest_running_ahead_too(
     for pid in started:
         wait_for(lambda pid=pid: not alive(pid), timeout=10, what=f"gate {pid} to end")
     assert b.repo.ref_value("refs/heads/main") == tip
+
+
+def test_a_leader_reads_the_log_only_after_a_leader_died_leading(
+    service: Path, tmp_path: Path
+) -> None:
+    """The pending lines of a leader that died are in the operations log, which grows with
+    every move: a leader reads it only when the last one did not finish (its mark stayed)."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    reads: list[int] = []
+    original = b.target.log.read
+
+    def counted() -> object:
+        reads.append(1)
+        return original()
+
+    b.target.log.read = counted  # type: ignore[method-assign]
+    b.lead([b.attempt("a1", {"a1.txt": "1"})])
+    assert reads == [] and not (b.queue.folder / "leading").exists()
+    (b.queue.folder / "leading").write_text("99999999")  # a leader that died leading
+    b.lead([b.attempt("a2", {"a2.txt": "2"})])
+    assert reads and not (b.queue.folder / "leading").exists()
