@@ -104,6 +104,7 @@ class EngineSettings:
     allow_symlinks: tuple[str, ...] = ()
     #: Most attempts one re-test lands together (1: each merge is tested alone).
     batch_max: int = 8
+    retest_ahead: bool = False
     push_state: bool = False
     lease_seconds: float = 120.0
     #: Names this run (every process of one run shares it): a dry run's scratch ref is its own.
@@ -236,7 +237,9 @@ class Engine:
             repo, self.pool.gate_context, self.sandbox.label, self.pool.gate_role
         )
         #: Attempts that need a re-tested merge land through it, in batches.
-        self.queue = LandingQueue(repo, self.target, batch_max=settings.batch_max)
+        self.queue = LandingQueue(
+            repo, self.target, batch_max=settings.batch_max, ahead=settings.retest_ahead
+        )
         #: What the start of the run completed for earlier runs (records of pending moves).
         self.settled: list[str] = []
         self._known_tips: set[str] = set()

@@ -102,6 +102,13 @@ OPTIONS = (
         "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
     ),
     Option(
+        "retest_ahead",
+        "re-test the attempts queued while a batch is re-tested at the same time, on its top "
+        "(less waiting; sometimes a gate run more)",
+        "bool",
+        False,
+    ),
+    Option(
         "batch_max",
         "most attempts one re-test of a merge lands together (1: every merge is tested alone)",
         "int",

@@ -138,10 +138,16 @@ class Withdrawn(AgentgateError):
 class LandingQueue:
     """The queue of one target."""
 
-    def __init__(self, repo: BaseRepo, target: Target, *, batch_max: int = 8) -> None:
+    def __init__(
+        self, repo: BaseRepo, target: Target, *, batch_max: int = 8, ahead: bool = False
+    ) -> None:
         self.repo = repo
         self.target = target
         self.batch_max = max(1, batch_max)
+        #: Re-test ahead (see :class:`_Ahead`): lower waits when attempts reach the queue
+        #: while a batch is re-tested, at the cost of a gate run more when one that would
+        #: have joined the next batch arrives after the run ahead began.
+        self.ahead = ahead
         #: The re-test run ahead of the batch now landing, if any (the leader's alone).
         self._ahead: _Ahead | None = None
         self._gate_s = 0.0
@@ -301,9 +307,9 @@ class LandingQueue:
         target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
         batch with room first waits briefly for attempts about to finish their own gate.
 
-        While a batch's top is re-tested, the attempts queued since are re-tested ahead, on
-        that top (:class:`_Ahead`): when the batch lands, they are the next batch, and their
-        verdict is ready or nearly so."""
+        With ``ahead``, while a batch's top is re-tested, the attempts queued since are
+        re-tested ahead, on that top (:class:`_Ahead`): when the batch lands, they are the
+        next batch, and their verdict is ready or nearly so."""
         self._gate_s = gate_s
         if not any(e.key == key for e in self.entries()):
             return
@@ -700,7 +706,9 @@ class LandingQueue:
         meanwhile start one ahead, for the attempts queued since, on this top."""
         ahead, self._ahead = self._ahead, None
         uids = tuple(entry.uid for entry, _, _, _ in chain)
-        watch = _Watch(self, chain[0][0].key, chain[-1][1], set(uids), retest, self._gate_s)
+        watch = (
+            _Watch(self, chain[0][0].key, chain[-1][1], set(uids), retest) if self.ahead else None
+        )
         found: Retested | None = None
         try:
             if ahead is not None and ahead.on == tip and ahead.uids == uids:
@@ -712,11 +720,11 @@ class LandingQueue:
             if found is None:
                 found = retest(chain[-1][2], tip, [entry.base for entry, _, _, _ in chain])
         except BaseException:
-            after = watch.stop()
+            after = watch.stop() if watch is not None else None
             if after is not None:
                 after.cancel()
             raise
-        after = watch.stop()
+        after = watch.stop() if watch is not None else None
         if after is not None:
             if found.ok:  # the top it stands on passed: what passed there must still pass
                 after.tip_tests = found.tests
@@ -824,8 +832,8 @@ class _Ahead:
 
 class _Watch:
     """While a batch's top is re-tested: look for attempts of its key queued since, and
-    start one re-test ahead on that top, once, when they have gathered (as :meth:`_gather`
-    judges: no attempt whose gate began with theirs is still being judged)."""
+    start one re-test ahead on that top, once, when no other attempt of the key is still
+    being judged (so that going ahead never splits what would have been one batch)."""
 
     def __init__(
         self,
@@ -834,10 +842,9 @@ class _Watch:
         on: str,
         excluded: set[str],
         retest: BatchRetest,
-        gate_s: float,
     ) -> None:
         self.queue, self.key, self.on, self.excluded = queue, key, on, excluded
-        self.retest, self.gate_s = retest, gate_s
+        self.retest = retest
         self.ahead: _Ahead | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -845,8 +852,6 @@ class _Watch:
         self._thread.start()
 
     def _run(self) -> None:
-        margin = max(GATHER_FLOOR_S, GATHER_SHARE * self.gate_s)
-        first_seen: float | None = None
         try:
             while not self._stop.wait(AHEAD_POLL_S):
                 fresh = [
@@ -856,15 +861,12 @@ class _Watch:
                 ][: self.queue.batch_max]
                 if not fresh:
                     continue
-                now = time.monotonic()
-                first_seen = now if first_seen is None else first_seen
-                latest = max((e.began or time.time()) for e in fresh)
-                if (
-                    len(fresh) < self.queue.batch_max
-                    and now - first_seen < margin
-                    and self.queue._in_flight(self.key, latest + margin)
+                if len(fresh) < self.queue.batch_max and self.queue._in_flight(
+                    self.key, float("inf")
                 ):
-                    continue  # more are about to arrive: wait for them, a little
+                    # Another attempt's gate is still running: going ahead without it would
+                    # give it a batch of its own, one gate run more than waiting costs.
+                    continue
                 chain = self.queue._chain_ahead(self.on, fresh)
                 with self._lock:
                     if chain and not self._stop.is_set():

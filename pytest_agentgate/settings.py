@@ -47,6 +47,7 @@ class Settings:
     promote: bool = False
     retest: bool = True
     batch_max: int = 8
+    retest_ahead: bool = False
     push_state: bool = False
     lease_seconds: float = 120.0
     agent: str = "agent"
@@ -159,6 +160,7 @@ class Settings:
             promote=bool(values["promote"]),
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
+            retest_ahead=bool(values["retest_ahead"]),
             push_state=bool(values["push_state"]),
             lease_seconds=float(values["lease_seconds"]),
             agent=agent,
@@ -258,6 +260,7 @@ class Settings:
             gate=self.gate_spec(),
             retest=self.retest,
             batch_max=self.batch_max,
+            retest_ahead=self.retest_ahead,
             push_state=self.push_state,
             lease_seconds=self.lease_seconds,
             max_files=self.max_files,

@@ -240,6 +240,7 @@ def test_attempts_queued_during_a_retest_are_retested_ahead_at_the_same_time(
     top and re-tested at once (not after it): when the batch lands, they land on that run's
     verdict, with no gate run of their own, and exactly the commits that were tested land."""
     b = Bench(service, tmp_path)
+    b.queue.ahead = True  # --agentgate-retest-ahead
     b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the target moves: the rest need merges
     first = [b.queue.enqueue(b.attempt(f"a{i}", {f"a{i}.txt": str(i)})) for i in (1, 2)]
     later = [b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in (3, 4)]
@@ -262,6 +263,7 @@ def test_a_run_ahead_of_a_failing_batch_is_ended_and_its_attempts_judged_again(
     """The batch under a run ahead fails: the run ahead stood on a top that never lands, so
     its verdict is thrown away; its attempts are re-tested on what did land."""
     b = Bench(service, tmp_path)
+    b.queue.ahead = True  # --agentgate-retest-ahead
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
     culprit = b.queue.enqueue(b.attempt("bad", {"bad.txt": "x", "trap.txt": "x"}))
     later = [b.attempt("a1", {"a1.txt": "1"})]
@@ -284,6 +286,7 @@ def test_a_run_ahead_that_lost_a_test_passing_on_its_top_is_run_again(
     known when it starts): a test that passed there and fails in the run ahead means it is
     run again, held to them, and that run decides."""
     b = Bench(service, tmp_path)
+    b.queue.ahead = True  # --agentgate-retest-ahead
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
     first = b.queue.enqueue(b.attempt("fix", {"fix.txt": "1"}))
     later = [b.attempt("breaks", {"breaks.txt": "1"})]
@@ -582,7 +585,7 @@ from pytest_agentgate.target import LocalBranch
 repo = BaseRepo(Path(sys.argv[1]), None)
 marks, root = Path(sys.argv[2]), Path(sys.argv[3])
 target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
-queue = LandingQueue(repo, target)
+queue = LandingQueue(repo, target, ahead=True)
 base = sys.argv[4]
 
 def entry(name):
@@ -662,3 +665,22 @@ def test_a_leader_reads_the_log_only_after_a_leader_died_leading(
     (b.queue.folder / "leading").write_text("99999999")  # a leader that died leading
     b.lead([b.attempt("a2", {"a2.txt": "2"})])
     assert reads and not (b.queue.folder / "leading").exists()
+
+
+def test_re_testing_ahead_is_chosen_by_its_option(pytester: pytest.Pytester, service: Path) -> None:
+    """Off by default (a run ahead can cost a gate run more: the bound the queue keeps on
+    gate runs holds without it); --agentgate-retest-ahead turns it on."""
+    from pytest_agentgate import Engine
+
+    assert Engine.open(service, "main").queue.ahead is False
+    assert Engine.open(service, "main", retest_ahead=True).queue.ahead is True
+    pytester.makepyfile(
+        test_it="""
+        def test_it(request):
+            from pytest_agentgate.settings import Settings
+            assert Settings.from_config(request.config).retest_ahead
+        """
+    )
+    pytester.runpytest(f"--agentgate-repo={service}", "--agentgate-retest-ahead").assert_outcomes(
+        passed=1
+    )
