@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._proc import end_processes_in
 from .errors import GitError
 from .removal import remove_tree
 from .repo import BaseRepo
@@ -46,9 +45,9 @@ class _Kept:
     def prove(self, repo: BaseRepo) -> None:
         def run() -> None:
             try:
-                # A process the supervisor's sweep missed (it was killed first) ends now.
-                if end_processes_in(self.path):
-                    return
+                # Nothing runs in it: the supervisor's sweep ended every process of the
+                # command, and a command whose supervisor was killed (the sweep may not have
+                # run) lost its status, which spoils the checkout (never kept).
                 self.proven[0] = prove_clean(
                     repo.index(self.path, self.index), self.path, made=self.made
                 )
