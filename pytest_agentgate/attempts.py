@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import AttemptNotFound, GitError
+from .errors import AttemptNotFound, GitError, RecordMismatch
 from .records import (
     check_name,
     format_message,
@@ -183,13 +183,19 @@ def find(repo: BaseRepo, name: str, prefix: str = PREFIX, *, readable: bool = Tr
     """An attempt by full ref, by ``<slug>/<n>``, by a unique prefix of either, or by commit
     (with ``prefix``: among the records held there, see :func:`list_attempts`).
 
-    With ``readable`` (for what acts on a record), one written in a newer record schema is
-    refused (:class:`~.schema.TooNew`) rather than misread."""
+    With ``readable`` (for what acts on a record: land, restore, revert, a resume), one
+    written in a newer record schema is refused (:class:`~.schema.TooNew`) rather than
+    misread, and so is one whose Base trailer is not its own parent
+    (:class:`~.errors.RecordMismatch`): what acts on it reads the base from the trailer,
+    what ``show`` prints is the commit's own diff."""
     found = _find(repo, name, prefix)
     if readable:
         from .schema import check_record
 
         check_record(found.record_ref, found.trailers)
+        parents = repo.parents(found.record_commit)
+        if parents != [found.base]:
+            raise RecordMismatch(found.record_ref, found.base, parents)
     return found
 
 

@@ -437,15 +437,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
             f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
             "only a promoted attempt can be reverted"
         )
-    # What is undone is the record's own change (its tree against its own parent, as
-    # `show` prints it), never what its trailers claim: anyone who can push a record to a
-    # server can write any Base there.
-    parents = repo.parents(attempt.record_commit)
-    if len(parents) != 1 or parents[0] != attempt.base:
-        raise UsageProblem(
-            f"{attempt.record_ref} does not hold its own change: its Base trailer is not its "
-            "parent (a record written by hand?); nothing was changed"
-        )
+    # (find has refused a record whose Base trailer is not its own parent.)
     landed_ref = target.ref if target is not None else f"refs/heads/{branch}"
     if not attempt.landed or not repo.is_ancestor(attempt.landed, landed_ref):
         raise UsageProblem(

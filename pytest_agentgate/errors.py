@@ -130,6 +130,19 @@ class MergeConflict(AgentgateError):
         super().__init__(f"{what} conflicts in: {', '.join(self.paths) or '(unknown paths)'}")
 
 
+class RecordMismatch(ConfigError):
+    """An attempt record that does not hold its own change: its Base trailer is not its
+    parent (written by hand, or pushed to a server by anyone who can push)."""
+
+    def __init__(self, ref: str, base: str, parents: Sequence[str]) -> None:
+        self.ref, self.base, self.parents = ref, base, tuple(parents)
+        super().__init__(
+            f"{ref} does not hold its own change: its Base trailer is not its parent (a "
+            "record written by hand?); nothing was changed",
+            value=ref,
+        )
+
+
 class AttemptNotFound(ConfigError):
     """An attempt name that matches no attempt, or more than one (a value that does not resolve)."""
 

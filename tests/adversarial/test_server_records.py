@@ -148,3 +148,27 @@ def test_a_number_blocked_on_the_server_is_renumbered_and_pushed(
     assert mine.split()[0] == f"{folder}/2", mine
     assert git(server, "rev-parse", f"{folder}/2") == mine.split()[1]
     fsck(server)
+
+
+def test_land_refuses_a_record_whose_base_trailer_is_not_its_parent(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    """The same forgery for ``land``, which judges a record again against the base its
+    trailer names: a record that is not its own diff is refused before anything is run."""
+    work = clone(server, tmp_path / "work")
+    pytester.makepyfile(
+        test_agents=AGENT.format(n=1).replace('gate=["true"]', 'gate=["false"]')
+    )
+    pytester.runpytest(
+        f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
+    ).assert_outcomes(failed=1)
+    ref = "refs/agentgate/attempts/remote-change-1/1"
+    message = git(work, "log", "-1", "--format=%B", ref)
+    base = message.split("Agentgate-Base: ")[1].split()[0]
+    elsewhere = git(work, "commit-tree", f"{base}^{{tree}}", "-p", base, "-m", "elsewhere")
+    forged = git(work, "commit-tree", f"{ref}^{{tree}}", "-p", f"{ref}^", "-m",
+                 message.replace(f"Agentgate-Base: {base}", f"Agentgate-Base: {elsewhere}"))  # fmt: skip
+    git(work, "update-ref", ref, forged)
+    found = agentgate("land", "--repo", str(work), "remote-change-1/1", "--gate", "true",
+                      "--sandbox", "none", "--target", "main")  # fmt: skip
+    assert found.returncode != 0 and "Base trailer is not its parent" in found.stderr
