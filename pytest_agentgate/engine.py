@@ -25,7 +25,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ from .gate import (
     GateSpec,
     Status,
     Verdict,
+    check_limits,
     judge,
     run_commands,
 )
@@ -789,7 +790,9 @@ class Engine:
         # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
         # target have moved meanwhile, the attempt joins the queue after all.
         queued = retest is not None and attempt.graded_tree is None
-        if queued and attempt.target_before != attempt.base:
+        # Another machine leading now would make a fast-forward wait for its whole batch,
+        # and then need a merge: it joins that leader's batch through the server's queue.
+        if queued and (attempt.target_before != attempt.base or self.target.busy()):
             return self._land_queued(attempt, spec, status)
 
         def on_moved(move: Move) -> bool:
@@ -869,6 +872,7 @@ class Engine:
             record={**self.record_fields(attempt), "status": status},
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
             retest=batch_retest,
+            judge=lambda change, base, declared: self.judge_posted(spec, change, base, declared),
         )
         attempt.batch = found.batch
         if found.status == "conflict":
@@ -893,6 +897,39 @@ class Engine:
         attempt.record_ref, attempt.record_commit = found.record_ref, found.record_commit
         attempt.record_problem = found.record_problem
         return PromoteOutcome(move)
+
+    def judge_posted(
+        self, spec: GateSpec, change_commit: str, base: str, declared: Mapping[str, object]
+    ) -> str | None:
+        """Why another machine's posted attempt may not join this gate's batch (None: it
+        may): its tree judged as this run judges its own agents' files, protection, the
+        harness and the limits this run's own, made stricter (never looser) by what the
+        attempt declared of its own test's."""
+        s = self.settings
+        try:
+            snap = workspace.tree_snapshot(
+                self.repo, base, self.repo.tree_of(change_commit), exclude=s.exclude,
+                max_files=s.max_files, max_bytes=s.max_bytes, allow_symlinks=s.allow_symlinks,
+            )  # fmt: skip
+        except workspace.SnapshotRefused as exc:
+            return exc.reason
+        if not snap.changes:
+            return "no changes"
+        theirs = declared.get("protect")
+        protect = (
+            (*spec.protect, *(p for p in theirs if isinstance(p, str)))
+            if isinstance(theirs, list)
+            else spec.protect
+        )
+        limit = spec.max_changed_lines
+        declared_limit = declared.get("max_changed_lines")
+        if isinstance(declared_limit, int) and not isinstance(declared_limit, bool):
+            limit = declared_limit if limit is None else min(limit, declared_limit)
+        found = check_limits(
+            self.repo, snap, replace(spec, protect=tuple(dict.fromkeys(protect)),
+                                     max_changed_lines=limit),
+        )  # fmt: skip
+        return None if found.ok else found.message
 
     def _batch_key(self, spec: GateSpec) -> str:
         """Which attempts may share a re-test: the same gate, environment and sandbox."""

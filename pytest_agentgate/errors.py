@@ -203,3 +203,8 @@ class PushRefused(AgentgateError):
         self.target = target
         self.reason = reason
         super().__init__(f"the server refused the push to {target}: {reason}")
+
+
+class NotNeeded(Exception):
+    """While it waited for the server's lease, whoever waited found it need not hold it
+    (nothing left to lead, or a fast-forward that is better queued)."""

@@ -27,13 +27,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import transport
-from .errors import AgentgateError
+from .errors import AgentgateError, NotNeeded
 from .repo import ZERO, Author
 
 if TYPE_CHECKING:
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 PREFIX = "refs/agentgate/lease/"
 #: How long a wait for another machine's lease may last before it is an error.
 WAIT_LIMIT_S = 3600.0
+#: The longest pause between reads of a lease while this machine's attempts wait for its
+#: holder's verdicts (else a second).
+WAITING_PAUSE_S = 0.3
 _AUTHOR = Author("agentgate", "agentgate@localhost")
 
 
@@ -117,6 +120,13 @@ class Lease:
             expires = 0.0
         return there, LeaseInfo(fields.get("Agentgate-Holder", "?"), expires)
 
+    def held_elsewhere(self) -> bool:
+        """Whether another holder's lease is on the server and not expired (one read)."""
+        there, info = self.read()
+        if there is None or info is None or info.holder == self.holder:
+            return False
+        return time.time() <= info.expires + margin(self.seconds)
+
     def _commit(self) -> str:
         tree = self.repo.empty_tree()
         message = (
@@ -146,7 +156,7 @@ class Lease:
 
     # -- taking and giving back -------------------------------------------------------------
 
-    def _take(self) -> None:
+    def _take(self, waiting: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + WAIT_LIMIT_S
         pause = 0.05
         #: When each lease commit was first seen here: a holder renews with a new commit,
@@ -187,10 +197,13 @@ class Lease:
                     f"waited {WAIT_LIMIT_S:.0f} s for the lease on {self.name}/{self.branch}, "
                     f"held by {info.holder}"
                 )
+            if waiting is not None and waiting():
+                raise NotNeeded
             wait = min(pause, max(0.05, info.expires + margin(self.seconds) - time.time()))
             wait = min(wait, max(0.05, self.seconds + margin(self.seconds)))
             time.sleep(wait)
-            pause = min(pause * 1.5, 1.0)
+            # A waiter whose attempts wait on the server's queue reads its verdicts often.
+            pause = min(pause * 1.5, WAITING_PAUSE_S if waiting is not None else 1.0)
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.seconds / 3):
@@ -221,9 +234,10 @@ class Lease:
             self._take()
 
     @contextmanager
-    def hold(self) -> Iterator[None]:
+    def hold(self, waiting: Callable[[], bool] | None = None) -> Iterator[None]:
         """Hold the lease for a batch (re-entrant in one process), renewed meanwhile;
-        given back at the end."""
+        given back at the end. While another holds it, ``waiting`` is called between reads:
+        when it returns True, :class:`NotNeeded` is raised (nothing is left to lead)."""
         if self._depth:
             self._depth += 1
             try:
@@ -232,7 +246,9 @@ class Lease:
                 self._depth -= 1
             return
         try:
-            self._take()
+            self._take(waiting)
+        except NotNeeded:
+            raise
         except (AgentgateError, OSError, ValueError) as exc:
             # The server will not hold a lease (a hook refusing refs/agentgate/*, or it
             # cannot be reached): the move goes on without one, as safe (the branch's own

@@ -19,6 +19,7 @@ from .errors import (
     MergeConflict,
     NothingToRevert,
     NothingToRollBack,
+    NotNeeded,
     RefMoved,
 )
 from .repo import Author, BaseRepo
@@ -144,7 +145,18 @@ def promote(
                 known_objects=known_objects if tip == base else None,
                 begin=begin,
             )
-            result = target.move(new, tip, f"{reflog_message} ({kind})", note, after_move)
+            if fast_forward_only:
+                # Another machine leading (the server's lease held) would make this wait for
+                # its whole batch and then need a merge: it is the queue's, for that batch.
+                try:
+                    with target.lease(lambda: True):
+                        result = target.move(
+                            new, tip, f"{reflog_message} ({kind})", note, after_move
+                        )
+                except NotNeeded:
+                    return PromoteOutcome(None, needs_queue=True)
+            else:
+                result = target.move(new, tip, f"{reflog_message} ({kind})", note, after_move)
             if result.moved:
                 return PromoteOutcome(
                     Move(target.moved_ref, tip, new, kind, tree, retested, waited, result.problem)

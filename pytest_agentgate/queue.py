@@ -34,18 +34,21 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from . import _faults, attempts, locks, pending, records, results, server_records
+from . import _faults, attempts, locks, pending, records, results, server_records, transport
 from ._proc import Running
-from .errors import AgentgateError, RefMoved
+from .errors import AgentgateError, NotNeeded, RefMoved
 from .oplog import OpRecord
 from .repo import Author, BaseRepo
 from .target import MoveNote, Target
+
+if TYPE_CHECKING:
+    from .server_queue import Listing, Posted, ServerQueue
 
 MAX_ROUNDS = 20
 #: How much later than a batch's own (as a share of a gate's duration) an attempt's gate may
@@ -56,6 +59,10 @@ GATHER_FLOOR_S = 0.5
 
 #: How often a leader re-testing a batch looks for attempts to re-test ahead (seconds).
 AHEAD_POLL_S = 0.02
+#: How often a machine waiting for another's lease reads the server's queue (seconds).
+SERVER_POLL_S = 0.2
+#: The longest task or agent name a posted attempt may bring (it goes into commit messages).
+POSTED_NAME_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -103,10 +110,27 @@ class Entry:
     known_objects: tuple[str, ...] = ()
     #: When the attempt's own gate began (seconds since the epoch; 0: unknown).
     began: float = 0.0
+    #: Another machine's attempt, posted on the server: its queue commit, and that machine.
+    posted: str = ""
+    machine: str = ""
 
     @property
     def label(self) -> str:
         return f"{self.task!r} by {self.agent}"
+
+    @property
+    def foreign(self) -> bool:
+        """Posted by another machine: its own gate is that machine's word, not ours."""
+        return bool(self.machine)
+
+
+class Judge(Protocol):
+    """Judge another machine's posted attempt as this machine judges its own (protection,
+    the harness, the limits): why it is refused, or None. ``declared`` is what it posted."""
+
+    def __call__(
+        self, change_commit: str, base: str, declared: Mapping[str, object]
+    ) -> str | None: ...
 
 
 @dataclass
@@ -151,6 +175,11 @@ class LandingQueue:
         #: The re-test run ahead of the batch now landing, if any (the leader's alone).
         self._ahead: _Ahead | None = None
         self._gate_s = 0.0
+        #: How the leader judges other machines' posted attempts (None: it takes none).
+        self._judge: Judge | None = None
+        #: What the judge said of each posted attempt (by its queue commit): None, passed.
+        self._judged: dict[str, str | None] = {}
+        self._last_poll = 0.0
 
     @property
     def folder(self) -> Path:
@@ -173,6 +202,7 @@ class LandingQueue:
         retest: BatchRetest,
         gate_s: float = 0.0,
         began: float = 0.0,
+        judge: Judge | None = None,
     ) -> Outcome:
         """Queue one attempt and wait for its verdict (leading when nobody else does).
 
@@ -199,7 +229,7 @@ class LandingQueue:
                 with self.target.lock() as waited:
                     found = self.verdict(entry.uid)
                     if found is None:
-                        self.lead(key, retest, gate_s=gate_s)
+                        self.lead(key, retest, gate_s=gate_s, judge=judge)
                         found = self.verdict(entry.uid)
                     if found is not None:
                         found.lock_wait_ms = waited
@@ -213,7 +243,7 @@ class LandingQueue:
             # already landed it (its verdict stands: the record says so), or it leaves the
             # queue now, so nothing lands after its test reports.
             with contextlib.suppress(BaseException), self.target.lock():
-                if self.verdict(entry.uid) is None:
+                if self.verdict(entry.uid) is None and self._take_back(entry):
                     self._forget(entry)
             raise
 
@@ -223,6 +253,7 @@ class LandingQueue:
             for path in self.folder.glob(f"*-{entry.uid}.entry"):
                 path.unlink(missing_ok=True)
             (self.folder / f"{entry.uid}.verdict").unlink(missing_ok=True)
+            self._unpost(entry.uid)
 
     def enqueue(self, new: Entry) -> Entry:
         """Give ``new`` the next arrival number and write its entry (under the queue lock)."""
@@ -290,7 +321,12 @@ class LandingQueue:
         """
         key = queued[0].key
         now = time.time()
-        latest = max((e.began or now - gate_s) for e in queued)
+        # By this machine's clock: another's may be skewed.
+        latest = (
+            max((e.began or now - gate_s) for e in queued if not e.foreign)
+            if any(not e.foreign for e in queued)
+            else now - gate_s
+        )
         began_by = latest + max(GATHER_FLOOR_S, GATHER_SHARE * gate_s)
         deadline = time.monotonic() + min(30.0, max(0.2, 1.5 * gate_s))
         have = len(queued)
@@ -302,7 +338,9 @@ class LandingQueue:
 
     # -- the leader's side --------------------------------------------------------------
 
-    def lead(self, key: str, retest: BatchRetest, *, gate_s: float = 0.0) -> None:
+    def lead(
+        self, key: str, retest: BatchRetest, *, gate_s: float = 0.0, judge: Judge | None = None
+    ) -> None:
         """Land every queued attempt of this batch key, batch after batch. Call with the
         target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
         batch with room first waits briefly for attempts about to finish their own gate.
@@ -311,17 +349,25 @@ class LandingQueue:
         re-tested ahead, on that top (:class:`_Ahead`): when the batch lands, they are the
         next batch, and their verdict is ready or nearly so."""
         self._gate_s = gate_s
+        self._judge = judge
         if not any(e.key == key for e in self.entries()):
             return
-        # One leader across machines too, for a branch on a server (its lease).
-        with self.target.lease():
-            self._lead(key, retest, gate_s)
+        # One leader across machines too, for a branch on a server (its lease). While
+        # another machine holds it, this one's attempts wait on the server's queue, for
+        # that leader to take into its batches (see :mod:`.server_queue`).
+        shared = self.target.server_queue()
+        waiting = None if shared is None else (lambda: self._while_waiting(shared, key))
+        try:
+            with self.target.lease(waiting):
+                self._lead(key, retest, gate_s)
+        except NotNeeded:
+            return  # another machine's leader decided every one of them
 
     def _lead(self, key: str, retest: BatchRetest, gate_s: float) -> None:
         settle = self._mark_leading()
         try:
             for _ in range(MAX_ROUNDS * 4):
-                queued = [e for e in self.entries() if e.key == key]
+                queued = self._queued(key)
                 if not queued:
                     return
                 if settle:
@@ -336,7 +382,7 @@ class LandingQueue:
                     self._drop_ahead()
                 if gate_s > 0 and len(queued) < self.batch_max:
                     self._gather(queued, gate_s)
-                    queued = [e for e in self.entries() if e.key == key]
+                    queued = self._queued(key)
                     if settle:
                         queued = self._settle_dead_leaders(queued)
                 queued = self._without_dead_owners(queued)
@@ -370,9 +416,9 @@ class LandingQueue:
         theirs lands (what a dead leader already landed was finished just before)."""
         alive = []
         for entry in queued:
-            if pending.pid_alive(entry.pid):
+            if entry.foreign or pending.pid_alive(entry.pid):  # posted: its heartbeat said
                 alive.append(entry)
-            else:
+            elif self._take_back(entry):
                 self._forget(entry)
         return alive
 
@@ -446,7 +492,11 @@ class LandingQueue:
 
     def _batch(self, batch: list[Entry], retest: BatchRetest) -> None:
         """Land ``batch`` (arrival order) onto the tip, re-tested once, bisected on failure."""
-        for _ in range(MAX_ROUNDS):
+        for turn in range(MAX_ROUNDS):
+            if turn:  # the move failed: some of them may be decided or taken back meanwhile
+                batch = self._still_queued(batch)
+                if not batch:
+                    return
             tip = self.target.tip()  # read now, under the lock: never a stale tip
             if tip is None:
                 raise RefMoved(self.target.ref, None, None)
@@ -575,8 +625,8 @@ class LandingQueue:
             """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
             if k == 0:
                 return True
-            if all(kind == "fast-forward" for _, _, _, kind in chain[:k]):
-                return True  # exactly the attempt's own tree, judged by its own gate
+            if all(kind == "fast-forward" and not e.foreign for e, _, _, kind in chain[:k]):
+                return True  # exactly the attempt's own tree, judged by its own gate here
             if k not in tested:
                 if k == len(chain):
                     tested[k] = self._top_test(tip, chain, retest)
@@ -585,41 +635,17 @@ class LandingQueue:
                     tested[k] = retest(chain[k - 1][2], tip, bases)
             return tested[k].ok
 
-        n = len(chain)
-        good = n
-        if not passes(n):
-            lo, hi = 0, n  # prefix lo passes, prefix hi fails
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if passes(mid):
-                    lo = mid
-                else:
-                    hi = mid
-            good = lo
-            culprit = chain[hi - 1][0]
-            why, output = tested[hi].why, tested[hi].output
-            others = [e.label for e, _, _, _ in chain[: hi - 1]]
-            self._decide(
-                culprit,
-                Outcome(
-                    "rejected",
-                    why + (f" (merged after {', '.join(others)})" if others else ""),
-                    "retest",
-                    output,
-                    retested=True,
-                    batch=batch_id,
-                    tested_with=others,
-                ),
-            )
-            # The attempts after the culprit stay queued, for the next batch.
+        good = self._longest_passing(chain, passes, tested, batch_id)
         if good == 0:
             return tip
         landing = chain[:good]
         top = landing[-1][1]
         retested = any(k in tested and tested[k].ok for k in range(1, good + 1))
+        # Another machine's attempts are recorded there, by the machine that reports them.
         records_of = [
             (commit, {**e.record, "pid": e.pid, "batch": f"{batch_id} ({i + 1} of {good})"})
             for i, (e, commit, _, _) in enumerate(landing)
+            if not e.foreign
         ]
         written: dict[str, tuple[str, str]] = {}
         problems: dict[str, str] = {}
@@ -627,6 +653,8 @@ class LandingQueue:
         def after_move() -> bool:
             ok = True
             for i, (entry, commit, _tree, kind) in enumerate(landing):
+                if entry.foreign:
+                    continue
                 top_tested = i == good - 1 and retested
                 fields = {
                     **entry.record,
@@ -658,12 +686,33 @@ class LandingQueue:
                     ok = False
             return ok
 
+        def outcome(i: int, problem: str = "") -> Outcome:
+            entry, commit, tree, kind = landing[i]
+            ref_commit = written.get(entry.uid)
+            return Outcome(
+                str(entry.record.get("status", "promoted")),
+                problem,
+                old=tip if i == 0 else landing[i - 1][1],
+                new=commit,
+                kind=kind,
+                tree=tree,
+                retested=retested,
+                batch=f"{batch_id} ({i + 1} of {good})" if good > 1 else "",
+                record_ref=ref_commit[0] if ref_commit else None,
+                record_commit=ref_commit[1] if ref_commit else None,
+                record_problem=problems.get(entry.uid),
+                tested_with=[e.label for e, _, _, _ in landing if e is not entry],
+            )
+
+        # On a server: the verdicts of other machines' attempts, and the queue refs of ours
+        # posted there, go in the same atomic push as the branch (each taken exactly once).
         note = MoveNote(
             "promote",
             agent=landing[-1][0].agent,
             task=f"batch of {good}: " + "; ".join(e.task for e, _, _, _ in landing)[:200],
             kind="batch" if good > 1 else landing[0][3],
             batch=tuple(records_of),
+            server_updates=self._server_updates(landing, outcome),
         )
         _faults.point("merge-written")
         result = self.target.move(
@@ -680,26 +729,66 @@ class LandingQueue:
         )
         if not result.moved:
             return None
-        for i, (entry, commit, tree, kind) in enumerate(landing):
-            ref_commit = written.get(entry.uid)
-            self._decide(
-                entry,
-                Outcome(
-                    str(entry.record.get("status", "promoted")),
-                    result.problem or "",
-                    old=tip if i == 0 else landing[i - 1][1],
-                    new=commit,
-                    kind=kind,
-                    tree=tree,
-                    retested=retested,
-                    batch=f"{batch_id} ({i + 1} of {good})" if good > 1 else "",
-                    record_ref=ref_commit[0] if ref_commit else None,
-                    record_commit=ref_commit[1] if ref_commit else None,
-                    record_problem=problems.get(entry.uid),
-                    tested_with=[e.label for e, _, _, _ in landing if e is not entry],
-                ),
-            )
+        for i, (entry, _, _, _) in enumerate(landing):
+            if not entry.foreign:  # (another machine's verdict went with the move)
+                self._unpost(entry.uid)
+                self._write_verdict(entry, outcome(i, result.problem or ""))
         return top
+
+    def _longest_passing(
+        self,
+        chain: Sequence[_Link],
+        passes: Callable[[int], bool],
+        tested: Mapping[int, Retested],
+        batch_id: str,
+    ) -> int:
+        """How many of the chain land: all when its top passes; else, bisecting over its
+        prefixes, those before the first whose prefix fails, which is rejected (the
+        attempts after it stay queued, for the next batch)."""
+        n = len(chain)
+        if passes(n):
+            return n
+        lo, hi = 0, n  # prefix lo passes, prefix hi fails
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if passes(mid):
+                lo = mid
+            else:
+                hi = mid
+        culprit = chain[hi - 1][0]
+        why, output = tested[hi].why, tested[hi].output
+        others = [e.label for e, _, _, _ in chain[: hi - 1]]
+        self._decide(
+            culprit,
+            Outcome(
+                "rejected",
+                why + (f" (merged after {', '.join(others)})" if others else ""),
+                "retest",
+                output,
+                retested=True,
+                batch=batch_id,
+                tested_with=others,
+            ),
+        )
+        return lo
+
+    def _server_updates(
+        self, landing: Sequence[_Link], outcome: Callable[[int], Outcome]
+    ) -> tuple[transport.RefUpdate, ...]:
+        """What a landing's push sets on the server besides the branch: the verdicts of
+        other machines' attempts, and the queue refs of this machine's posted ones taken."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return ()
+        updates: list[transport.RefUpdate] = []
+        for i, (entry, commit, _, _) in enumerate(landing):
+            if entry.foreign:
+                updates += shared.verdict_updates(
+                    entry.uid, entry.posted, asdict(outcome(i)), commit
+                )
+            elif posted := self._post_of(entry.uid):
+                updates.append(shared.take_back(entry.uid, posted))
+        return tuple(updates)
 
     def _top_test(self, tip: str, chain: list[_Link], retest: BatchRetest) -> Retested:
         """Re-test the chain's top, or take the re-test that ran ahead for exactly it; and
@@ -761,8 +850,264 @@ class LandingQueue:
         )
 
     def _decide(self, entry: Entry, outcome: Outcome) -> None:
-        """Give the waiter its verdict (the leader's own included)."""
+        """Give the waiter its verdict (the leader's own included): on the server for
+        another machine's attempt; here for ours, once its post on the server (if any) is
+        taken back, so that no other machine's leader decides it too."""
+        if entry.foreign:
+            shared = self.target.server_queue()
+            if shared is not None:  # a lost race: another leader, or its poster, took it
+                shared.push(shared.verdict_updates(entry.uid, entry.posted, asdict(outcome), None))
+            return
+        if self._take_back(entry):
+            self._write_verdict(entry, outcome)
+
+    def _write_verdict(self, entry: Entry, outcome: Outcome) -> None:
         _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
+
+    # -- the server's queue (a branch on a server: see :mod:`.server_queue`) ---------------
+
+    def _queued(self, key: str) -> list[Entry]:
+        """The attempts of ``key`` to batch: this machine's, in arrival order, then those
+        other machines posted on the server (judged here first), in the order they came."""
+        local = [e for e in self.entries() if e.key == key]
+        shared = self.target.server_queue()
+        if shared is None:
+            return local
+        try:
+            listing = shared.listing()
+            self._sync_posted(shared, listing)
+            local = [e for e in self.entries() if e.key == key]
+            return local + self._foreign(shared, listing, key)
+        except (AgentgateError, OSError):
+            return local  # the server cannot be read now: this machine's own batch goes on
+
+    def _foreign(self, shared: ServerQueue, listing: Listing, key: str) -> list[Entry]:
+        if self._judge is None:
+            return []  # nothing to judge them with: their own machine leads them
+        here = {e.uid for e in self.entries()}
+        found = []
+        for posted in shared.posted(listing, here):
+            if posted.machine == shared.machine:
+                # Posted from here, but no attempt here waits for it (it was decided, or its
+                # process died between posting and noting it): taken back.
+                shared.push([shared.take_back(posted.uid, posted.commit)])
+                continue
+            if str(posted.data.get("key", "")) != key:
+                continue  # another gate: a leader of that gate takes it
+            entry = self._entry_of(posted, key)
+            if not shared.waiting(listing, posted.machine):
+                self._decide(
+                    entry,
+                    Outcome(
+                        "error",
+                        "its machine stopped waiting for it (no heartbeat for a lease length)",
+                        "queue",
+                    ),
+                )
+                continue
+            if posted.commit not in self._judged:
+                self._judged[posted.commit] = self._judge_posted(entry, posted)
+            refused = self._judged[posted.commit]
+            if refused:
+                self._decide(
+                    entry,
+                    Outcome("rejected", f"the queue's leader refused it: {refused}", "queue"),
+                )
+                continue
+            found.append(entry)
+        return found
+
+    def _entry_of(self, posted: Posted, key: str) -> Entry:
+        def text(name: str) -> str:
+            value = posted.data.get(name)
+            if not isinstance(value, str):
+                return ""
+            return "".join(ch for ch in value if ch.isprintable())[:POSTED_NAME_MAX]
+
+        status = "promoted" if self.target.promotes else "passed"
+        agent, task = text("agent") or "agent", text("task") or "task"
+        return Entry(
+            seq=0,
+            uid=posted.uid,
+            key=key,
+            change_commit=posted.change_commit,
+            base=text("base"),
+            agent=agent,
+            task=task,
+            record={"uid": posted.uid, "agent": agent, "task": task, "status": status},
+            pid=0,
+            posted=posted.commit,
+            machine=posted.machine,
+        )
+
+    def _judge_posted(self, entry: Entry, posted: Posted) -> str | None:
+        """Why a posted attempt is refused (None: it may be batched): anyone who can push
+        can post one, so its change must stand on a base of the target's history, and pass
+        protection, the harness and the limits as this machine's own would."""
+        assert self._judge is not None
+        try:
+            records.check_name(entry.agent, "agent name", "a posted attempt")
+            parents = self.repo.parents(entry.change_commit)
+        except AgentgateError as exc:
+            return str(exc)
+        if parents != [entry.base]:
+            return "its change commit's parent is not the base it names"
+        tip = self.repo.ref_value(self.target.ref)
+        if tip is None or not self.repo.is_ancestor(entry.base, tip):
+            return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
+        return self._judge(entry.change_commit, entry.base, posted.data)
+
+    def _sync_posted(self, shared: ServerQueue, listing: Listing) -> None:
+        """This machine's posted attempts that another machine's leader decided: their
+        verdicts, read from the server (and believed only as far as the server's branch
+        shows them); one whose post is gone without a verdict is this machine's again."""
+        waiting = {e.uid: e for e in self.entries()}
+        for path in self.folder.glob("*.posted"):
+            uid = path.name[: -len(".posted")]
+            commit = self._post_of(uid)
+            entry = waiting.get(uid)
+            if entry is None:  # decided here meanwhile, or its process gone
+                if listing.queue.get(uid) == commit:
+                    shared.push([shared.take_back(uid, commit)])
+                self._unpost(uid)
+                continue
+            if listing.queue.get(uid) == commit:
+                continue  # still waiting there
+            said = shared.verdicts(listing, [uid]).get(uid)
+            outcome = self._believe(entry, said[1]) if said is not None else None
+            if outcome is not None:
+                self._write_verdict(entry, outcome)
+                assert said is not None
+                shared.push([shared.clear_verdict(uid, said[0])])
+            self._unpost(uid)
+
+    def _believe(self, entry: Entry, said: Mapping[str, object]) -> Outcome | None:
+        """The verdict another machine's leader wrote for ``entry``, if it holds: a landing
+        only when the server's branch has the attempt's change (anyone who can push can
+        write a verdict)."""
+
+        def text(name: str) -> str:
+            value = said.get(name, "")
+            return value[:100_000] if isinstance(value, str) else ""
+
+        def texts(name: str) -> list[str]:
+            value = said.get(name, [])
+            return (
+                [v for v in value if isinstance(v, str)][:1000] if isinstance(value, list) else []
+            )
+
+        status = text("status")
+        outcome = Outcome(
+            status,
+            text("reason"),
+            text("check"),
+            text("output"),
+            old=text("old"),
+            new=text("new"),
+            kind=text("kind"),
+            tree=text("tree"),
+            retested=said.get("retested") is True,
+            batch=text("batch"),
+            tested_with=texts("tested_with"),
+            conflicts=texts("conflicts"),
+        )
+        if status in ("rejected", "conflict", "error"):
+            return outcome
+        if status not in ("promoted", "passed"):
+            return None
+        tip = self.target.tip()
+        if tip is None:
+            return None
+        if outcome.kind == "already":
+            preview = self.repo.merge_preview(tip, entry.change_commit)
+            if preview.conflicts or preview.tree != self.repo.tree_of(tip):
+                return None
+            return replace(outcome, status=str(entry.record.get("status", status)), new=tip)
+        new = outcome.new
+        try:
+            landed = (
+                self.repo.has_object(new)
+                and self.repo.is_ancestor(entry.change_commit, new)
+                and self.repo.is_ancestor(new, tip)
+            )
+        except AgentgateError:
+            landed = False
+        if not landed:
+            return None
+        return replace(outcome, status=str(entry.record.get("status", status)))
+
+    def _while_waiting(self, shared: ServerQueue, key: str) -> bool:
+        """While another machine holds the lease: post this machine's queued attempts on the
+        server (for that leader), keep its heartbeat, read the verdicts. Whether none of
+        ``key`` is left to lead here."""
+        now = time.monotonic()
+        if now - self._last_poll < SERVER_POLL_S:
+            return False
+        self._last_poll = now
+        try:
+            listing = shared.listing()
+            self._sync_posted(shared, listing)
+            for entry in self._without_dead_owners(self.entries()):
+                if not self._post_of(entry.uid):
+                    commit = shared.post(entry.uid, entry.change_commit, _posting(entry))
+                    if commit is not None:
+                        self._mark_posted(entry.uid, commit)
+            shared.beat()
+        except (AgentgateError, OSError):
+            return False  # the server cannot be read now: wait for the lease, as before
+        left = self.entries()
+        if not left:
+            shared.stop_waiting()
+        return not any(e.key == key for e in left)
+
+    def _take_back(self, entry: Entry) -> bool:
+        """Take this machine's attempt back from the server's queue, if it was posted there;
+        False when another machine's leader has taken it (its verdict is read instead)."""
+        commit = self._post_of(entry.uid)
+        shared = self.target.server_queue() if commit else None
+        if shared is None:
+            return True
+        if shared.push([shared.take_back(entry.uid, commit)]):
+            self._unpost(entry.uid)
+            return True
+        try:
+            listing = shared.listing()
+        except AgentgateError:
+            return False
+        if listing.queue.get(entry.uid) == commit:
+            return False  # the server could not be written: it stays posted
+        self._sync_posted(shared, listing)
+        return self.verdict(entry.uid) is None and not self._post_of(entry.uid)
+
+    def _still_queued(self, batch: list[Entry]) -> list[Entry]:
+        """What of ``batch`` is still to land after a move that failed: not decided meanwhile
+        (here or, for a posted one, by the server's queue)."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return [e for e in batch if self.verdict(e.uid) is None]
+        try:
+            listing = shared.listing()
+            self._sync_posted(shared, listing)
+        except (AgentgateError, OSError):
+            return [e for e in batch if not e.foreign and self.verdict(e.uid) is None]
+        return [
+            e
+            for e in batch
+            if (listing.queue.get(e.uid) == e.posted if e.foreign else self.verdict(e.uid) is None)
+        ]
+
+    def _post_of(self, uid: str) -> str:
+        """The commit this machine posted ``uid`` as on the server's queue ("" if none)."""
+        try:
+            return (self.folder / f"{uid}.posted").read_text(encoding="ascii").strip()
+        except (OSError, ValueError):
+            return ""
+
+    def _mark_posted(self, uid: str, commit: str) -> None:
+        _write(self.folder / f"{uid}.posted", commit)
+
+    def _unpost(self, uid: str) -> None:
+        (self.folder / f"{uid}.posted").unlink(missing_ok=True)
 
     # -- files ----------------------------------------------------------------------------
 
@@ -887,6 +1232,20 @@ class _Watch:
 #: One link of a batch's chain: (its entry, the commit that lands it, that commit's tree,
 #: "merge" or "fast-forward").
 _Link = tuple[Entry, str, str, str]
+
+
+def _posting(entry: Entry) -> dict[str, object]:
+    """What the server's queue says of an attempt: what a leader on another machine needs
+    to merge it, and what it declared of its limits (the leader adds its own)."""
+    return {
+        "key": entry.key,
+        "base": entry.base,
+        "agent": entry.agent,
+        "task": entry.task,
+        "began": entry.began,
+        "protect": entry.record.get("protect", []),
+        "max_changed_lines": entry.record.get("max_changed_lines"),
+    }
 
 
 def _write(path: Path, text: str) -> None:

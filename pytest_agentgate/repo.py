@@ -656,6 +656,14 @@ class BaseRepo:
             size += sum(int(n) for n in out if n.isdigit())
         return len(oids), size
 
+    def total_size(self, oids: Sequence[str]) -> int:
+        """The bytes of ``oids`` as objects (a blob: its file's size), in one git process."""
+        if not oids:
+            return 0
+        batch = ("\n".join(oids) + "\n").encode()
+        out = self._run("cat-file", "--batch-check=%(objectsize)", input=batch).out.split()
+        return sum(int(n) for n in out if n.isdigit())
+
     # -- refs ---------------------------------------------------------------------------
 
     def update_ref(

@@ -35,6 +35,7 @@ from .repo import ZERO, BaseRepo
 
 if TYPE_CHECKING:
     from .lease import Lease
+    from .server_queue import ServerQueue
     from .server_records import Server
 
 #: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
@@ -71,6 +72,8 @@ class MoveNote:
     known_objects: Sequence[str] | None = None
     #: Count the objects and bytes the move adds (a git process, for a merge).
     measure: bool = True
+    #: More refs the same atomic push sets, for a branch on a server (the shared queue's).
+    server_updates: tuple[transport.RefUpdate, ...] = ()
     begin: float = field(default_factory=time.perf_counter)
 
 
@@ -124,9 +127,19 @@ class Target(Protocol):
         """The server attempt records are pushed to (a remote target's), or None."""
         ...
 
-    def lease(self) -> AbstractContextManager[None]:
+    def lease(self, waiting: Callable[[], bool] | None = None) -> AbstractContextManager[None]:
         """Be the one batch leader for this branch across machines while it is held (a
-        server's lease, see :mod:`.lease`); nothing for a branch here."""
+        server's lease, see :mod:`.lease`); nothing for a branch here. ``waiting`` is
+        called while another machine holds it (see :meth:`.Lease.hold`)."""
+        ...
+
+    def server_queue(self) -> ServerQueue | None:
+        """The server's half of the landing queue (a remote target's), or None."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether another machine leads now (holds the server's lease): a fast-forward
+        would wait for it, so the attempt is better queued for that leader's batch."""
         ...
 
     def lock(self) -> AbstractContextManager[float]:
@@ -164,8 +177,14 @@ class _LogsMoves:
     def records(self) -> Server | None:
         return None
 
-    def lease(self) -> AbstractContextManager[None]:
+    def lease(self, waiting: Callable[[], bool] | None = None) -> AbstractContextManager[None]:
         return contextlib.nullcontext()
+
+    def server_queue(self) -> ServerQueue | None:
+        return None
+
+    def busy(self) -> bool:
+        return False
 
     def _pending(self, old: str, new: str, note: MoveNote) -> list[str]:
         """Append the ``pending`` lines of a move about to happen (one per record it
@@ -449,8 +468,12 @@ class RemoteBranch(_LogsMoves):
         self.lease_seconds = lease_seconds
         self._urls: tuple[str, str] | None = None
         self._lease: Lease | None = None
+        self._queue: ServerQueue | None = None
 
-    def lease(self) -> AbstractContextManager[None]:
+    def lease(self, waiting: Callable[[], bool] | None = None) -> AbstractContextManager[None]:
+        return self._the_lease().hold(waiting)
+
+    def _the_lease(self) -> Lease:
         from .lease import Lease
 
         if self._lease is None:
@@ -458,7 +481,30 @@ class RemoteBranch(_LogsMoves):
                 self.repo, self.urls()[1], self.branch, seconds=self.lease_seconds,
                 name=self.remote,
             )  # fmt: skip
-        return self._lease.hold()
+        return self._lease
+
+    def busy(self) -> bool:
+        try:
+            return self._the_lease().held_elsewhere()
+        except AgentgateError:
+            return False
+
+    def server_queue(self) -> ServerQueue:
+        import hashlib
+        import re
+        import socket
+
+        from .server_queue import ServerQueue
+
+        if self._queue is None:
+            # One name per clone: its host and where its repository is.
+            where = hashlib.sha256(str(self.repo.common_dir).encode()).hexdigest()[:10]
+            host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:40] or "host"
+            self._queue = ServerQueue(
+                self.repo, self.records(), self.branch, machine=f"{host}-{where}",
+                seconds=self.lease_seconds,
+            )  # fmt: skip
+        return self._queue
 
     @property
     def label(self) -> str:
@@ -566,6 +612,8 @@ class RemoteBranch(_LogsMoves):
         with lease.pushing() if lease is not None else contextlib.nullcontext():
             if lease is not None:  # renewed in the same atomic push: a lost lease cannot land
                 updates.append(lease.renewal())
+            # The verdicts of other machines' attempts it lands, and their queue refs taken.
+            updates += note.server_updates
             pushed = transport.push(self.repo, self.urls()[1], updates, name=self.remote)
             if pushed.ok and lease is not None:
                 lease.renewed(updates[1])

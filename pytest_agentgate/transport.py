@@ -37,6 +37,8 @@ class RefUpdate:
     ref: str
     new: str
     expect: str | None
+    #: Replace whatever is there (no lease): for refs that only ever hold the latest word.
+    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,10 @@ def push(
     for update in updates:
         if update.expect is not None:
             args.append(f"--force-with-lease={update.ref}:{update.expect}")
-    args += ["--end-of-options", url, *(f"{u.new}:{u.ref}" for u in updates)]
+    args += [
+        "--end-of-options", url,
+        *(f"{'+' if u.force and u.new else ''}{u.new}:{u.ref}" for u in updates),
+    ]  # fmt: skip
     result = repo._run(*args, ok=(0, 1, 128))
     said = tuple(
         line[len("remote:") :].strip()

@@ -502,6 +502,43 @@ def snapshot(
     )
 
 
+def tree_snapshot(
+    repo: BaseRepo,
+    base: str,
+    tree: str,
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_symlinks: Sequence[str] = (),
+) -> Snapshot:
+    """A tree somebody else made (another machine's posted attempt), judged as the files an
+    agent left would be: what :func:`snapshot` keeps out or refuses is refused here.
+
+    A workspace never yields a changed gitlink, a path ``exclude`` matches, more than
+    ``max_files`` changes or ``max_bytes`` written, or a symlink out of the tree; a tree
+    written by hand can hold any of them, so each raises :class:`SnapshotRefused`.
+    """
+    base_tree = repo.tree_of(base)
+    changes, new_objects = diff_trees(repo, base_tree, tree)
+    gitlinks = [c.path for c in changes if "160000" in (c.old_mode, c.new_mode)]
+    if gitlinks:
+        raise SnapshotRefused(f"changes a submodule's commit: {', '.join(gitlinks[:10])}")
+    kept_out = [c.path for c in changes if c.status != "D" and excluded_by(c.path, exclude)]
+    if kept_out:
+        raise SnapshotRefused(
+            f"writes paths every attempt keeps out (--agentgate-exclude): {', '.join(kept_out[:10])}"
+        )
+    if len(changes) > max_files:
+        raise SnapshotRefused(
+            f"attempt changes {len(changes)} files, over the limit of {max_files}"
+        )
+    if repo.total_size([c.new_oid for c in changes if c.status != "D"]) > max_bytes:
+        raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
+    return Snapshot(base, base_tree, tree, changes, new_objects=new_objects)
+
+
 #: How many symlinks one path may pass through before it counts as a loop (Linux: 40).
 _MAX_HOPS = 40
 

@@ -1,0 +1,282 @@
+"""The server's half of the landing queue: one queue across machines for a branch on a server.
+
+Each machine's landing queue (:mod:`.queue`) batches its own processes' attempts. With a
+target on a server, a machine whose leader waits for another machine's lease (:mod:`.lease`)
+*posts* its queued attempts there, as refs ``refs/agentgate/queue/<branch>/<uid>``: a commit
+(the empty tree) whose one parent is the attempt's change commit and whose message holds
+what a leader needs of it (the batch key, the base, the task, the agent). The lease holder
+takes them into its batches beside its own, and trusts nothing in them, since anyone who can
+push can write one: it re-judges protection, the harness and the limits with its own
+settings, and re-tests every posted attempt (never a fast-forward on the poster's word).
+
+A leader's verdict on a posted attempt is a ref ``refs/agentgate/verdicts/<branch>/<uid>``,
+written in the same atomic push that deletes the queue ref by compare-and-swap (so an attempt
+is taken once: by one leader, or back by its poster) and, for a landing, moves the branch.
+The poster reads its verdict there, and believes a landing only when its change is in the
+server's branch.
+
+A machine renews ``refs/agentgate/alive/<branch>/<machine>`` while it waits; a leader drops
+the posted attempts of a machine whose heartbeat has not changed for a lease length plus the
+margin (it died waiting), as a local leader drops those of a dead process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from . import locks, transport
+from .errors import AgentgateError
+from .repo import ZERO, Author
+
+if TYPE_CHECKING:
+    from .repo import BaseRepo
+    from .server_records import Server
+
+QUEUE = "refs/agentgate/queue/"
+VERDICTS = "refs/agentgate/verdicts/"
+ALIVE = "refs/agentgate/alive/"
+#: The first line of a posted attempt's message (what a leader looks for before the JSON).
+POSTED_TITLE = "agentgate queued attempt"
+VERDICT_TITLE = "agentgate verdict"
+_UID = re.compile(r"[0-9a-f]{8,64}")
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,80}")
+_AUTHOR = Author("agentgate", "agentgate@localhost")
+#: A posted attempt larger than this is not read (anyone who can push can write one).
+MAX_MESSAGE = 256 * 1024
+
+
+@dataclass(frozen=True)
+class Posted:
+    """An attempt on the server's queue, as its ref says (nothing in it is trusted)."""
+
+    uid: str
+    commit: str
+    change_commit: str
+    data: Mapping[str, object]
+    machine: str
+
+
+@dataclass
+class Listing:
+    """One look at the server's queue: what is posted, decided, and who is waiting."""
+
+    queue: dict[str, str] = field(default_factory=dict)  # uid -> queue commit
+    verdicts: dict[str, str] = field(default_factory=dict)  # uid -> verdict commit
+    alive: dict[str, str] = field(default_factory=dict)  # machine -> heartbeat commit
+
+
+class ServerQueue:
+    """The shared queue of one branch on one server, as one machine's queue sees it."""
+
+    def __init__(
+        self, repo: BaseRepo, server: Server, branch: str, *, machine: str, seconds: float
+    ) -> None:
+        self.repo, self.server, self.branch = repo, server, branch
+        self.machine = machine if _NAME.fullmatch(machine) else "machine"
+        self.seconds = seconds
+        self.queue_prefix = f"{QUEUE}{branch}/"
+        self.verdict_prefix = f"{VERDICTS}{branch}/"
+        self.alive_ref = f"{ALIVE}{branch}/{self.machine}"
+        #: Where posted attempts and verdicts are fetched to, to read them.
+        self.mirror = f"refs/agentgate/remote/{server.remote}/"
+        self._parsed: dict[str, Posted | None] = {}
+        #: When each heartbeat commit was first seen here (by this machine's clock).
+        self._first_seen: dict[str, float] = {}
+        self._beat = 0.0
+
+    # -- reading --------------------------------------------------------------------------
+
+    def listing(self) -> Listing:
+        """The queue, the verdicts and the heartbeats, as the server holds them now."""
+        found = transport.list_refs(
+            self.repo,
+            self.server.fetch_url,
+            [f"{self.queue_prefix}*", f"{self.verdict_prefix}*", f"{ALIVE}{self.branch}/*"],
+            name=self.server.remote,
+        )
+        seen = Listing()
+        for ref, oid in found.items():
+            for prefix, into, pattern in (
+                (self.queue_prefix, seen.queue, _UID),
+                (self.verdict_prefix, seen.verdicts, _UID),
+                (f"{ALIVE}{self.branch}/", seen.alive, _NAME),
+            ):
+                name = ref[len(prefix) :] if ref.startswith(prefix) else ""
+                if name and pattern.fullmatch(name):
+                    into[name] = oid
+        now = time.monotonic()
+        for oid in seen.alive.values():
+            self._first_seen.setdefault(oid, now)
+        return seen
+
+    def waiting(self, listing: Listing, machine: str) -> bool:
+        """Whether ``machine`` still waits for its posted attempts: its heartbeat is there
+        and has changed within a lease length plus the margin."""
+        from .lease import margin
+
+        oid = listing.alive.get(machine)
+        if oid is None:
+            return False
+        seen = self._first_seen.setdefault(oid, time.monotonic())
+        return time.monotonic() - seen <= self.seconds + margin(self.seconds)
+
+    def posted(self, listing: Listing, skip: set[str]) -> list[Posted]:
+        """The posted attempts (but ``skip``), read from their refs; those that cannot be
+        read as one are left out (and left there: the poster, or prune, takes them)."""
+        wanted = {u: c for u, c in listing.queue.items() if u not in skip}
+        if any(self._parsed.get(c, False) is False for c in wanted.values()):
+            self._fetch(f"+{self.queue_prefix}*:{self.mirror}queue/{self.branch}/*")
+        found = []
+        for uid, commit in wanted.items():
+            if commit not in self._parsed:
+                self._parsed[commit] = self._parse(uid, commit)
+            item = self._parsed[commit]
+            if item is not None and item.uid == uid:
+                found.append(item)
+        return sorted(found, key=lambda p: float(str(p.data.get("posted", 0)) or 0))
+
+    def _parse(self, uid: str, commit: str) -> Posted | None:
+        if not self.repo.has_object(commit):
+            return None
+        try:
+            parents = self.repo.parents(commit)
+            message = self.repo.commit_message(commit)
+        except AgentgateError:
+            return None
+        title, _, body = message.partition("\n")
+        if title.strip() != POSTED_TITLE or len(parents) != 1 or len(body) > MAX_MESSAGE:
+            return None
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("uid") != uid:
+            return None
+        machine = str(data.get("machine", ""))
+        if not _NAME.fullmatch(machine):
+            return None
+        return Posted(uid, commit, parents[0], data, machine)
+
+    def verdicts(
+        self, listing: Listing, uids: Sequence[str]
+    ) -> dict[str, tuple[str, dict[str, object]]]:
+        """The verdicts there are for ``uids``: (verdict commit, what it says)."""
+        there = {u: listing.verdicts[u] for u in uids if u in listing.verdicts}
+        if not there:
+            return {}
+        self._fetch(
+            *(f"+{self.verdict_prefix}{u}:{self.mirror}verdicts/{self.branch}/{u}" for u in there),
+            prune=False,
+        )
+        found: dict[str, tuple[str, dict[str, object]]] = {}
+        for uid, commit in there.items():
+            try:
+                title, _, body = self.repo.commit_message(commit).partition("\n")
+                data = json.loads(body) if title.strip() == VERDICT_TITLE else None
+            except (AgentgateError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("uid") == uid:
+                found[uid] = (commit, data)
+        return found
+
+    def _fetch(self, *refspecs: str, prune: bool = True) -> None:
+        with locks.ref_lock(self.repo, f"fetch/{self.mirror}queue/{self.branch}"):
+            if prune:
+                transport.fetch_refs(
+                    self.repo, self.server.fetch_url, refspecs, name=self.server.remote
+                )
+            else:
+                for spec in refspecs:  # one at a time: a verdict deleted meanwhile is no error
+                    with contextlib.suppress(AgentgateError):
+                        transport.fetch_refs(
+                            self.repo, self.server.fetch_url, [spec], name=self.server.remote
+                        )
+
+    # -- writing --------------------------------------------------------------------------
+
+    def post(self, uid: str, change_commit: str, data: Mapping[str, object]) -> str | None:
+        """Put an attempt on the server's queue (with this machine's heartbeat, in one
+        push); its queue commit, or None when the server would not take it."""
+        body = json.dumps({**data, "uid": uid, "machine": self.machine, "posted": time.time()})
+        commit = self.repo.commit_tree(
+            self.repo.empty_tree(), [change_commit], f"{POSTED_TITLE}\n{body}", _AUTHOR
+        )
+        updates = [
+            transport.RefUpdate(f"{self.queue_prefix}{uid}", commit, ZERO),
+            self._heartbeat(),
+        ]
+        try:
+            pushed = transport.push(
+                self.repo, self.server.push_url, updates, name=self.server.remote
+            )
+        except AgentgateError:
+            return None
+        if pushed.ok:
+            self._beat = time.monotonic()
+            return commit
+        return None
+
+    def _heartbeat(self) -> transport.RefUpdate:
+        commit = self.repo.commit_tree(
+            self.repo.empty_tree(), [], f"agentgate waiting\n\nAt: {time.time():.3f}\n", _AUTHOR
+        )
+        return transport.RefUpdate(self.alive_ref, commit, None, force=True)
+
+    def beat(self) -> None:
+        """Renew this machine's heartbeat when a third of a lease length has passed."""
+        if time.monotonic() - self._beat < self.seconds / 3:
+            return
+        with contextlib.suppress(AgentgateError):
+            if transport.push(
+                self.repo, self.server.push_url, [self._heartbeat()], name=self.server.remote
+            ).ok:
+                self._beat = time.monotonic()
+
+    def verdict_updates(
+        self, uid: str, posted: str, outcome: Mapping[str, object], landed: str | None
+    ) -> list[transport.RefUpdate]:
+        """The ref updates that decide the attempt posted as ``posted``: its queue ref
+        deleted (compare-and-swap: taken once) and its verdict written (its parent the
+        landed commit, if any, so that the poster fetching it has that commit)."""
+        body = json.dumps({**outcome, "uid": uid})
+        verdict = self.repo.commit_tree(
+            self.repo.empty_tree(), [landed] if landed else [], f"{VERDICT_TITLE}\n{body}",
+            _AUTHOR,
+        )  # fmt: skip
+        return [
+            transport.RefUpdate(f"{self.queue_prefix}{uid}", "", posted),
+            transport.RefUpdate(f"{self.verdict_prefix}{uid}", verdict, None, force=True),
+        ]
+
+    def take_back(self, uid: str, commit: str) -> transport.RefUpdate:
+        """The update that deletes a queue ref this machine posted (compare-and-swap)."""
+        return transport.RefUpdate(f"{self.queue_prefix}{uid}", "", commit)
+
+    def clear_verdict(self, uid: str, commit: str) -> transport.RefUpdate:
+        return transport.RefUpdate(f"{self.verdict_prefix}{uid}", "", commit)
+
+    def push(self, updates: Sequence[transport.RefUpdate]) -> bool:
+        """Push ``updates`` all or none; whether they landed (a lost race is False)."""
+        if not updates:
+            return True
+        try:
+            return transport.push(
+                self.repo, self.server.push_url, updates, name=self.server.remote
+            ).ok
+        except AgentgateError:
+            return False
+
+    def stop_waiting(self) -> None:
+        """Nothing of this machine waits any more: its heartbeat goes (best effort)."""
+        with contextlib.suppress(AgentgateError):
+            transport.push(
+                self.repo, self.server.push_url,
+                [transport.RefUpdate(self.alive_ref, "", None)], name=self.server.remote,
+            )  # fmt: skip
+        self._beat = 0.0
