@@ -1,0 +1,299 @@
+"""The server's queue, attacked by whoever can push to the server: a posted attempt or a
+verdict written by hand. The leader re-judges what is posted (protection, the harness, the
+limits, its base) and re-tests it; a poster believes a landing only when the server's branch
+shows it. Against a real ``git daemon``, with a real engine's judge."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git
+
+from pytest_agentgate import Engine, GateSpec
+from pytest_agentgate.queue import Entry, Outcome, Retested
+from pytest_agentgate.server_queue import POSTED_TITLE, VERDICT_TITLE
+
+KEY = "k" * 24
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def daemon(service: Path, tmp_path: Path) -> Iterator[str]:
+    """A bare copy of the service, served by ``git daemon`` with pushes enabled."""
+    exec_path = subprocess.run(
+        ["git", "--exec-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not (Path(exec_path) / "git-daemon").exists():
+        pytest.skip("git daemon is not installed (Debian: the git package ships it)")
+    bare = tmp_path / "server" / "ledger.git"
+    bare.parent.mkdir()
+    git(tmp_path, "clone", "-q", "--bare", str(service), str(bare))
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+         "--enable=receive-pack", f"--base-path={bare.parent}", str(bare.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    try:
+        yield f"git://127.0.0.1:{port}/{bare.name}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _server(tmp_path: Path) -> Path:
+    return tmp_path / "server" / "ledger.git"
+
+
+def _clone(url: str, where: Path) -> Path:
+    git(where.parent, "clone", "-q", url, str(where))
+    git(where, "config", "user.name", "someone")
+    git(where, "config", "user.email", "someone@example.com")
+    return where
+
+
+def _change(work: Path, base: str, files: dict[str, str], message: str = "change") -> str:
+    """A commit on ``base`` that writes ``files`` (plumbing only: no checkout moves)."""
+    index = work / ".git" / f"index-{uuid.uuid4().hex}"
+    env_git = ["git", "-C", str(work)]
+    env = {"GIT_INDEX_FILE": str(index)}
+    full = {**os.environ, **env}
+    subprocess.run([*env_git, "read-tree", base], env=full, check=True)
+    for path, text in files.items():
+        blob = subprocess.run(
+            [*env_git, "hash-object", "-w", "--stdin"], input=text.encode(), env=full,
+            capture_output=True, check=True,
+        ).stdout.decode().strip()  # fmt: skip
+        subprocess.run(
+            [*env_git, "update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"],
+            env=full, check=True,
+        )  # fmt: skip
+    tree = (
+        subprocess.run([*env_git, "write-tree"], env=full, capture_output=True, check=True)
+        .stdout.decode()
+        .strip()
+    )
+    index.unlink()
+    return git(work, "commit-tree", tree, "-p", base, "-m", message)
+
+
+def _post(forger: Path, url: str, change: str, base: str, *, machine: str = "elsewhere") -> str:
+    """Post ``change`` on the server's queue by hand, with a heartbeat for ``machine``."""
+    uid = uuid.uuid4().hex
+    body = json.dumps(
+        {"key": KEY, "base": base, "agent": "forger", "task": f"posted {uid[:6]}",
+         "uid": uid, "machine": machine, "posted": time.time(), "protect": []}
+    )  # fmt: skip
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    commit = git(forger, "commit-tree", empty, "-p", change, "-m", f"{POSTED_TITLE}\n{body}")
+    beat = git(forger, "commit-tree", empty, "-m", "alive")
+    git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{uid}",
+        f"+{beat}:refs/agentgate/alive/main/{machine}")  # fmt: skip
+    return uid
+
+
+class Leader:
+    """A machine's engine leading the server's queue: its own attempt, re-tests counted."""
+
+    def __init__(self, url: str, tmp_path: Path) -> None:
+        self.work = _clone(url, tmp_path / "leader")
+        self.engine = Engine.open(
+            self.work, "main", remote="origin", promote=True, workdir=tmp_path / "ws",
+            gate=GateSpec(commands=("true",)),
+        )  # fmt: skip
+        self.retested: list[str] = []
+
+    def retest(
+        self, tree: str, tip: str, bases: Sequence[str], *, ahead: bool = False, running=None
+    ) -> Retested:
+        self.retested.append(tree)
+        return Retested(True)
+
+    def land_own(self, name: str) -> Outcome:
+        """Land one attempt of the leader's own that needs a merge (the server moved)."""
+        base = git(self.work, "rev-parse", "HEAD")
+        change = _change(self.work, base, {f"{name}.txt": f"{name}\n"})
+        queue = self.engine.queue
+        uid = uuid.uuid4().hex
+        return queue.land(
+            uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
+            task=name, record=_record(uid, name, base, git(self.work, "rev-parse", f"{change}^{{tree}}")),
+            retest=self.retest,
+            judge=lambda c, b, d: self.engine.judge_posted(self.engine.gate, c, b, d),
+        )  # fmt: skip
+
+
+def _record(uid: str, task: str, base: str, tree: str) -> dict[str, object]:
+    return {"uid": uid, "task": task, "agent": "leader", "base": base, "tree": tree,
+            "status": "promoted"}  # fmt: skip
+
+
+def _verdict(server: Path, uid: str) -> dict[str, object]:
+    message = git(server, "log", "-1", "--format=%B", f"refs/agentgate/verdicts/main/{uid}")
+    title, _, body = message.partition("\n")
+    assert title == VERDICT_TITLE
+    return json.loads(body)
+
+
+def _refs(server: Path, prefix: str) -> list[str]:
+    return git(server, "for-each-ref", "--format=%(refname)", prefix).splitlines()
+
+
+def test_a_posted_attempt_is_batched_re_tested_and_its_verdict_written_with_the_move(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Another machine's posted attempt, on the tip it was made on (a fast-forward, on that
+    machine's word): the leader batches it with its own, re-tests the top, and lands both
+    in one push that also takes the queue ref and writes the verdict."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, {"theirs.txt": "theirs\n"}), base)
+    leader = Leader(daemon, tmp_path)
+    found = leader.land_own("mine")
+    server = _server(tmp_path)
+    names = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert {"mine.txt", "theirs.txt"} <= set(names)
+    assert len(leader.retested) == 1  # one re-test for both, never the poster's word alone
+    assert found.status == "promoted"
+    assert _refs(server, "refs/agentgate/queue/") == []
+    said = _verdict(server, uid)
+    assert said["status"] == "promoted" and said["retested"] is True
+    assert git(server, "merge-base", "--is-ancestor", str(said["new"]), "main") == ""
+    fsck(server)
+
+
+@pytest.mark.parametrize(
+    ("files", "why"),
+    [
+        ({"conftest.py": "import pytest\n"}, "changes protected paths: conftest.py"),
+        ({"tests/conftest.py": "collect_ignore = ['.']\n"}, "changes protected paths"),
+        ({"pytest.ini": "[pytest]\naddopts = --collect-only\n"}, "changes protected paths"),
+        ({"sitecustomize.py": "import os\n"}, "changes protected paths"),
+        ({".env": "TOKEN=1\n"}, "keeps out"),
+    ],
+    ids=["conftest", "nested conftest", "pytest.ini", "shadowing", "excluded secret"],
+)
+def test_a_posted_attempt_that_rewrites_the_harness_is_refused_by_the_leader(
+    daemon: str, tmp_path: Path, files: dict[str, str], why: str
+) -> None:
+    """Whoever can push can post an attempt that no workspace's gate would pass: the leader
+    judges it with its own harness rules, rejects it on the server, and lands only its own."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, files), base)
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    names = git(server, "ls-tree", "-r", "--name-only", "main").splitlines()
+    assert "mine.txt" in names
+    assert not set(files) & set(names)
+    said = _verdict(server, uid)
+    assert said["status"] == "rejected" and why in str(said["reason"]), said
+    assert _refs(server, "refs/agentgate/queue/") == []
+    fsck(server)
+
+
+def test_a_posted_attempt_on_a_base_outside_the_history_is_refused(
+    daemon: str, tmp_path: Path
+) -> None:
+    """A base of the poster's choosing (an orphan commit where the tests are weaker) would
+    be judged against that base: refused, since it is not in the target's history."""
+    forger = _clone(daemon, tmp_path / "other")
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    orphan = git(forger, "commit-tree", empty, "-m", "a base of my own")
+    uid = _post(forger, daemon, _change(forger, orphan, {"x.txt": "x\n"}), orphan)
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    said = _verdict(server, uid)
+    assert said["status"] == "rejected" and "history" in str(said["reason"]), said
+    assert "x.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
+
+
+def test_a_posted_attempt_whose_change_is_not_a_child_of_its_base_is_refused(
+    daemon: str, tmp_path: Path
+) -> None:
+    """The base names what the harness is judged against: a change two commits past it
+    (the first rewriting the tests) must not be judged as one."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    weaker = _change(forger, base, {"conftest.py": "# weaker\n"})
+    change = _change(forger, weaker, {"y.txt": "y\n"})
+    uid = _post(forger, daemon, change, base)
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    said = _verdict(_server(tmp_path), uid)
+    assert said["status"] == "rejected" and "parent" in str(said["reason"]), said
+
+
+def test_a_posted_attempt_whose_machine_stopped_waiting_never_lands(
+    daemon: str, tmp_path: Path
+) -> None:
+    """No heartbeat for the poster's machine: nobody would report it, so it is not landed."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, {"z.txt": "z\n"}), base)
+    git(forger, "push", "-q", daemon, ":refs/agentgate/alive/main/elsewhere")
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    assert "z.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
+    said = _verdict(server, uid)
+    assert said["status"] == "error" and "stopped waiting" in str(said["reason"])
+
+
+def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Path) -> None:
+    """A waiter reads its verdict from the server; one that says it landed, written by
+    hand, is not believed unless the server's branch has its change: it stays queued and
+    lands for real."""
+    leader = Leader(daemon, tmp_path)
+    work = leader.work
+    base = git(work, "rev-parse", "HEAD")
+    change = _change(work, base, {"real.txt": "real\n"})
+    queue = leader.engine.queue
+    uid = uuid.uuid4().hex
+    tree = git(work, "rev-parse", f"{change}^{{tree}}")
+    entry = queue.enqueue(
+        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
+              task="real", record=_record(uid, "real", base, tree), pid=os.getpid())
+    )  # fmt: skip
+    shared = leader.engine.target.server_queue()
+    assert shared is not None
+    posted = shared.post(entry.uid, change, {"key": KEY, "base": base})
+    assert posted is not None
+    queue._mark_posted(entry.uid, posted)
+    # The forger takes the queue ref and writes "promoted" at the tip it never reached.
+    server = _server(tmp_path)
+    tip = git(server, "rev-parse", "main")
+    empty = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
+    body = json.dumps({"status": "promoted", "kind": "merge", "new": tip, "uid": entry.uid})
+    forged = git(work, "commit-tree", empty, "-p", tip, "-m", f"{VERDICT_TITLE}\n{body}")
+    git(work, "push", "-q", daemon, f":refs/agentgate/queue/main/{entry.uid}",
+        f"{forged}:refs/agentgate/verdicts/main/{entry.uid}")  # fmt: skip
+    queue._sync_posted(shared, shared.listing())
+    assert queue.verdict(entry.uid) is None  # not believed: still this machine's to land
+    with leader.engine.target.lock():
+        queue.lead(KEY, leader.retest)
+    found = queue.verdict(entry.uid)
+    assert found is not None and found.status == "promoted", found
+    assert "real.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
+    fsck(server)
