@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -83,6 +83,9 @@ class Lease:
         self._stop = threading.Event()
         #: Why the last :meth:`hold` went on without a lease ("" when it held one).
         self.unavailable = ""
+        #: More refs each renewal sets (forced), in the same push: this machine's heartbeat
+        #: on the server's queue, so that its posted attempts live exactly as long as it does.
+        self.riders: Callable[[], Sequence[transport.RefUpdate]] | None = None
 
     # -- what the server holds ------------------------------------------------------------
 
@@ -212,8 +215,9 @@ class Lease:
                 if held is None:
                     return
                 update = transport.RefUpdate(self.ref, self._commit(), held)
+                riders = list(self.riders()) if self.riders is not None else []
                 try:
-                    pushed = transport.push(self.repo, self.url, [update], name=self.name)
+                    pushed = transport.push(self.repo, self.url, [update, *riders], name=self.name)
                 except AgentgateError:
                     continue  # the next renewal, or the move's own, tries again
                 if pushed.ok:

@@ -225,6 +225,7 @@ class LandingQueue:
         try:
             # Inside the try: an interrupt just after the entry is written still withdraws it.
             entry = self.enqueue(entry)
+            self._post(entry)
             for _ in range(MAX_ROUNDS):
                 with self.target.lock() as waited:
                     found = self.verdict(entry.uid)
@@ -780,7 +781,7 @@ class LandingQueue:
         shared = self.target.server_queue()
         if shared is None:
             return ()
-        updates: list[transport.RefUpdate] = []
+        updates: list[transport.RefUpdate] = [shared.heartbeat()]
         for i, (entry, commit, _, _) in enumerate(landing):
             if entry.foreign:
                 updates += shared.verdict_updates(
@@ -1059,6 +1060,19 @@ class LandingQueue:
         if not left:
             shared.stop_waiting()
         return not any(e.key == key for e in left)
+
+    def _post(self, entry: Entry) -> None:
+        """For a branch on a server, post a queued attempt there at once: a leader on
+        another machine that begins a batch now takes it in, rather than re-testing one
+        without it (the machines' gates run at the same time, so their attempts arrive
+        together). Best effort: a waiter that cannot post leads, or posts while it waits."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return
+        with contextlib.suppress(AgentgateError, OSError):
+            commit = shared.post(entry.uid, entry.change_commit, _posting(entry))
+            if commit is not None:
+                self._mark_posted(entry.uid, commit)
 
     def _take_back(self, entry: Entry) -> bool:
         """Take this machine's attempt back from the server's queue, if it was posted there;

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,8 @@ class ServerQueue:
         self._parsed: dict[str, Posted | None] = {}
         #: When each heartbeat commit was first seen here (by this machine's clock).
         self._first_seen: dict[str, float] = {}
+        #: When each heartbeat commit says it was written (None: it cannot be read).
+        self._beats: dict[str, float | None] = {}
         self._beat = 0.0
 
     # -- reading --------------------------------------------------------------------------
@@ -116,15 +119,42 @@ class ServerQueue:
         return seen
 
     def waiting(self, listing: Listing, machine: str) -> bool:
-        """Whether ``machine`` still waits for its posted attempts: its heartbeat is there
-        and has changed within a lease length plus the margin."""
+        """Whether ``machine`` still waits for its posted attempts: its heartbeat is there,
+        was written within a lease length plus the skew margin (by the time it names), and
+        has changed within that long here (a heartbeat written by hand to last for ever is
+        honoured for one length). A machine renews it while it waits and while it leads, so
+        a leader that died holding the lease left one too old by the time it is taken over."""
         from .lease import margin
 
         oid = listing.alive.get(machine)
         if oid is None:
             return False
+        limit = self.seconds + margin(self.seconds)
         seen = self._first_seen.setdefault(oid, time.monotonic())
-        return time.monotonic() - seen <= self.seconds + margin(self.seconds)
+        if time.monotonic() - seen > limit:
+            return False
+        if oid not in self._beats and not self.repo.has_object(oid):
+            with contextlib.suppress(AgentgateError):
+                self._fetch(f"+{ALIVE}{self.branch}/*:{self.mirror}alive/{self.branch}/*")
+        if oid not in self._beats:
+            self._beats[oid] = self._beat_time(oid)
+        at = self._beats[oid]
+        return at is not None and time.time() <= at + limit
+
+    def _beat_time(self, oid: str) -> float | None:
+        try:
+            message = self.repo.commit_message(oid)
+        except AgentgateError:
+            return None
+        for line in message.splitlines():
+            key, _, value = line.partition(": ")
+            if key == "At":
+                try:
+                    at = float(value)
+                except ValueError:
+                    return None
+                return None if math.isnan(at) else at  # nan is no time
+        return None
 
     def posted(self, listing: Listing, skip: set[str]) -> list[Posted]:
         """The posted attempts (but ``skip``), read from their refs; those that cannot be
@@ -209,7 +239,7 @@ class ServerQueue:
         )
         updates = [
             transport.RefUpdate(f"{self.queue_prefix}{uid}", commit, ZERO),
-            self._heartbeat(),
+            self.heartbeat(),
         ]
         try:
             pushed = transport.push(
@@ -222,7 +252,8 @@ class ServerQueue:
             return commit
         return None
 
-    def _heartbeat(self) -> transport.RefUpdate:
+    def heartbeat(self) -> transport.RefUpdate:
+        """This machine's heartbeat, renewed (for a push that also does something else)."""
         commit = self.repo.commit_tree(
             self.repo.empty_tree(), [], f"agentgate waiting\n\nAt: {time.time():.3f}\n", _AUTHOR
         )
@@ -234,7 +265,7 @@ class ServerQueue:
             return
         with contextlib.suppress(AgentgateError):
             if transport.push(
-                self.repo, self.server.push_url, [self._heartbeat()], name=self.server.remote
+                self.repo, self.server.push_url, [self.heartbeat()], name=self.server.remote
             ).ok:
                 self._beat = time.monotonic()
 

@@ -504,6 +504,8 @@ class RemoteBranch(_LogsMoves):
                 self.repo, self.records(), self.branch, machine=f"{host}-{where}",
                 seconds=self.lease_seconds,
             )  # fmt: skip
+            queue = self._queue
+            self._the_lease().riders = lambda: [queue.heartbeat()]
         return self._queue
 
     @property

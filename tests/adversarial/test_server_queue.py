@@ -96,8 +96,11 @@ def _change(work: Path, base: str, files: dict[str, str], message: str = "change
     return git(work, "commit-tree", tree, "-p", base, "-m", message)
 
 
-def _post(forger: Path, url: str, change: str, base: str, *, machine: str = "elsewhere") -> str:
-    """Post ``change`` on the server's queue by hand, with a heartbeat for ``machine``."""
+def _post(
+    forger: Path, url: str, change: str, base: str, *, machine: str = "elsewhere", at: float = 0
+) -> str:
+    """Post ``change`` on the server's queue by hand, with a heartbeat for ``machine``
+    written ``at`` seconds from now."""
     uid = uuid.uuid4().hex
     body = json.dumps(
         {"key": KEY, "base": base, "agent": "forger", "task": f"posted {uid[:6]}",
@@ -105,7 +108,7 @@ def _post(forger: Path, url: str, change: str, base: str, *, machine: str = "els
     )  # fmt: skip
     empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
     commit = git(forger, "commit-tree", empty, "-p", change, "-m", f"{POSTED_TITLE}\n{body}")
-    beat = git(forger, "commit-tree", empty, "-m", "alive")
+    beat = git(forger, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time() + at:.3f}")
     git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{uid}",
         f"+{beat}:refs/agentgate/alive/main/{machine}")  # fmt: skip
     return uid
@@ -253,6 +256,23 @@ def test_a_posted_attempt_whose_machine_stopped_waiting_never_lands(
     base = git(forger, "rev-parse", "HEAD")
     uid = _post(forger, daemon, _change(forger, base, {"z.txt": "z\n"}), base)
     git(forger, "push", "-q", daemon, ":refs/agentgate/alive/main/elsewhere")
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    assert "z.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
+    said = _verdict(server, uid)
+    assert said["status"] == "error" and "stopped waiting" in str(said["reason"])
+
+
+@pytest.mark.parametrize("at", [-3600.0, float("nan")], ids=["an hour old", "nan"])
+def test_a_posted_attempt_whose_heartbeat_is_stale_never_lands(
+    daemon: str, tmp_path: Path, at: float
+) -> None:
+    """A heartbeat older than a lease length plus the margin (its machine died, or its
+    leader died holding the lease), or one with no time: not waiting, so not landed."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, {"z.txt": "z\n"}), base, at=at)
     leader = Leader(daemon, tmp_path)
     leader.land_own("mine")
     server = _server(tmp_path)
