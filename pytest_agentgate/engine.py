@@ -748,6 +748,8 @@ class Engine:
                 return None
         if not used_before or tip in {a.landed for a in attempts.list_attempts(self.repo)}:
             return None
+        if isinstance(self.target, RemoteBranch) and self.target.moved_here(tip):
+            return None  # another machine's landing (the server's chain of moves says so)
         if isinstance(self.target, RemoteBranch):
             how = f"pushed to {self.target.remote} outside agentgate (no record of it)"
         else:

@@ -656,6 +656,18 @@ class BaseRepo:
             size += sum(int(n) for n in out if n.isdigit())
         return len(oids), size
 
+    def first_parent_chain(self, rev: str, limit: int) -> list[tuple[str, list[str]]]:
+        """Up to ``limit`` commits from ``rev`` back along first parents, each with its
+        parents (one ``rev-list``)."""
+        out = self._run(
+            "rev-list", "--first-parent", "--parents", f"-n{limit}", "--end-of-options", rev
+        ).out
+        found = []
+        for line in out.splitlines():
+            commit, *parents = line.split()
+            found.append((commit, parents))
+        return found
+
     def total_size(self, oids: Sequence[str]) -> int:
         """The bytes of ``oids`` as objects (a blob: its file's size), in one git process."""
         if not oids:

@@ -50,6 +50,9 @@ _NAME = re.compile(r"[A-Za-z0-9._-]{1,80}")
 _AUTHOR = Author("agentgate", "agentgate@localhost")
 #: A posted attempt larger than this is not read (anyone who can push can write one).
 MAX_MESSAGE = 256 * 1024
+#: The version of what posted attempts and verdicts say: a newer one is left alone (its
+#: machine leads it itself once it holds the lease), never misread.
+FORMAT = 1
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ class ServerQueue:
             data = json.loads(body)
         except ValueError:
             return None
-        if not isinstance(data, dict) or data.get("uid") != uid:
+        if not isinstance(data, dict) or data.get("uid") != uid or _newer(data):
             return None
         machine = str(data.get("machine", ""))
         if not _NAME.fullmatch(machine):
@@ -211,7 +214,7 @@ class ServerQueue:
                 data = json.loads(body) if title.strip() == VERDICT_TITLE else None
             except (AgentgateError, ValueError):
                 continue
-            if isinstance(data, dict) and data.get("uid") == uid:
+            if isinstance(data, dict) and data.get("uid") == uid and not _newer(data):
                 found[uid] = (commit, data)
         return found
 
@@ -233,7 +236,9 @@ class ServerQueue:
     def post(self, uid: str, change_commit: str, data: Mapping[str, object]) -> str | None:
         """Put an attempt on the server's queue (with this machine's heartbeat, in one
         push); its queue commit, or None when the server would not take it."""
-        body = json.dumps({**data, "uid": uid, "machine": self.machine, "posted": time.time()})
+        body = json.dumps(
+            {**data, "uid": uid, "machine": self.machine, "posted": time.time(), "format": FORMAT}
+        )
         commit = self.repo.commit_tree(
             self.repo.empty_tree(), [change_commit], f"{POSTED_TITLE}\n{body}", _AUTHOR
         )
@@ -275,7 +280,7 @@ class ServerQueue:
         """The ref updates that decide the attempt posted as ``posted``: its queue ref
         deleted (compare-and-swap: taken once) and its verdict written (its parent the
         landed commit, if any, so that the poster fetching it has that commit)."""
-        body = json.dumps({**outcome, "uid": uid})
+        body = json.dumps({**outcome, "uid": uid, "format": FORMAT})
         verdict = self.repo.commit_tree(
             self.repo.empty_tree(), [landed] if landed else [], f"{VERDICT_TITLE}\n{body}",
             _AUTHOR,
@@ -311,3 +316,9 @@ class ServerQueue:
                 [transport.RefUpdate(self.alive_ref, "", None)], name=self.server.remote,
             )  # fmt: skip
         self._beat = 0.0
+
+
+def _newer(data: Mapping[str, object]) -> bool:
+    """Written by a newer version than this one reads (absent: the first)."""
+    found = data.get("format", 1)
+    return not isinstance(found, int) or found > FORMAT

@@ -527,13 +527,61 @@ class RemoteBranch(_LogsMoves):
             self._urls = self.repo.remote_urls(self.remote)
         return self._urls
 
+    #: The server's chain of the plugin's moves of each branch (see :meth:`moved_here`).
+    MOVES = "refs/agentgate/moves/"
+    #: How many links back :meth:`moved_here` looks for a tip.
+    MOVES_LOOKBACK = 2000
+
+    @property
+    def moves_mirror(self) -> str:
+        return f"refs/agentgate/remote/{self.remote}/moves/{self.branch}"
+
     def tip(self) -> str | None:
         # One fetch at a time into the tracking ref: git's own ref lock would fail the
-        # second of two at once (pytest-xdist workers), not wait for it.
+        # second of two at once (pytest-xdist workers), not wait for it. The chain of moves
+        # comes in the same fetch: read at the same moment as the branch.
+        moves = f"+{self.MOVES}*:refs/agentgate/remote/{self.remote}/moves/*"
         with locks.ref_lock(self.repo, f"fetch/{self.ref}"):
             return transport.fetch_branch(
-                self.repo, self.urls()[0], self.branch, self.ref, name=self.remote
-            )
+                self.repo, self.urls()[0], self.branch, self.ref, name=self.remote,
+                also=[moves],
+            )  # fmt: skip
+
+    def moved_here(self, tip: str) -> bool:
+        """Whether the plugin moved the server's branch to ``tip``, on any machine: every
+        move adds a link to ``refs/agentgate/moves/<branch>`` in the same atomic push (a
+        commit whose last parent is the tip it moved to, and first the link before), so
+        another machine's landing is never taken for a person's push. Read from what the
+        last :meth:`tip` fetched; as trustworthy as the records (whoever can push can
+        write one)."""
+        if self.repo.ref_value(self.moves_mirror) is None:
+            return False
+        try:
+            chain = self.repo.first_parent_chain(self.moves_mirror, self.MOVES_LOOKBACK)
+        except AgentgateError:
+            return False
+        for _, parents in chain:
+            if parents and parents[-1] == tip:
+                return True
+            if len(parents) < 2:
+                return False  # the first link (its one parent is its tip): the chain ends
+        return False
+
+    def _link(self, new: str, note: MoveNote) -> transport.RefUpdate | None:
+        """The next link of the chain of moves, for the push that moves the branch to
+        ``new``."""
+        from .repo import Author
+
+        last = self.repo.ref_value(self.moves_mirror)
+        message = (
+            f"agentgate {note.op} of {self.branch}\n\nAgentgate-Op: {note.op}\n"
+            f"Agentgate-Kind: {note.kind or '-'}\n"
+        )
+        link = self.repo.commit_tree(
+            self.repo.empty_tree(), [last, new] if last else [new], message,
+            Author("agentgate", "agentgate@localhost"),
+        )  # fmt: skip
+        return transport.RefUpdate(f"{self.MOVES}{self.branch}", link, last or ZERO)
 
     def tip_under_lock(self, guess: str) -> str | None:
         return self.tip()
@@ -616,9 +664,21 @@ class RemoteBranch(_LogsMoves):
                 updates.append(lease.renewal())
             # The verdicts of other machines' attempts it lands, and their queue refs taken.
             updates += note.server_updates
-            pushed = transport.push(self.repo, self.urls()[1], updates, name=self.remote)
+            # The chain of moves too, unless the server would not hold a lease (it keeps
+            # none of refs/agentgate/*: another machine's landing then reads as a move
+            # outside agentgate there, as the README says).
+            refused = self._lease is not None and bool(self._lease.unavailable)
+            link = None if refused else self._link(new, note)
+            pushed = transport.push(
+                self.repo, self.urls()[1], [*updates, *([link] if link else [])],
+                name=self.remote,
+            )  # fmt: skip
             if pushed.ok and lease is not None:
                 lease.renewed(updates[1])
+            if pushed.ok and link is not None:
+                with contextlib.suppress(AgentgateError):
+                    before = None if link.expect == ZERO else link.expect
+                    self.repo.update_ref(self.moves_mirror, link.new, before, "move")
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
             if pushed.refused is not None:

@@ -95,16 +95,23 @@ def check_remote(repo: BaseRepo, remote: str, source: str = "") -> None:
 
 
 def fetch_branch(
-    repo: BaseRepo, url: str, branch: str, into: str, *, name: str = "the remote"
+    repo: BaseRepo,
+    url: str,
+    branch: str,
+    into: str,
+    *,
+    name: str = "the remote",
+    also: Sequence[str] = (),
 ) -> str | None:
     """Fetch ``branch`` from ``url`` into the local ref ``into``; its tip, or None if absent.
 
     The URL, not a remote's name, so git updates no ``refs/remotes/*`` of the user's;
-    ``name`` is what an error calls it.
+    ``name`` is what an error calls it. ``also``: more refspecs for the same fetch (globs,
+    so that one the server lacks is no error), read at the same moment as the branch.
     """
     result = repo._run(
         "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
-        "--end-of-options", url, f"+refs/heads/{branch}:{into}",
+        "--end-of-options", url, f"+refs/heads/{branch}:{into}", *also,
         ok=(0, 128),
     )  # fmt: skip
     if result.returncode != 0:

@@ -231,12 +231,13 @@ def test_a_lock_left_on_the_server_is_an_error_after_one_push(
     row = json.loads(report.read_text())["attempts"][0]
     assert row["verdict"] == "error" and "refused" in row["reason"], row
     assert "main.lock" in row["reason"] or "cannot lock ref" in row["reason"]
-    # The branch once (no retries); then the record, which the server takes. (The lease
-    # is taken, renewed with the branch and given back around it.)
+    # The branch once (no retries), with its link in the chain of moves; then the record,
+    # which the server takes. (The lease is taken, renewed with the branch and given back
+    # around it.)
     pushed = [
         r for r in pushes.read_text().splitlines() if not r.startswith("refs/agentgate/lease/")
     ]
-    assert pushed == ["refs/heads/main", row["attempt_ref"]]
+    assert pushed == ["refs/heads/main", "refs/agentgate/moves/main", row["attempt_ref"]]
 
 
 def test_a_remote_s_credentials_never_reach_a_message(
@@ -366,6 +367,47 @@ def test_a_person_s_push_to_the_server_is_logged_as_an_external_move(
         for line in (work / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
     ]
     assert [r["op"] for r in log].count("external-move") == 1
+
+
+def test_another_machine_s_landing_is_not_taken_for_a_person_s_push(
+    pytester: pytest.Pytester, server: Path, tmp_path: Path
+) -> None:
+    """Machine B's landing, as machine A sees it: no record or log line of A's names it,
+    but the server's chain of moves (in the same atomic push as B's move) does: not an
+    external move. A person's push afterwards still is one, and is shown once."""
+    a = clone(str(server), tmp_path / "a")
+    b = clone(str(server), tmp_path / "b")
+    person = clone(str(server), tmp_path / "person")
+    pytester.makepyfile(
+        **{f"test_agent_{n}": AGENT.format(n=n, who=f"m{n}") for n in range(4)}
+    )
+    flags = ["--agentgate-remote=origin", "--agentgate-promote", "--agentgate-gate=true"]
+    pytester.runpytest("test_agent_0.py", f"--agentgate-repo={a}", *flags).assert_outcomes(
+        passed=1
+    )
+    pytester.runpytest("test_agent_1.py", f"--agentgate-repo={b}", *flags).assert_outcomes(
+        passed=1
+    )
+    after_b = pytester.runpytest("test_agent_2.py", f"--agentgate-repo={a}", *flags)
+    after_b.assert_outcomes(passed=1)
+    assert "moved outside agentgate" not in after_b.stdout.str()
+    (person / "person.txt").write_text("person\n")
+    git(person, "add", "person.txt")
+    git(person, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-qm", "a person")
+    git(person, "pull", "-q", "--rebase", "origin", "main")
+    git(person, "push", "-q", "origin", "HEAD:main")
+    after_person = pytester.runpytest("test_agent_3.py", f"--agentgate-repo={a}", *flags)
+    after_person.assert_outcomes(passed=1)
+    after_person.stdout.fnmatch_lines(["*target had moved outside agentgate: pushed to origin*"])
+    log = [
+        json.loads(line)
+        for line in (a / ".git" / "agentgate" / "oplog.jsonl").read_text().splitlines()
+    ]
+    external = [r["new"] for r in log if r["op"] == "external-move"]
+    assert external == [git(person, "rev-parse", "HEAD")]
+    links = git(server, "log", "--first-parent", "--format=%s", "refs/agentgate/moves/main")
+    assert links.splitlines()[:5].count("agentgate promote of main") == 4  # one per landing
+    fsck(server)
 
 
 def _attempts_on(work: Path, remote: str = "origin") -> list[dict[str, str]]:

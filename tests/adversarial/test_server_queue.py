@@ -97,14 +97,21 @@ def _change(work: Path, base: str, files: dict[str, str], message: str = "change
 
 
 def _post(
-    forger: Path, url: str, change: str, base: str, *, machine: str = "elsewhere", at: float = 0
+    forger: Path,
+    url: str,
+    change: str,
+    base: str,
+    *,
+    machine: str = "elsewhere",
+    at: float = 0,
+    **more: object,
 ) -> str:
     """Post ``change`` on the server's queue by hand, with a heartbeat for ``machine``
     written ``at`` seconds from now."""
     uid = uuid.uuid4().hex
     body = json.dumps(
         {"key": KEY, "base": base, "agent": "forger", "task": f"posted {uid[:6]}",
-         "uid": uid, "machine": machine, "posted": time.time(), "protect": []}
+         "uid": uid, "machine": machine, "posted": time.time(), "protect": [], **more}
     )  # fmt: skip
     empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
     commit = git(forger, "commit-tree", empty, "-p", change, "-m", f"{POSTED_TITLE}\n{body}")
@@ -279,6 +286,22 @@ def test_a_posted_attempt_whose_heartbeat_is_stale_never_lands(
     assert "z.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
     said = _verdict(server, uid)
     assert said["status"] == "error" and "stopped waiting" in str(said["reason"])
+
+
+def test_a_posted_attempt_of_a_newer_format_is_left_to_its_machine(
+    daemon: str, tmp_path: Path
+) -> None:
+    """What a newer version posts may mean something this one does not know: it is neither
+    landed nor refused here, and stays on the server for its own machine to lead."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, {"n.txt": "n\n"}), base, format=2)
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    assert "n.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert _refs(server, "refs/agentgate/queue/") == [f"refs/agentgate/queue/main/{uid}"]
+    assert _refs(server, "refs/agentgate/verdicts/") == []
 
 
 def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Path) -> None:
