@@ -955,7 +955,10 @@ class LandingQueue:
             return "its change commit's parent is not the base it names"
         tip = self.repo.ref_value(self.target.ref)
         if tip is None or not self.repo.is_ancestor(entry.base, tip):
-            return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
+            # Perhaps a tip this machine has not fetched yet (another machine landed it).
+            tip = self.target.tip()
+            if tip is None or not self.repo.is_ancestor(entry.base, tip):
+                return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
         return self._judge(entry.change_commit, entry.base, posted.data)
 
     def _sync_posted(self, shared: ServerQueue, listing: Listing) -> None:

@@ -239,6 +239,27 @@ def test_a_posted_attempt_on_a_base_outside_the_history_is_refused(
     assert "x.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
 
 
+def test_a_posted_attempt_on_a_tip_the_leader_has_not_fetched_yet_is_batched(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Another machine forked from a tip that landed after the leader last fetched: that
+    base is in the server's history, only not yet in the leader's view of it; it is read
+    again before the attempt is judged (it used to be refused, for good)."""
+    leader = Leader(daemon, tmp_path)
+    other = _clone(daemon, tmp_path / "other")
+    base = git(other, "rev-parse", "HEAD")
+    newer = _change(other, base, {"landed-elsewhere.txt": "x\n"})
+    git(other, "push", "-q", daemon, f"{newer}:refs/heads/main")
+    uid = _post(other, daemon, _change(other, newer, {"theirs.txt": "theirs\n"}), newer)
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    said = _verdict(server, uid)
+    assert said["status"] == "promoted", said
+    names = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert {"mine.txt", "theirs.txt", "landed-elsewhere.txt"} <= set(names)
+    fsck(server)
+
+
 def test_a_posted_attempt_whose_change_is_not_a_child_of_its_base_is_refused(
     daemon: str, tmp_path: Path
 ) -> None:
