@@ -505,7 +505,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             agent=args.agent,
         )
-        _print_pruned(report, args.dry_run, f" on {args.remote}")
+        verb = _print_pruned(report, args.dry_run, f" on {args.remote}")
+        for ref in report.leftovers:
+            print(f"{verb} {ref} on {args.remote} (the shared queue's, older than the cutoff)")
         return 0
     report = prune.prune(
         repo,

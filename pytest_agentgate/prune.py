@@ -36,6 +36,8 @@ class PruneReport:
     workspaces: list[Path] = field(default_factory=list)
     #: Old dry runs' scratch refs removed.
     scratch: list[str] = field(default_factory=list)
+    #: On a server: the shared queue's old refs removed (posted, verdicts, heartbeats).
+    leftovers: list[str] = field(default_factory=list)
 
 
 def _landed_on(repo: BaseRepo, commit: str) -> str | None:
@@ -144,7 +146,50 @@ def prune_remote(
             report.removed.append(attempt.record_ref)
             continue
         report.kept += 1
+    report.leftovers += _queue_leftovers(repo, server, cutoff, dry_run, agent)
     return report
+
+
+def _queue_leftovers(
+    repo: BaseRepo, server: Server, cutoff: datetime, dry_run: bool, agent: str
+) -> list[str]:
+    """The shared queue's refs older than ``cutoff`` (see :mod:`.server_queue`): attempts
+    posted by a machine that stopped waiting, verdicts nobody read, heartbeats of machines
+    gone. Each is deleted only if it still holds what was read (compare-and-swap)."""
+    from . import transport
+    from .server_records import MIRROR
+
+    mirror = f"{MIRROR}{server.remote}/leftovers/"
+    kinds = ("queue", "verdicts", "alive")
+    transport.fetch_refs(
+        repo, server.fetch_url, [f"+refs/agentgate/{k}/*:{mirror}{k}/*" for k in kinds],
+        name=server.remote,
+    )  # fmt: skip
+    removed = []
+    for ref, commit, date in repo.refs(
+        mirror, "%(refname)%00%(objectname)%00%(creatordate:iso-strict)"
+    ):
+        if not date or datetime.fromisoformat(date) >= cutoff:
+            continue
+        there = "refs/agentgate/" + ref[len(mirror) :]
+        if not dry_run:
+            pushed = transport.push(
+                repo, server.push_url, [transport.RefUpdate(there, "", commit)],
+                name=server.remote,
+            )  # fmt: skip
+            if not pushed.ok:
+                continue  # changed there meanwhile (taken, renewed): kept
+            repo.delete_ref(ref, commit)
+            with contextlib.suppress(OSError):
+                oplog.append(
+                    repo.common_dir,
+                    oplog.OpRecord(
+                        op="prune", ref=f"{server.remote}:{there}", old=commit, new=None,
+                        agent=agent,
+                    ),
+                )  # fmt: skip
+        removed.append(there)
+    return removed
 
 
 def _delete_there(

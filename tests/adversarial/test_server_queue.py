@@ -361,3 +361,43 @@ def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Pa
     assert found is not None and found.status == "promoted", found
     assert "real.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
     fsck(server)
+
+
+def test_prune_on_the_server_removes_the_queue_s_old_leftovers_only(
+    daemon: str, tmp_path: Path
+) -> None:
+    """A machine that died leaves its posted attempt and heartbeat, a poster that died its
+    verdict: ``prune --remote`` removes those older than the cutoff, by compare-and-swap,
+    and keeps what is recent (a machine may be waiting on it now)."""
+    import sys
+
+    forger = _clone(daemon, tmp_path / "other")
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    old_env = {**os.environ, "GIT_COMMITTER_DATE": "2020-01-01T00:00:00Z"}
+
+    def commit(message: str, env: dict[str, str]) -> str:
+        return subprocess.run(
+            ["git", "-C", str(forger), "commit-tree", empty, "-m", message], env=env,
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+
+    refs = {
+        "refs/agentgate/queue/main/" + "a" * 32: commit("old posted", old_env),
+        "refs/agentgate/verdicts/main/" + "b" * 32: commit("old verdict", old_env),
+        "refs/agentgate/alive/main/gone": commit("old heartbeat", old_env),
+        "refs/agentgate/alive/main/here": commit("new heartbeat", dict(os.environ)),
+    }
+    git(forger, "push", "-q", daemon, *(f"{c}:{r}" for r, c in refs.items()))
+    found = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "prune", "--repo", str(forger), "--remote",
+         "origin", "--older-than", "1d"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert found.returncode == 0, found.stderr
+    server = _server(tmp_path)
+    left = set(_refs(server, "refs/agentgate/"))
+    assert left == {"refs/agentgate/alive/main/here"}, left
+    for ref in refs:
+        if ref != "refs/agentgate/alive/main/here":
+            assert f"removed {ref} on origin" in found.stdout, found.stdout
+    fsck(server)
