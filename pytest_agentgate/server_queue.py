@@ -95,6 +95,8 @@ class ServerQueue:
         #: When each heartbeat commit says it was written (None: it cannot be read).
         self._beats: dict[str, float | None] = {}
         self._beat = 0.0
+        #: The server refused a post on policy (a hook on refs/agentgate/*): none again.
+        self.refused = False
 
     # -- reading --------------------------------------------------------------------------
 
@@ -235,7 +237,10 @@ class ServerQueue:
 
     def post(self, uid: str, change_commit: str, data: Mapping[str, object]) -> str | None:
         """Put an attempt on the server's queue (with this machine's heartbeat, in one
-        push); its queue commit, or None when the server would not take it."""
+        push); its queue commit, or None when the server would not take it (one that
+        refuses on policy is not asked again by this process)."""
+        if self.refused:
+            return None
         body = json.dumps(
             {**data, "uid": uid, "machine": self.machine, "posted": time.time(), "format": FORMAT}
         )
@@ -255,6 +260,7 @@ class ServerQueue:
         if pushed.ok:
             self._beat = time.monotonic()
             return commit
+        self.refused = pushed.refused is not None
         return None
 
     def heartbeat(self) -> transport.RefUpdate:
@@ -266,7 +272,7 @@ class ServerQueue:
 
     def beat(self) -> None:
         """Renew this machine's heartbeat when a third of a lease length has passed."""
-        if time.monotonic() - self._beat < self.seconds / 3:
+        if self.refused or time.monotonic() - self._beat < self.seconds / 3:
             return
         with contextlib.suppress(AgentgateError):
             if transport.push(

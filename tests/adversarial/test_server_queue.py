@@ -401,3 +401,30 @@ def test_prune_on_the_server_removes_the_queue_s_old_leftovers_only(
         if ref != "refs/agentgate/alive/main/here":
             assert f"removed {ref} on origin" in found.stdout, found.stdout
     fsck(server)
+
+
+def test_a_server_that_refuses_the_queue_is_asked_once_and_landings_go_on(
+    daemon: str, tmp_path: Path
+) -> None:
+    """A hook that refuses ``refs/agentgate/queue/*`` (the lease it keeps): posting is tried
+    once, not at every read while the machine waits; its own attempt still lands."""
+    server = _server(tmp_path)
+    pushes = tmp_path / "pushes.log"
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text(
+        "#!/bin/sh\nwhile read old new ref; do echo $ref >> "
+        f"{pushes}; case $ref in refs/agentgate/queue/*) refuse=1;; esac; done\n"
+        '[ -z "$refuse" ] || { echo "no queue here" >&2; exit 1; }\n'
+    )
+    hook.chmod(0o755)
+    leader = Leader(daemon, tmp_path)
+    shared = leader.engine.target.server_queue()
+    base = git(leader.work, "rev-parse", "HEAD")
+    change = _change(leader.work, base, {"p.txt": "p\n"})
+    assert shared.post(uuid.uuid4().hex, change, {"key": KEY}) is None
+    assert shared.post(uuid.uuid4().hex, change, {"key": KEY}) is None
+    tried = [r for r in pushes.read_text().splitlines() if r.startswith("refs/agentgate/queue/")]
+    assert len(tried) == 1, tried
+    leader.land_own("mine")
+    assert "mine.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
+    fsck(server)
