@@ -764,7 +764,6 @@ class Engine:
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Promote the attempt's change commit onto the target (or the dry-run ref)."""
         assert attempt.change_commit is not None
-        self.queue.arrived(attempt.uid)  # judged: no leader need wait for it any more
         retest = None
         if spec.commands and self.settings.retest:
             base_results = (
@@ -792,10 +791,13 @@ class Engine:
         # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
         # target have moved meanwhile, the attempt joins the queue after all.
         queued = retest is not None and attempt.graded_tree is None
-        # Another machine leading now would make a fast-forward wait for its whole batch,
-        # and then need a merge: it joins that leader's batch through the server's queue.
+        # A leader at work now (here, or another machine) would make a fast-forward wait
+        # for its whole batch, and then need a merge: it joins that leader's batch. Its
+        # intent stays until its entry is written (the queue removes it then), so a leader
+        # gathering a batch waits for it rather than starting without it.
         if queued and (attempt.target_before != attempt.base or self.target.busy()):
             return self._land_queued(attempt, spec, status)
+        self.queue.arrived(attempt.uid)  # judged: no leader need wait for it any more
 
         def on_moved(move: Move) -> bool:
             """The target moved: write the record now, before the checked-out files follow."""

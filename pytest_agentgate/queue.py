@@ -225,6 +225,7 @@ class LandingQueue:
         try:
             # Inside the try: an interrupt just after the entry is written still withdraws it.
             entry = self.enqueue(entry)
+            self.arrived(uid)  # queued: a leader gathering a batch sees its entry now
             self._post(entry)
             for _ in range(MAX_ROUNDS):
                 with self.target.lock() as waited:

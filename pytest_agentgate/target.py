@@ -138,8 +138,9 @@ class Target(Protocol):
         ...
 
     def busy(self) -> bool:
-        """Whether another machine leads now (holds the server's lease): a fast-forward
-        would wait for it, so the attempt is better queued for that leader's batch."""
+        """Whether a batch leader is at work now (another process here holds the lock, or
+        another machine the server's lease): a fast-forward would wait for its whole batch
+        and then need a merge, so the attempt is better queued for that batch."""
         ...
 
     def lock(self) -> AbstractContextManager[float]:
@@ -184,7 +185,9 @@ class _LogsMoves:
         return None
 
     def busy(self) -> bool:
-        return False
+        # A leader at work holds the lock (its batch, its re-test): a fast-forward would
+        # wait for all of it and then need a merge, so it is better queued for the batch.
+        return locks.held(self.repo, self.ref)
 
     def _pending(self, old: str, new: str, note: MoveNote) -> list[str]:
         """Append the ``pending`` lines of a move about to happen (one per record it
@@ -484,6 +487,8 @@ class RemoteBranch(_LogsMoves):
         return self._lease
 
     def busy(self) -> bool:
+        if locks.held(self.repo, self.ref):
+            return True
         try:
             return self._the_lease().held_elsewhere()
         except AgentgateError:

@@ -76,7 +76,9 @@ class Bench:
         return found  # type: ignore[return-value]
 
     def first_parents(self) -> list[str]:
-        return git(self.path, "log", "--first-parent", "--format=%s", f"{self.base}..main").splitlines()
+        return git(
+            self.path, "log", "--first-parent", "--format=%s", f"{self.base}..main"
+        ).splitlines()
 
 
 def test_a_batch_shares_one_retest_and_lands_one_commit_per_attempt(
@@ -198,7 +200,6 @@ def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) ->
     outcomes = b.lead([b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in range(1, 5)])
     assert [o.status for o in outcomes] == ["promoted"] * 4
     assert len(b.retests) == 4 and all(not o.batch for o in outcomes)
-
 
 
 class Timed:
@@ -331,9 +332,7 @@ with target.lock():
 
 
 @pytest.mark.parametrize("point", ["merge-written", "pending", "moved"])
-def test_a_leader_killed_mid_batch_loses_nothing(
-    service: Path, tmp_path: Path, point: str
-) -> None:
+def test_a_leader_killed_mid_batch_loses_nothing(service: Path, tmp_path: Path, point: str) -> None:
     """A leader SIGKILLed before the move, between its pending lines and the move, or right
     after the move: the next holder lands each attempt exactly once, with its record."""
     b = Bench(service, tmp_path)
@@ -351,7 +350,11 @@ def test_a_leader_killed_mid_batch_loses_nothing(
     merges = [s for s in b.first_parents() if s.startswith("agentgate: merge task k")]
     assert sorted(merges) == [f"agentgate: merge task k{i}" for i in range(3)]  # once each
     recorded = [a.task for a in list_attempts(b.repo)]
-    assert sorted(t for t in recorded if t.startswith("task k")) == ["task k0", "task k1", "task k2"]
+    assert sorted(t for t in recorded if t.startswith("task k")) == [
+        "task k0",
+        "task k1",
+        "task k2",
+    ]
     fsck(b.path)
 
 
@@ -439,8 +442,9 @@ def agent(n: int, tmp_path: Path, together: int) -> str:
     barrier.mkdir(exist_ok=True)
     return AGENT.format(n=n, barrier=str(barrier), together=together)
 
+
 GATE = (
-    f"{sys.executable} -c \"import pathlib, os, time; "
+    f'{sys.executable} -c "import pathlib, os, time; '
     "p = pathlib.Path(os.environ['GATE_LOG']); time.sleep(0.3); "
     "p.open('a').write('run\\\\n')\""
 )
@@ -478,9 +482,7 @@ def eight_processes(
     return procs
 
 
-def test_eight_processes_land_everything_with_few_retests(
-    service: Path, tmp_path: Path
-) -> None:
+def test_eight_processes_land_everything_with_few_retests(service: Path, tmp_path: Path) -> None:
     log = logs(tmp_path)
     procs = eight_processes(service, tmp_path, log, GATE)
     outputs = [p.communicate(timeout=300)[0] for p in procs]
@@ -492,7 +494,41 @@ def test_eight_processes_land_everything_with_few_retests(
     fsck(service)
 
 
-def test_xdist_workers_share_the_queue(pytester: pytest.Pytester, service: Path, tmp_path: Path) -> None:
+def test_an_attempt_arriving_while_a_leader_works_joins_the_queue_at_once(
+    service: Path, tmp_path: Path
+) -> None:
+    """While a leader holds the target's lock (its batch, its re-test), an attempt whose
+    target has not moved is queued at once, so that the leader's gather can take it into
+    the batch, instead of blocking on the lock as a fast-forward and needing a merge after
+    the batch lands. And its intent is gone only once its entry is there."""
+    from pytest_agentgate import locks
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_agent.py").write_text(agent(0, tmp_path, 1))
+    repo = BaseRepo(service / ".git", service)
+    folder = repo.private_dir / "queue" / "refs%2Fheads%2Fmain"
+    proc = spawn_pytest(
+        suite, f"--agentgate-repo={service}", "--agentgate-promote",
+        f"--agentgate-gate={sys.executable} -c \"import time; time.sleep(1.5)\"",
+        f"--basetemp={tmp_path / 'tmp'}",
+    )  # fmt: skip
+    # Its gate began (its intent is written): now a leader is at work, holding the lock.
+    wait_for(lambda: list(folder.glob("*.intent")), timeout=60, what="the attempt's gate")
+    with locks.ref_lock(repo, "refs/heads/main"):
+        wait_for(
+            lambda: list(folder.glob("*.entry")), timeout=20,
+            what="the attempt to join the queue while the lock is held",
+        )  # fmt: skip
+        assert not list(folder.glob("*.intent"))  # queued: nobody need wait for it
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, out
+    assert "change-0.txt" in git(service, "ls-tree", "--name-only", "main").splitlines()
+
+
+def test_xdist_workers_share_the_queue(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
     log = logs(tmp_path)
     pytester.makepyfile(**{f"test_agent_{n}": agent(n, tmp_path, 4) for n in range(8)})
     os.environ["GATE_LOG"] = str(log)
@@ -540,9 +576,7 @@ def test_one_culprit_among_eight_processes(service: Path, tmp_path: Path) -> Non
     fsck(service)
 
 
-def test_an_entry_that_cannot_merge_does_not_stop_the_queue(
-    service: Path, tmp_path: Path
-) -> None:
+def test_an_entry_that_cannot_merge_does_not_stop_the_queue(service: Path, tmp_path: Path) -> None:
     """A queued change the leader cannot merge (its commit is gone) gets an error; the
     attempts behind it still land."""
     from dataclasses import replace
