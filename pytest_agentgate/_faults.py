@@ -9,7 +9,8 @@ Points: ``gate`` (a gate command is running), ``locked`` (the promotion lock is 
 pending line of a move), ``moved`` (the ref moved, nothing recorded yet), ``record`` (the
 attempt record is written), ``oplog`` (a completed move's log line), ``journal`` (the
 working-tree journal), ``worktree-sync`` (the ref moved, the checked-out files not yet
-updated), ``enqueued`` (a queue entry is written, its waiter not yet waiting).
+updated), ``enqueued`` (a queue entry is written, its waiter not yet waiting),
+``verdict-read`` (another machine's leader's verdict was read here, its waiter not yet told).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ from .gate import (
 )
 from .pool import ISOLATIONS, WorkspacePool
 from .promote import Move, PromoteOutcome, promote
-from .queue import LandingQueue, Retested
+from .queue import BatchRetest, LandingQueue, Outcome, Retested
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
 from .target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
@@ -864,7 +864,32 @@ class Engine:
             return Retested(result.ok, result.message, result.output, result.tests)
 
         gate_s = attempt.timings.get("gate", 0.0) / 1000
-        found = self.queue.land(
+        try:
+            found = self._queue_land(attempt, spec, status, batch_retest, gate_s)
+        except BaseException:
+            # Interrupted while it waited: a leader (here, or another machine's) may have
+            # landed it just before. Then the move stands, and its record says so (the
+            # leader here wrote it; for another machine's landing it is written here).
+            landed = self.queue.verdict(attempt.uid)
+            if landed is not None and landed.status in ("promoted", "passed"):
+                if landed.kind != "already":
+                    attempt.move = self._move_of(landed)
+                attempt.record_ref = landed.record_ref
+                attempt.record_commit = landed.record_commit
+            self.queue.discard(attempt.uid)
+            raise
+        return self._queued_outcome(attempt, found)
+
+    def _queue_land(
+        self,
+        attempt: Attempt,
+        spec: GateSpec,
+        status: Status,
+        batch_retest: BatchRetest,
+        gate_s: float,
+    ) -> Outcome:
+        assert attempt.change_commit is not None
+        return self.queue.land(
             gate_s=gate_s,
             began=attempt.gate_began,
             uid=attempt.uid,
@@ -878,16 +903,9 @@ class Engine:
             retest=batch_retest,
             judge=lambda change, base, declared: self.judge_posted(spec, change, base, declared),
         )
-        attempt.batch = found.batch
-        if found.status == "conflict":
-            return PromoteOutcome(None, conflicts=tuple(found.conflicts))
-        if found.status == "rejected":
-            return PromoteOutcome(None, retest_failure=found.reason, retest_output=found.output)
-        if found.status == "error":
-            raise AgentgateError(found.reason)
-        if found.kind == "already":
-            return PromoteOutcome(None, already=found.reason)
-        move = Move(
+
+    def _move_of(self, found: Outcome) -> Move:
+        return Move(
             self.target.moved_ref,
             found.old,
             found.new,
@@ -897,6 +915,19 @@ class Engine:
             found.lock_wait_ms,
             found.reason or None,
         )
+
+    def _queued_outcome(self, attempt: Attempt, found: Outcome) -> PromoteOutcome:
+        """What the queue's verdict means for the attempt."""
+        attempt.batch = found.batch
+        if found.status == "conflict":
+            return PromoteOutcome(None, conflicts=tuple(found.conflicts))
+        if found.status == "rejected":
+            return PromoteOutcome(None, retest_failure=found.reason, retest_output=found.output)
+        if found.status == "error":
+            raise AgentgateError(found.reason)
+        if found.kind == "already":
+            return PromoteOutcome(None, already=found.reason)
+        move = self._move_of(found)
         attempt.move = move
         attempt.record_ref, attempt.record_commit = found.record_ref, found.record_commit
         attempt.record_problem = found.record_problem
@@ -1070,6 +1101,12 @@ class Engine:
                     else f"stopped ({type(exc).__name__}: {str(exc)[:80]})"
                 )
                 attempt.verdict = Verdict("error", f"{how} during {attempt.step}", "interrupt")
+            else:  # it landed first (a leader landed it as it waited): the record says so
+                attempt.verdict = Verdict(
+                    "promoted" if self.target.promotes else "passed",
+                    "landed; then interrupted before its test reported",
+                    "",
+                )
             raise
         finally:
             self.queue.arrived(attempt.uid)

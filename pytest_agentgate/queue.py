@@ -63,6 +63,8 @@ AHEAD_POLL_S = 0.02
 SERVER_POLL_S = 0.2
 #: The longest task or agent name a posted attempt may bring (it goes into commit messages).
 POSTED_NAME_MAX = 200
+#: The most of a gate's output another machine's verdict may bring (as a record keeps).
+VERDICT_OUTPUT_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -249,13 +251,18 @@ class LandingQueue:
                     self._forget(entry)
             raise
 
+    def discard(self, uid: str) -> None:
+        """Forget ``uid``'s entry and verdict here, whatever they said (its waiter read
+        them)."""
+        with self._queue_lock():
+            for path in self.folder.glob(f"*-{uid}.entry"):
+                path.unlink(missing_ok=True)
+            (self.folder / f"{uid}.verdict").unlink(missing_ok=True)
+            self._unpost(uid)
+
     def _forget(self, entry: Entry) -> None:
         """Remove ``entry`` and its verdict (by its id: it may not know its number yet)."""
-        with self._queue_lock():
-            for path in self.folder.glob(f"*-{entry.uid}.entry"):
-                path.unlink(missing_ok=True)
-            (self.folder / f"{entry.uid}.verdict").unlink(missing_ok=True)
-            self._unpost(entry.uid)
+        self.discard(entry.uid)
 
     def enqueue(self, new: Entry) -> Entry:
         """Give ``new`` the next arrival number and write its entry (under the queue lock)."""
@@ -782,14 +789,14 @@ class LandingQueue:
         shared = self.target.server_queue()
         if shared is None:
             return ()
-        updates: list[transport.RefUpdate] = [shared.heartbeat()]
+        updates: list[transport.RefUpdate] = shared.heartbeats()
         for i, (entry, commit, _, _) in enumerate(landing):
             if entry.foreign:
                 updates += shared.verdict_updates(
-                    entry.uid, entry.posted, asdict(outcome(i)), commit
+                    entry.key, entry.uid, entry.posted, asdict(outcome(i)), commit
                 )
             elif posted := self._post_of(entry.uid):
-                updates.append(shared.take_back(entry.uid, posted))
+                updates.append(shared.take_back(entry.key, entry.uid, posted))
         return tuple(updates)
 
     def _top_test(self, tip: str, chain: list[_Link], retest: BatchRetest) -> Retested:
@@ -858,7 +865,11 @@ class LandingQueue:
         if entry.foreign:
             shared = self.target.server_queue()
             if shared is not None:  # a lost race: another leader, or its poster, took it
-                shared.push(shared.verdict_updates(entry.uid, entry.posted, asdict(outcome), None))
+                shared.push(
+                    shared.verdict_updates(
+                        entry.key, entry.uid, entry.posted, asdict(outcome), None
+                    )
+                )
             return
         if self._take_back(entry):
             self._write_verdict(entry, outcome)
@@ -888,14 +899,14 @@ class LandingQueue:
             return []  # nothing to judge them with: their own machine leads them
         here = {e.uid for e in self.entries()}
         found = []
-        for posted in shared.posted(listing, here):
+        for posted in shared.posted(listing, here, key):
             if posted.machine == shared.machine:
                 # Posted from here, but no attempt here waits for it (it was decided, or its
                 # process died between posting and noting it): taken back.
-                shared.push([shared.take_back(posted.uid, posted.commit)])
+                shared.push([shared.take_back(key, posted.uid, posted.commit)])
                 continue
-            if str(posted.data.get("key", "")) != key:
-                continue  # another gate: a leader of that gate takes it
+            if not shared.can_decide(listing, posted.uid):
+                continue  # its verdict could not be written: left to its own machine
             entry = self._entry_of(posted, key)
             if not shared.waiting(listing, posted.machine):
                 self._decide(
@@ -973,7 +984,7 @@ class LandingQueue:
             entry = waiting.get(uid)
             if entry is None:  # decided here meanwhile, or its process gone
                 if listing.queue.get(uid) == commit:
-                    shared.push([shared.take_back(uid, commit)])
+                    shared.push([shared.take_back(listing.keys[uid], uid, commit)])
                 self._unpost(uid)
                 continue
             if listing.queue.get(uid) == commit:
@@ -982,6 +993,7 @@ class LandingQueue:
             outcome = self._believe(entry, said[1]) if said is not None else None
             if outcome is not None:
                 self._write_verdict(entry, outcome)
+                _faults.point("verdict-read")  # another machine's verdict read, not yet told
                 assert said is not None
                 shared.push([shared.clear_verdict(uid, said[0])])
             self._unpost(uid)
@@ -993,7 +1005,9 @@ class LandingQueue:
 
         def text(name: str) -> str:
             value = said.get(name, "")
-            return value[:100_000] if isinstance(value, str) else ""
+            if not isinstance(value, str):
+                return ""
+            return value[: VERDICT_OUTPUT_MAX if name == "output" else POSTED_NAME_MAX * 10]
 
         def texts(name: str) -> list[str]:
             value = said.get(name, [])
@@ -1016,13 +1030,15 @@ class LandingQueue:
             tested_with=texts("tested_with"),
             conflicts=texts("conflicts"),
         )
-        if status in ("rejected", "conflict", "error"):
-            return outcome
-        if status not in ("promoted", "passed"):
+        if status not in ("promoted", "passed", "rejected", "conflict", "error"):
             return None
         tip = self.target.tip()
         if tip is None:
             return None
+        if status in ("rejected", "conflict", "error"):
+            # Not believed when the change is in the branch after all: a verdict written
+            # over the real one must not make a landed attempt report a failure.
+            return None if self.repo.is_ancestor(entry.change_commit, tip) else outcome
         if outcome.kind == "already":
             preview = self.repo.merge_preview(tip, entry.change_commit)
             if preview.conflicts or preview.tree != self.repo.tree_of(tip):
@@ -1054,7 +1070,7 @@ class LandingQueue:
             self._sync_posted(shared, listing)
             for entry in self._without_dead_owners(self.entries()):
                 if not self._post_of(entry.uid):
-                    commit = shared.post(entry.uid, entry.change_commit, _posting(entry))
+                    commit = shared.post(entry.uid, entry.change_commit, entry.key, _posting(entry))
                     if commit is not None:
                         self._mark_posted(entry.uid, commit)
             shared.beat()
@@ -1062,7 +1078,7 @@ class LandingQueue:
             return False  # the server cannot be read now: wait for the lease, as before
         left = self.entries()
         if not left:
-            shared.stop_waiting()
+            shared.stop_waiting(listing)
         return not any(e.key == key for e in left)
 
     def _post(self, entry: Entry) -> None:
@@ -1074,7 +1090,7 @@ class LandingQueue:
         if shared is None:
             return
         with contextlib.suppress(AgentgateError, OSError):
-            commit = shared.post(entry.uid, entry.change_commit, _posting(entry))
+            commit = shared.post(entry.uid, entry.change_commit, entry.key, _posting(entry))
             if commit is not None:
                 self._mark_posted(entry.uid, commit)
 
@@ -1085,7 +1101,7 @@ class LandingQueue:
         shared = self.target.server_queue() if commit else None
         if shared is None:
             return True
-        if shared.push([shared.take_back(entry.uid, commit)]):
+        if shared.push([shared.take_back(entry.key, entry.uid, commit)]):
             self._unpost(entry.uid)
             return True
         try:

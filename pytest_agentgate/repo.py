@@ -668,6 +668,11 @@ class BaseRepo:
             found.append((commit, parents))
         return found
 
+    def is_commit(self, oid: str) -> bool:
+        """Whether ``oid`` names a commit this repository has."""
+        result = self._run("cat-file", "-t", "--end-of-options", oid, ok=(0, 1, 128))
+        return result.returncode == 0 and result.out.strip() == "commit"
+
     def total_size(self, oids: Sequence[str]) -> int:
         """The bytes of ``oids`` as objects (a blob: its file's size), in one git process."""
         if not oids:

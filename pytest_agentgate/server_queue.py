@@ -71,8 +71,11 @@ class Listing:
     """One look at the server's queue: what is posted, decided, and who is waiting."""
 
     queue: dict[str, str] = field(default_factory=dict)  # uid -> queue commit
+    keys: dict[str, str] = field(default_factory=dict)  # uid -> its batch key (its folder)
     verdicts: dict[str, str] = field(default_factory=dict)  # uid -> verdict commit
     alive: dict[str, str] = field(default_factory=dict)  # machine -> heartbeat commit
+    #: Refs git cannot write there, a ref below each name being in the way (a D/F clash).
+    blocked: set[str] = field(default_factory=set)
 
 
 class ServerQueue:
@@ -90,6 +93,12 @@ class ServerQueue:
         #: Where posted attempts and verdicts are fetched to, to read them.
         self.mirror = f"refs/agentgate/remote/{server.remote}/"
         self._parsed: dict[str, Posted | None] = {}
+        #: Each queued attempt's ref on the server, by its uid (as listed or posted).
+        self._refs: dict[str, str] = {}
+        #: Refs git could not write there when last listed (a ref below each name).
+        self._blocked: set[str] = set()
+        #: The heartbeat commits this process wrote.
+        self._mine: set[str] = set()
         #: When each heartbeat commit was first seen here (by this machine's clock).
         self._first_seen: dict[str, float] = {}
         #: When each heartbeat commit says it was written (None: it cannot be read).
@@ -110,18 +119,33 @@ class ServerQueue:
         )
         seen = Listing()
         for ref, oid in found.items():
+            if ref.startswith(self.queue_prefix):
+                key, _, uid = ref[len(self.queue_prefix) :].partition("/")
+                if _UID.fullmatch(key) and _UID.fullmatch(uid):
+                    seen.queue[uid] = oid
+                    seen.keys[uid] = key
+                    self._refs[uid] = ref
+                continue
             for prefix, into, pattern in (
-                (self.queue_prefix, seen.queue, _UID),
                 (self.verdict_prefix, seen.verdicts, _UID),
                 (f"{ALIVE}{self.branch}/", seen.alive, _NAME),
             ):
                 name = ref[len(prefix) :] if ref.startswith(prefix) else ""
                 if name and pattern.fullmatch(name):
                     into[name] = oid
+                elif name and "/" in name and pattern.fullmatch(name.split("/")[0]):
+                    # A ref below the name (``<uid>/x``) keeps git from writing the name
+                    # itself: whatever would write it leaves it out (see :meth:`blocked`).
+                    seen.blocked.add(f"{prefix}{name.split('/')[0]}")
         now = time.monotonic()
         for oid in seen.alive.values():
             self._first_seen.setdefault(oid, now)
+        self._blocked = set(seen.blocked)
         return seen
+
+    def can_decide(self, listing: Listing, uid: str) -> bool:
+        """Whether a verdict for ``uid`` can be written there (no ref below its name)."""
+        return f"{self.verdict_prefix}{uid}" not in listing.blocked
 
     def waiting(self, listing: Listing, machine: str) -> bool:
         """Whether ``machine`` still waits for its posted attempts: its heartbeat is there,
@@ -161,12 +185,16 @@ class ServerQueue:
                 return None if math.isnan(at) else at  # nan is no time
         return None
 
-    def posted(self, listing: Listing, skip: set[str]) -> list[Posted]:
-        """The posted attempts (but ``skip``), read from their refs; those that cannot be
-        read as one are left out (and left there: the poster, or prune, takes them)."""
-        wanted = {u: c for u, c in listing.queue.items() if u not in skip}
-        if any(self._parsed.get(c, False) is False for c in wanted.values()):
-            self._fetch(f"+{self.queue_prefix}*:{self.mirror}queue/{self.branch}/*")
+    def posted(self, listing: Listing, skip: set[str], key: str) -> list[Posted]:
+        """The attempts posted for ``key`` (but ``skip``), read from their refs; those that
+        cannot be read as one are left out (and left there: the poster, or prune, takes
+        them). Only that key's folder is fetched: others' objects never travel here."""
+        wanted = {
+            u: c for u, c in listing.queue.items() if u not in skip and listing.keys[u] == key
+        }
+        if any(c not in self._parsed for c in wanted.values()):
+            folder = f"{self.queue_prefix}{key}/"
+            self._fetch(f"+{folder}*:{self.mirror}queue/{self.branch}/{key}/*")
         found = []
         for uid, commit in wanted.items():
             if commit not in self._parsed:
@@ -174,7 +202,7 @@ class ServerQueue:
             item = self._parsed[commit]
             if item is not None and item.uid == uid:
                 found.append(item)
-        return sorted(found, key=lambda p: float(str(p.data.get("posted", 0)) or 0))
+        return sorted(found, key=lambda p: _number(p.data.get("posted")))
 
     def _parse(self, uid: str, commit: str) -> Posted | None:
         if not self.repo.has_object(commit):
@@ -189,7 +217,7 @@ class ServerQueue:
             return None
         try:
             data = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
             return None
         if not isinstance(data, dict) or data.get("uid") != uid or _newer(data):
             return None
@@ -213,8 +241,10 @@ class ServerQueue:
         for uid, commit in there.items():
             try:
                 title, _, body = self.repo.commit_message(commit).partition("\n")
+                if len(body) > MAX_MESSAGE:
+                    continue
                 data = json.loads(body) if title.strip() == VERDICT_TITLE else None
-            except (AgentgateError, ValueError):
+            except (AgentgateError, ValueError, RecursionError):
                 continue
             if isinstance(data, dict) and data.get("uid") == uid and not _newer(data):
                 found[uid] = (commit, data)
@@ -235,11 +265,15 @@ class ServerQueue:
 
     # -- writing --------------------------------------------------------------------------
 
-    def post(self, uid: str, change_commit: str, data: Mapping[str, object]) -> str | None:
+    def post(
+        self, uid: str, change_commit: str, key: str, data: Mapping[str, object]
+    ) -> str | None:
         """Put an attempt on the server's queue (with this machine's heartbeat, in one
         push); its queue commit, or None when the server would not take it (one that
         refuses on policy is not asked again by this process)."""
         if self.refused:
+            return None
+        if not (_UID.fullmatch(key) and _UID.fullmatch(uid)):
             return None
         body = json.dumps(
             {**data, "uid": uid, "machine": self.machine, "posted": time.time(), "format": FORMAT}
@@ -247,10 +281,8 @@ class ServerQueue:
         commit = self.repo.commit_tree(
             self.repo.empty_tree(), [change_commit], f"{POSTED_TITLE}\n{body}", _AUTHOR
         )
-        updates = [
-            transport.RefUpdate(f"{self.queue_prefix}{uid}", commit, ZERO),
-            self.heartbeat(),
-        ]
+        ref = f"{self.queue_prefix}{key}/{uid}"
+        updates = [transport.RefUpdate(ref, commit, ZERO), *self.heartbeats()]
         try:
             pushed = transport.push(
                 self.repo, self.server.push_url, updates, name=self.server.remote
@@ -259,29 +291,39 @@ class ServerQueue:
             return None
         if pushed.ok:
             self._beat = time.monotonic()
+            self._refs[uid] = ref
             return commit
         self.refused = pushed.refused is not None
         return None
 
-    def heartbeat(self) -> transport.RefUpdate:
-        """This machine's heartbeat, renewed (for a push that also does something else)."""
+    def heartbeats(self) -> list[transport.RefUpdate]:
+        """This machine's heartbeat, renewed, for a push that also does something else
+        (none when a ref below its name keeps git from writing it: that push must not
+        fail for it)."""
+        if self.alive_ref in self._blocked:
+            return []
         commit = self.repo.commit_tree(
             self.repo.empty_tree(), [], f"agentgate waiting\n\nAt: {time.time():.3f}\n", _AUTHOR
         )
-        return transport.RefUpdate(self.alive_ref, commit, None, force=True)
+        self._mine.add(commit)
+        return [transport.RefUpdate(self.alive_ref, commit, None, force=True)]
 
     def beat(self) -> None:
         """Renew this machine's heartbeat when a third of a lease length has passed."""
         if self.refused or time.monotonic() - self._beat < self.seconds / 3:
             return
+        beats = self.heartbeats()
         with contextlib.suppress(AgentgateError):
-            if transport.push(
-                self.repo, self.server.push_url, [self.heartbeat()], name=self.server.remote
-            ).ok:
+            if (
+                beats
+                and transport.push(
+                    self.repo, self.server.push_url, beats, name=self.server.remote
+                ).ok
+            ):
                 self._beat = time.monotonic()
 
     def verdict_updates(
-        self, uid: str, posted: str, outcome: Mapping[str, object], landed: str | None
+        self, key: str, uid: str, posted: str, outcome: Mapping[str, object], landed: str | None
     ) -> list[transport.RefUpdate]:
         """The ref updates that decide the attempt posted as ``posted``: its queue ref
         deleted (compare-and-swap: taken once) and its verdict written (its parent the
@@ -292,13 +334,15 @@ class ServerQueue:
             _AUTHOR,
         )  # fmt: skip
         return [
-            transport.RefUpdate(f"{self.queue_prefix}{uid}", "", posted),
+            self.take_back(key, uid, posted),
             transport.RefUpdate(f"{self.verdict_prefix}{uid}", verdict, None, force=True),
         ]
 
-    def take_back(self, uid: str, commit: str) -> transport.RefUpdate:
-        """The update that deletes a queue ref this machine posted (compare-and-swap)."""
-        return transport.RefUpdate(f"{self.queue_prefix}{uid}", "", commit)
+    def take_back(self, key: str, uid: str, commit: str) -> transport.RefUpdate:
+        """The update that deletes a queue ref (compare-and-swap: only if it is still the
+        attempt read, so that it is taken once)."""
+        ref = self._refs.get(uid, f"{self.queue_prefix}{key}/{uid}")
+        return transport.RefUpdate(ref, "", commit)
 
     def clear_verdict(self, uid: str, commit: str) -> transport.RefUpdate:
         return transport.RefUpdate(f"{self.verdict_prefix}{uid}", "", commit)
@@ -314,14 +358,25 @@ class ServerQueue:
         except AgentgateError:
             return False
 
-    def stop_waiting(self) -> None:
-        """Nothing of this machine waits any more: its heartbeat goes (best effort)."""
-        with contextlib.suppress(AgentgateError):
-            transport.push(
-                self.repo, self.server.push_url,
-                [transport.RefUpdate(self.alive_ref, "", None)], name=self.server.remote,
-            )  # fmt: skip
+    def stop_waiting(self, listing: Listing) -> None:
+        """Nothing of this process waits any more: its heartbeat goes (best effort), only
+        if it is still the one this process wrote: another process of this machine may
+        have posted (and beaten) since, and must not lose its heartbeat."""
+        there = listing.alive.get(self.machine)
+        if there is not None and there in self._mine:
+            with contextlib.suppress(AgentgateError):
+                transport.push(
+                    self.repo, self.server.push_url,
+                    [transport.RefUpdate(self.alive_ref, "", there)], name=self.server.remote,
+                )  # fmt: skip
         self._beat = 0.0
+
+
+def _number(value: object) -> float:
+    """A number a posted attempt gives (anything else, and nan, as 0: it sorts first)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return 0.0
+    return float(value)
 
 
 def _newer(data: Mapping[str, object]) -> bool:

@@ -510,7 +510,7 @@ class RemoteBranch(_LogsMoves):
                 seconds=self.lease_seconds,
             )  # fmt: skip
             queue = self._queue
-            self._the_lease().riders = lambda: [queue.heartbeat()]
+            self._the_lease().riders = queue.heartbeats
         return self._queue
 
     @property
@@ -578,6 +578,8 @@ class RemoteBranch(_LogsMoves):
         from .repo import Author
 
         last = self.repo.ref_value(self.moves_mirror)
+        if last is not None and not self.repo.is_commit(last):
+            last = None  # not a link (written by hand): the chain starts again, over it
         message = (
             f"agentgate {note.op} of {self.branch}\n\nAgentgate-Op: {note.op}\n"
             f"Agentgate-Kind: {note.kind or '-'}\n"
@@ -586,7 +588,10 @@ class RemoteBranch(_LogsMoves):
             self.repo.empty_tree(), [last, new] if last else [new], message,
             Author("agentgate", "agentgate@localhost"),
         )  # fmt: skip
-        return transport.RefUpdate(f"{self.MOVES}{self.branch}", link, last or ZERO)
+        # Forced: only a mover of the branch adds a link, and its push moves the branch by
+        # compare-and-swap, so no link of the plugin's can be lost; a chain changed by hand
+        # (or deleted) must not make every move fail as a lost race.
+        return transport.RefUpdate(f"{self.MOVES}{self.branch}", link, None, force=True)
 
     def tip_under_lock(self, guess: str) -> str | None:
         return self.tip()
@@ -678,12 +683,23 @@ class RemoteBranch(_LogsMoves):
                 self.repo, self.urls()[1], [*updates, *([link] if link else [])],
                 name=self.remote,
             )  # fmt: skip
+            extras = [*note.server_updates, *([link] if link else [])]
+            said = pushed.refusal() if pushed.refused is not None else ""
+            if extras and said and any(u.ref in said for u in extras):
+                # The server would not write one of the queue's refs or the chain's (a ref
+                # below its name is in the way): the move goes on without them. (A posted
+                # attempt it landed then keeps its queue ref: the next leader finds its
+                # change already there, and says so.)
+                link = None
+                plain = updates[: 2 if lease is not None else 1]
+                pushed = transport.push(self.repo, self.urls()[1], plain, name=self.remote)
             if pushed.ok and lease is not None:
                 lease.renewed(updates[1])
             if pushed.ok and link is not None:
                 with contextlib.suppress(AgentgateError):
-                    before = None if link.expect == ZERO else link.expect
-                    self.repo.update_ref(self.moves_mirror, link.new, before, "move")
+                    self.repo.update_ref(
+                        self.moves_mirror, link.new, self.repo.ref_value(self.moves_mirror), "move"
+                    )
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
             if pushed.refused is not None:

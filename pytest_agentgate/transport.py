@@ -111,6 +111,7 @@ def fetch_branch(
     """
     result = repo._run(
         "fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--no-recurse-submodules",
+        *(["--prune"] if also else []),  # what the server no longer has under them goes
         "--end-of-options", url, f"+refs/heads/{branch}:{into}", *also,
         ok=(0, 128),
     )  # fmt: skip

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -21,7 +22,7 @@ from pytest_agentgate import Engine, GateSpec
 from pytest_agentgate.queue import Entry, Outcome, Retested
 from pytest_agentgate.server_queue import POSTED_TITLE, VERDICT_TITLE
 
-KEY = "k" * 24
+KEY = "ab" * 12
 
 
 def _free_port() -> int:
@@ -116,7 +117,7 @@ def _post(
     empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
     commit = git(forger, "commit-tree", empty, "-p", change, "-m", f"{POSTED_TITLE}\n{body}")
     beat = git(forger, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time() + at:.3f}")
-    git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{uid}",
+    git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{KEY}/{uid}",
         f"+{beat}:refs/agentgate/alive/main/{machine}")  # fmt: skip
     return uid
 
@@ -138,14 +139,14 @@ class Leader:
         self.retested.append(tree)
         return Retested(True)
 
-    def land_own(self, name: str) -> Outcome:
+    def land_own(self, name: str, key: str = KEY) -> Outcome:
         """Land one attempt of the leader's own that needs a merge (the server moved)."""
         base = git(self.work, "rev-parse", "HEAD")
         change = _change(self.work, base, {f"{name}.txt": f"{name}\n"})
         queue = self.engine.queue
         uid = uuid.uuid4().hex
         return queue.land(
-            uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
+            uid=uid, key=key, change_commit=change, base=base, agent="leader",
             task=name, record=_record(uid, name, base, git(self.work, "rev-parse", f"{change}^{{tree}}")),
             retest=self.retest,
             judge=lambda c, b, d: self.engine.judge_posted(self.engine.gate, c, b, d),
@@ -321,7 +322,7 @@ def test_a_posted_attempt_of_a_newer_format_is_left_to_its_machine(
     leader.land_own("mine")
     server = _server(tmp_path)
     assert "n.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
-    assert _refs(server, "refs/agentgate/queue/") == [f"refs/agentgate/queue/main/{uid}"]
+    assert _refs(server, "refs/agentgate/queue/") == [f"refs/agentgate/queue/main/{KEY}/{uid}"]
     assert _refs(server, "refs/agentgate/verdicts/") == []
 
 
@@ -342,7 +343,7 @@ def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Pa
     )  # fmt: skip
     shared = leader.engine.target.server_queue()
     assert shared is not None
-    posted = shared.post(entry.uid, change, {"key": KEY, "base": base})
+    posted = shared.post(entry.uid, change, KEY, {"key": KEY, "base": base})
     assert posted is not None
     queue._mark_posted(entry.uid, posted)
     # The forger takes the queue ref and writes "promoted" at the tip it never reached.
@@ -351,7 +352,7 @@ def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Pa
     empty = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
     body = json.dumps({"status": "promoted", "kind": "merge", "new": tip, "uid": entry.uid})
     forged = git(work, "commit-tree", empty, "-p", tip, "-m", f"{VERDICT_TITLE}\n{body}")
-    git(work, "push", "-q", daemon, f":refs/agentgate/queue/main/{entry.uid}",
+    git(work, "push", "-q", daemon, f":refs/agentgate/queue/main/{KEY}/{entry.uid}",
         f"{forged}:refs/agentgate/verdicts/main/{entry.uid}")  # fmt: skip
     queue._sync_posted(shared, shared.listing())
     assert queue.verdict(entry.uid) is None  # not believed: still this machine's to land
@@ -382,7 +383,7 @@ def test_prune_on_the_server_removes_the_queue_s_old_leftovers_only(
         ).stdout.strip()  # fmt: skip
 
     refs = {
-        "refs/agentgate/queue/main/" + "a" * 32: commit("old posted", old_env),
+        f"refs/agentgate/queue/main/{KEY}/" + "a" * 32: commit("old posted", old_env),
         "refs/agentgate/verdicts/main/" + "b" * 32: commit("old verdict", old_env),
         "refs/agentgate/alive/main/gone": commit("old heartbeat", old_env),
         "refs/agentgate/alive/main/here": commit("new heartbeat", dict(os.environ)),
@@ -421,10 +422,187 @@ def test_a_server_that_refuses_the_queue_is_asked_once_and_landings_go_on(
     shared = leader.engine.target.server_queue()
     base = git(leader.work, "rev-parse", "HEAD")
     change = _change(leader.work, base, {"p.txt": "p\n"})
-    assert shared.post(uuid.uuid4().hex, change, {"key": KEY}) is None
-    assert shared.post(uuid.uuid4().hex, change, {"key": KEY}) is None
+    assert shared.post(uuid.uuid4().hex, change, KEY, {"key": KEY}) is None
+    assert shared.post(uuid.uuid4().hex, change, KEY, {"key": KEY}) is None
     tried = [r for r in pushes.read_text().splitlines() if r.startswith("refs/agentgate/queue/")]
     assert len(tried) == 1, tried
     leader.land_own("mine")
     assert "mine.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
     fsck(server)
+
+
+POSTER = """
+import sys
+from pathlib import Path
+from pytest_agentgate import Engine, GateSpec
+
+work, where = Path(sys.argv[1]), Path(sys.argv[2])
+engine = Engine.open(work, "main", remote="origin", promote=True, workdir=where,
+                     gate=GateSpec(commands=("true",)))
+ws = engine.fork(task="poster task")
+(ws.path / "posted.txt").write_text("posted\\n")
+try:
+    engine.run_attempt(ws, task="poster task")
+except KeyboardInterrupt:
+    sys.exit(42)
+"""
+
+
+def test_a_poster_interrupted_after_its_landing_records_it_as_landed(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Another machine's leader landed the attempt; Ctrl-C reaches the poster as it reads
+    that verdict: the change is on the branch, so its record says it landed (it used to say
+    "interrupted", and no record named the landing)."""
+    leader = Leader(daemon, tmp_path)
+    engine = leader.engine
+    key = engine._batch_key(engine.gate)
+    poster = _clone(daemon, tmp_path / "poster")
+    server = _server(tmp_path)
+    with engine.target.lease():  # machine A leads: the poster posts and waits
+        proc = subprocess.Popen(
+            [sys.executable, "-c", POSTER, str(poster), str(tmp_path / "poster-ws")],
+            env={**os.environ, "AGENTGATE_FAULT": "verdict-read:int"},
+            start_new_session=True,  # the fault's SIGINT goes to the poster's group alone
+        )
+        deadline = time.monotonic() + 60
+        while not _refs(server, "refs/agentgate/queue/"):
+            assert time.monotonic() < deadline and proc.poll() is None, "nothing was posted"
+            time.sleep(0.05)
+        leader.land_own("mine", key)
+    assert proc.wait(timeout=60) == 42
+    names = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert {"mine.txt", "posted.txt"} <= set(names)
+    records = {
+        ref: git(server, "log", "-1", "--format=%B", ref)
+        for ref in _refs(server, "refs/agentgate/attempts/poster-task/")
+    }
+    assert len(records) == 1, records
+    (message,) = records.values()
+    assert "Agentgate-Verdict: promoted" in message and "Agentgate-Landed: " in message, message
+    fsck(server)
+
+
+def _post_raw(forger: Path, url: str, change: str, body: str) -> str:
+    """A queue ref whose message is ``body`` (after the title), written by hand."""
+    uid = uuid.uuid4().hex
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    message = forger / "message.txt"
+    message.write_text(f"{POSTED_TITLE}\n{body.replace('UID', uid)}")
+    commit = git(forger, "commit-tree", empty, "-p", change, "-F", str(message))
+    git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{KEY}/{uid}")
+    return uid
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"uid": "UID", "machine": "elsewhere", "posted": "x"}',
+        '{"uid": "UID", "machine": "elsewhere", "posted": null}',
+        '{"uid": "UID", "machine": "elsewhere", "posted": [1]}',
+        "[" * 60000 + "]" * 60000,
+    ],
+    ids=["posted a word", "posted null", "posted a list", "nested past the limit"],
+)
+def test_a_posted_attempt_that_cannot_be_read_never_stops_a_leader(
+    daemon: str, tmp_path: Path, body: str
+) -> None:
+    """Found by attack: a post whose time is not a number crashed every leader of the
+    branch (whatever its gate), and one nested deeper than Python's limit too."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    _post_raw(forger, daemon, _change(forger, base, {"j.txt": "j\n"}), body)
+    leader = Leader(daemon, tmp_path)
+    assert leader.land_own("mine").status == "promoted"
+    assert "mine.txt" in git(_server(tmp_path), "ls-tree", "--name-only", "main").splitlines()
+
+
+@pytest.mark.parametrize("where", ["verdict", "heartbeat", "moves"])
+def test_a_ref_in_the_way_of_the_queue_s_refs_never_stops_a_landing(
+    daemon: str, tmp_path: Path, where: str
+) -> None:
+    """Found by attack: a ref below the name of a posted attempt's verdict, of the leader's
+    heartbeat or of the chain of moves (git then cannot write that name) made every landing
+    push fail, the leader's own attempts with it."""
+    forger = _clone(daemon, tmp_path / "other")
+    base = git(forger, "rev-parse", "HEAD")
+    uid = _post(forger, daemon, _change(forger, base, {"theirs.txt": "t\n"}), base)
+    leader = Leader(daemon, tmp_path)
+    shared = leader.engine.target.server_queue()
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    junk = git(forger, "commit-tree", empty, "-m", "in the way")
+    in_the_way = {
+        "verdict": f"refs/agentgate/verdicts/main/{uid}/x",
+        "heartbeat": f"refs/agentgate/alive/main/{shared.machine}/x",
+        "moves": "refs/agentgate/moves/main/x",
+    }[where]
+    git(forger, "push", "-q", daemon, f"{junk}:{in_the_way}")
+    assert leader.land_own("mine").status == "promoted"
+    server = _server(tmp_path)
+    assert "mine.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
+    fsck(server)
+
+
+@pytest.mark.parametrize("how", ["deleted", "a blob"])
+def test_a_chain_of_moves_changed_by_hand_never_loops_the_leader(
+    daemon: str, tmp_path: Path, how: str
+) -> None:
+    """Found by attack: with the chain deleted on the server after a clone had fetched it,
+    every move failed as a lost race and was re-tested again (555 gate runs, never landed);
+    with the chain pointing at a blob, every move failed."""
+    leader = Leader(daemon, tmp_path)
+    leader.land_own("first")  # the chain exists, and this clone has fetched it
+    server = _server(tmp_path)
+    if how == "deleted":
+        git(server, "update-ref", "-d", "refs/agentgate/moves/main")
+    else:
+        blob = git(server, "hash-object", "-w", "--stdin")
+        git(server, "update-ref", "refs/agentgate/moves/main", blob)
+    person = _clone(daemon, tmp_path / "person")  # and the branch moved meanwhile
+    moved = _change(person, git(person, "rev-parse", "HEAD"), {"p.txt": "p\n"})
+    git(person, "push", "-q", daemon, f"{moved}:refs/heads/main")
+    leader.retested.clear()
+    assert leader.land_own("second").status == "promoted"
+    assert len(leader.retested) <= 1, leader.retested
+    assert git(server, "cat-file", "-t", "refs/agentgate/moves/main") == "commit"
+    fsck(server)
+
+
+def test_a_rejection_written_over_a_landing_is_not_believed(daemon: str, tmp_path: Path) -> None:
+    """Found by attack: after another machine's leader landed an attempt, a verdict of
+    "rejected" written over the real one was believed, and the waiter would have reported
+    a failure for a change that is on the branch. Now it is not believed: the change is
+    found already on the target, and that is its verdict."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "l").mkdir()
+    poster = Leader(daemon, tmp_path / "p")
+    work = poster.work
+    base = git(work, "rev-parse", "HEAD")
+    change = _change(work, base, {"landed.txt": "l\n"})
+    queue = poster.engine.queue
+    uid = uuid.uuid4().hex
+    tree = git(work, "rev-parse", f"{change}^{{tree}}")
+    entry = queue.enqueue(
+        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
+              task="landed", record=_record(uid, "landed", base, tree), pid=os.getpid())
+    )  # fmt: skip
+    shared = poster.engine.target.server_queue()
+    posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
+    assert posted is not None
+    queue._mark_posted(uid, posted)
+    # Another machine's leader lands it (with its own attempt).
+    leader = Leader(daemon, tmp_path / "l")
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    assert "landed.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
+    # The forger writes "rejected" over the real verdict.
+    empty = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
+    body = json.dumps({"status": "rejected", "reason": "forged", "uid": uid})
+    forged = git(work, "commit-tree", empty, "-m", f"{VERDICT_TITLE}\n{body}")
+    git(work, "push", "-q", "-f", daemon, f"{forged}:refs/agentgate/verdicts/main/{uid}")
+    queue._sync_posted(shared, shared.listing())
+    assert queue.verdict(uid) is None  # not believed
+    with poster.engine.target.lock():
+        queue.lead(KEY, poster.retest)
+    found = queue.verdict(entry.uid)
+    assert found is not None and found.status == "promoted" and found.kind == "already", found
