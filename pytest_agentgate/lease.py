@@ -86,6 +86,9 @@ class Lease:
         #: More refs each renewal sets (forced), in the same push: this machine's heartbeat
         #: on the server's queue, so that its posted attempts live exactly as long as it does.
         self.riders: Callable[[], Sequence[transport.RefUpdate]] | None = None
+        #: Called while another holds the lease, whatever waits: this machine's heartbeat
+        #: is kept for its posted attempts (its other processes wait behind this one).
+        self.on_wait: Callable[[], None] | None = None
 
     # -- what the server holds ------------------------------------------------------------
 
@@ -200,6 +203,9 @@ class Lease:
                     f"waited {WAIT_LIMIT_S:.0f} s for the lease on {self.name}/{self.branch}, "
                     f"held by {info.holder}"
                 )
+            if self.on_wait is not None:
+                with contextlib.suppress(AgentgateError, OSError):
+                    self.on_wait()
             if waiting is not None and waiting():
                 raise NotNeeded
             wait = min(pause, max(0.05, info.expires + margin(self.seconds) - time.time()))

@@ -322,6 +322,21 @@ class ServerQueue:
             ):
                 self._beat = time.monotonic()
 
+    def keep_alive(self) -> None:
+        """While this process waits for the lease however it waits: renew this machine's
+        heartbeat if it has one there (its other processes' posted attempts wait behind
+        this one, holding no lock, and must not be taken for a dead machine's); a look at
+        most every third of a lease length."""
+        if time.monotonic() - self._beat < self.seconds / 3:
+            return
+        self._beat = time.monotonic()
+        there = transport.list_refs(
+            self.repo, self.server.fetch_url, [self.alive_ref], name=self.server.remote
+        )
+        beats = self.heartbeats() if self.alive_ref in there else []
+        if beats:
+            transport.push(self.repo, self.server.push_url, beats, name=self.server.remote)
+
     def verdict_updates(
         self, key: str, uid: str, posted: str, outcome: Mapping[str, object], landed: str | None
     ) -> list[transport.RefUpdate]:

@@ -495,23 +495,47 @@ class RemoteBranch(_LogsMoves):
             return False
 
     def server_queue(self) -> ServerQueue:
-        import hashlib
         import re
         import socket
 
         from .server_queue import ServerQueue
 
         if self._queue is None:
-            # One name per clone: its host and where its repository is.
-            where = hashlib.sha256(str(self.repo.common_dir).encode()).hexdigest()[:10]
+            # One name per clone: its host, and an id drawn once and kept in the clone (two
+            # containers with one hostname and one path are still two machines).
+            where = self._machine_id()
             host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:40] or "host"
             self._queue = ServerQueue(
                 self.repo, self.records(), self.branch, machine=f"{host}-{where}",
                 seconds=self.lease_seconds,
             )  # fmt: skip
             queue = self._queue
-            self._the_lease().riders = queue.heartbeats
+            lease = self._the_lease()
+            lease.riders = queue.heartbeats
+            lease.on_wait = queue.keep_alive
         return self._queue
+
+    def _machine_id(self) -> str:
+        import hashlib
+        import uuid as uuids
+
+        path = self.repo.private_dir / "machine-id"
+        try:
+            found = path.read_text(encoding="ascii").strip()
+            if found.isalnum() and 8 <= len(found) <= 32:
+                return found
+        except (OSError, UnicodeDecodeError):
+            pass
+        drawn = uuids.uuid4().hex[:12]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("x", encoding="ascii") as out:  # the first process to draw wins
+                out.write(drawn)
+        except FileExistsError:
+            return self._machine_id()
+        except OSError:  # a read-only clone: one id per process then, from where it is
+            return hashlib.sha256(str(self.repo.common_dir).encode()).hexdigest()[:10]
+        return drawn
 
     @property
     def label(self) -> str:
@@ -677,7 +701,9 @@ class RemoteBranch(_LogsMoves):
             # The chain of moves too, unless the server would not hold a lease (it keeps
             # none of refs/agentgate/*: another machine's landing then reads as a move
             # outside agentgate there, as the README says).
-            refused = self._lease is not None and bool(self._lease.unavailable)
+            # (A lease ref the server could not lock, a ref in its way, is no such policy.)
+            why = self._lease.unavailable if self._lease is not None else ""
+            refused = bool(why) and "cannot lock ref" not in why
             link = None if refused else self._link(new, note)
             pushed = transport.push(
                 self.repo, self.urls()[1], [*updates, *([link] if link else [])],

@@ -606,3 +606,98 @@ def test_a_rejection_written_over_a_landing_is_not_believed(daemon: str, tmp_pat
         queue.lead(KEY, poster.retest)
     found = queue.verdict(entry.uid)
     assert found is not None and found.status == "promoted" and found.kind == "already", found
+
+
+def test_each_clone_is_a_machine_of_its_own_and_stays_one(daemon: str, tmp_path: Path) -> None:
+    """The machine name is drawn once per clone and kept: the same hostname and path (two
+    containers) would otherwise make two machines one, each deleting the other's posts."""
+    from pytest_agentgate import oplog
+    from pytest_agentgate.repo import BaseRepo
+    from pytest_agentgate.target import RemoteBranch
+
+    names = []
+    for who in ("one", "two", "one"):
+        work = tmp_path / who
+        if not work.exists():
+            _clone(daemon, work)
+        repo = BaseRepo(work / ".git", work)
+        names.append(
+            RemoteBranch(repo, "origin", "main", oplog.OpLog(repo.common_dir))
+            .server_queue()
+            .machine
+        )
+    assert names[0] == names[2] != names[1]
+
+
+def test_a_machine_waiting_for_the_lease_keeps_its_heartbeat(daemon: str, tmp_path: Path) -> None:
+    """Found by reading: a process waiting for the lease outside the queue (a promotion
+    without re-test, a rollback) let its machine's heartbeat lapse, and its other processes'
+    posted attempts (waiting behind it for the lock) were dropped as a dead machine's."""
+    import threading
+
+    from pytest_agentgate import oplog
+    from pytest_agentgate.repo import BaseRepo
+    from pytest_agentgate.target import RemoteBranch
+
+    work = _clone(daemon, tmp_path / "waiter")
+    repo = BaseRepo(work / ".git", work)
+    target = RemoteBranch(repo, "origin", "main", oplog.OpLog(repo.common_dir), lease_seconds=0.6)
+    shared = target.server_queue()
+    server = _server(tmp_path)
+    # This machine has a heartbeat there (it posted); another machine holds the lease.
+    git(work, "push", "-q", daemon, f"+{shared.heartbeats()[0].new}:{shared.alive_ref}")
+    empty = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
+    held = git(
+        work,
+        "commit-tree",
+        empty,
+        "-m",
+        f"lease\n\nAgentgate-Holder: other\nAgentgate-Expires: {time.time() + 2.5:.3f}",
+    )
+    git(work, "push", "-q", daemon, f"{held}:refs/agentgate/lease/main")
+    before = git(server, "rev-parse", shared.alive_ref)
+    done = threading.Event()
+
+    def wait() -> None:
+        with target.lease():
+            done.set()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    time.sleep(1.5)  # waiting, the lease another's
+    during = git(server, "rev-parse", shared.alive_ref)
+    thread.join(timeout=30)
+    assert done.is_set()
+    assert during != before  # renewed while it waited
+
+
+def test_a_ref_in_the_way_of_the_lease_still_leaves_the_chain_of_moves(
+    pytester: pytest.Pytester, daemon: str, tmp_path: Path
+) -> None:
+    """Found by attack: a ref below the lease's name made taking the lease fail, and the
+    move then left out its link (as for a server that keeps no refs/agentgate/*), so
+    another machine logged the landing as a person's push. The link goes in now (one leader
+    is lost while that ref is there: the README says so)."""
+    forger = _clone(daemon, tmp_path / "other")
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    junk = git(forger, "commit-tree", empty, "-m", "in the way")
+    git(forger, "push", "-q", daemon, f"{junk}:refs/agentgate/lease/main/x")
+    a, b = _clone(daemon, tmp_path / "a"), _clone(daemon, tmp_path / "b")
+    pytester.makepyfile(
+        **{
+            f"test_agent_{n}": f"""
+import pytest
+
+@pytest.mark.gated(task="change {n}", gate=["true"])
+def test_change(agent_workspace):
+    (agent_workspace.path / "change-{n}.txt").write_text("{n}")
+"""
+            for n in range(3)
+        }
+    )
+    flags = ["--agentgate-remote=origin", "--agentgate-promote"]
+    pytester.runpytest("test_agent_0.py", f"--agentgate-repo={b}", *flags).assert_outcomes(passed=1)
+    pytester.runpytest("test_agent_1.py", f"--agentgate-repo={a}", *flags).assert_outcomes(passed=1)
+    third = pytester.runpytest("test_agent_2.py", f"--agentgate-repo={b}", *flags)
+    third.assert_outcomes(passed=1)
+    assert "moved outside agentgate" not in third.stdout.str()
