@@ -791,9 +791,9 @@ class Engine:
         # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
         # target have moved meanwhile, the attempt joins the queue after all.
         queued = retest is not None and attempt.graded_tree is None
-        # A leader at work now (here, or another machine) would make a fast-forward wait
-        # for its whole batch, and then need a merge: it joins that leader's batch. Its
-        # intent stays until its entry is written (the queue removes it then), so a leader
+        # Another machine leading now would make a fast-forward wait for its whole batch,
+        # and then need a merge: it joins that leader's batch. A queued attempt's intent
+        # stays until its entry is written (the queue removes it then), so a leader
         # gathering a batch waits for it rather than starting without it.
         if queued and (attempt.target_before != attempt.base or self.target.busy()):
             return self._land_queued(attempt, spec, status)

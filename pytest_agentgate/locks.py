@@ -40,22 +40,3 @@ def ref_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
-
-
-def held(repo: BaseRepo, ref: str) -> bool:
-    """Whether some process holds the plugin's lock for ``ref`` right now (a look, never a
-    wait: the answer may be old by the time it is read)."""
-    path = repo.private_dir / "locks" / f"{ref.replace('/', '%2F')}.lock"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False  # never taken here
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
