@@ -659,6 +659,7 @@ def test_two_machines_share_one_leader_and_few_retests(
     for left in ("queue", "verdicts"):  # every posted attempt taken, every verdict read
         assert git(server, "for-each-ref", f"refs/agentgate/{left}/") == "", left
     assert len(_attempts_on(tmp_path / "left")) == 8
+    assert len(_attempts_on(tmp_path / "right")) == 8
     fsck(server)
 
 
