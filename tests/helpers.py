@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 GIT_ENV = {
@@ -205,3 +207,41 @@ def test_1_first(agent_workspace):
 def test_2_second(agent_workspace):
     (agent_workspace.path / "second.txt").write_text("second\\n")
 """
+
+
+@contextlib.contextmanager
+def git_daemon(bare: Path) -> Iterator[str]:
+    """``git daemon`` serving ``bare`` on a free loopback port, pushes enabled; its URL.
+    Skips when the daemon is not installed."""
+    import socket
+    import time
+
+    import pytest
+
+    exec_path = subprocess.run(
+        ["git", "--exec-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not (Path(exec_path) / "git-daemon").exists():
+        pytest.skip("git daemon is not installed (Debian: the git package ships it)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen(
+        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
+         "--enable=receive-pack", f"--base-path={bare.parent}", str(bare.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("git daemon did not start")
+    try:
+        yield f"git://127.0.0.1:{port}/{bare.name}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git, spawn_pytest
+from helpers import fsck, git, git_daemon, spawn_pytest
 
 AGENT = """
 import pytest
@@ -130,31 +130,8 @@ def _free_port() -> int:
 @pytest.fixture
 def daemon(server: Path) -> Iterator[str]:
     """``git daemon`` serving the server directory on a loopback port, pushes enabled."""
-    exec_path = subprocess.run(
-        ["git", "--exec-path"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    if not (Path(exec_path) / "git-daemon").exists():
-        pytest.skip("git daemon is not installed (Debian: the git package ships it)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
-         "--enable=receive-pack", f"--base-path={server.parent}", str(server.parent)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail("git daemon did not start")
-    try:
-        yield f"git://127.0.0.1:{port}/{server.name}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with git_daemon(server) as url:
+        yield url
 
 
 def test_two_machines_promote_through_git_daemon_and_lose_nothing(
@@ -692,7 +669,6 @@ def test_{who}(agent_workspace):
         suite = tmp_path / f"suite-{who}"
         suite.mkdir()
         (suite / "test_it.py").write_text(moves.format(who=who, person=str(pusher)))
-        import time
 
         begin = time.monotonic()
         proc = spawn_pytest(
@@ -732,7 +708,6 @@ def test_a_lease_written_by_hand_is_taken_over_after_at_most_one_length(
     """Anyone who can push can write a lease: one that claims to expire in the year 3000 is
     honoured for one length plus the margin (it never changes, so nobody renews it), one
     that cannot be read not at all; then it is taken over, and the landing happens, once."""
-    import time
 
     work = clone(str(server), tmp_path / "work")
     tree = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git
+from helpers import fsck, git, git_daemon
 
 from pytest_agentgate import Engine, GateSpec
 from pytest_agentgate.queue import Entry, Outcome, Retested
@@ -25,40 +24,14 @@ from pytest_agentgate.server_queue import POSTED_TITLE, VERDICT_TITLE
 KEY = "ab" * 12
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def daemon(service: Path, tmp_path: Path) -> Iterator[str]:
     """A bare copy of the service, served by ``git daemon`` with pushes enabled."""
-    exec_path = subprocess.run(
-        ["git", "--exec-path"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    if not (Path(exec_path) / "git-daemon").exists():
-        pytest.skip("git daemon is not installed (Debian: the git package ships it)")
     bare = tmp_path / "server" / "ledger.git"
     bare.parent.mkdir()
     git(tmp_path, "clone", "-q", "--bare", str(service), str(bare))
-    port = _free_port()
-    proc = subprocess.Popen(
-        ["git", "daemon", "--reuseaddr", "--listen=127.0.0.1", f"--port={port}", "--export-all",
-         "--enable=receive-pack", f"--base-path={bare.parent}", str(bare.parent)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    try:
-        yield f"git://127.0.0.1:{port}/{bare.name}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with git_daemon(bare) as url:
+        yield url
 
 
 def _server(tmp_path: Path) -> Path:
@@ -156,6 +129,22 @@ class Leader:
 def _record(uid: str, task: str, base: str, tree: str) -> dict[str, object]:
     return {"uid": uid, "task": task, "agent": "leader", "base": base, "tree": tree,
             "status": "promoted"}  # fmt: skip
+
+
+def _queued_and_posted(machine: Leader, task: str, change: str, base: str) -> Entry:
+    """An attempt of ``machine``'s own, in its queue and posted on the server (as a waiter
+    that found another machine leading leaves it)."""
+    queue, shared = machine.engine.queue, machine.engine.target.server_queue()
+    uid = uuid.uuid4().hex
+    tree = git(machine.work, "rev-parse", f"{change}^{{tree}}")
+    entry = queue.enqueue(
+        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
+              task=task, record=_record(uid, task, base, tree), pid=os.getpid())
+    )  # fmt: skip
+    posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
+    assert posted is not None
+    queue._mark_posted(uid, posted)
+    return entry
 
 
 def _verdict(server: Path, uid: str) -> dict[str, object]:
@@ -334,18 +323,8 @@ def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Pa
     work = leader.work
     base = git(work, "rev-parse", "HEAD")
     change = _change(work, base, {"real.txt": "real\n"})
-    queue = leader.engine.queue
-    uid = uuid.uuid4().hex
-    tree = git(work, "rev-parse", f"{change}^{{tree}}")
-    entry = queue.enqueue(
-        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
-              task="real", record=_record(uid, "real", base, tree), pid=os.getpid())
-    )  # fmt: skip
-    shared = leader.engine.target.server_queue()
-    assert shared is not None
-    posted = shared.post(entry.uid, change, KEY, {"key": KEY, "base": base})
-    assert posted is not None
-    queue._mark_posted(entry.uid, posted)
+    queue, shared = leader.engine.queue, leader.engine.target.server_queue()
+    entry = _queued_and_posted(leader, "real", change, base)
     # The forger takes the queue ref and writes "promoted" at the tip it never reached.
     server = _server(tmp_path)
     tip = git(server, "rev-parse", "main")
@@ -579,17 +558,9 @@ def test_a_rejection_written_over_a_landing_is_not_believed(daemon: str, tmp_pat
     work = poster.work
     base = git(work, "rev-parse", "HEAD")
     change = _change(work, base, {"landed.txt": "l\n"})
-    queue = poster.engine.queue
-    uid = uuid.uuid4().hex
-    tree = git(work, "rev-parse", f"{change}^{{tree}}")
-    entry = queue.enqueue(
-        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
-              task="landed", record=_record(uid, "landed", base, tree), pid=os.getpid())
-    )  # fmt: skip
-    shared = poster.engine.target.server_queue()
-    posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
-    assert posted is not None
-    queue._mark_posted(uid, posted)
+    queue, shared = poster.engine.queue, poster.engine.target.server_queue()
+    entry = _queued_and_posted(poster, "landed", change, base)
+    uid = entry.uid
     # Another machine's leader lands it (with its own attempt).
     leader = Leader(daemon, tmp_path / "l")
     leader.land_own("mine")
