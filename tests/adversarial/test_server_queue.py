@@ -266,31 +266,21 @@ def test_a_posted_attempt_whose_change_is_not_a_child_of_its_base_is_refused(
     assert said["status"] == "rejected" and "parent" in str(said["reason"]), said
 
 
+@pytest.mark.parametrize(
+    "beat", ["none", -3600.0, float("nan")], ids=["no heartbeat", "an hour old", "nan"]
+)
 def test_a_posted_attempt_whose_machine_stopped_waiting_never_lands(
-    daemon: str, tmp_path: Path
+    daemon: str, tmp_path: Path, beat: str | float
 ) -> None:
-    """No heartbeat for the poster's machine: nobody would report it, so it is not landed."""
+    """No heartbeat for the poster's machine, one older than a lease length plus the margin
+    (its machine died, or its leader died holding the lease), or one with no time: nobody
+    would report it, so it is not landed."""
     forger = _clone(daemon, tmp_path / "other")
     base = git(forger, "rev-parse", "HEAD")
-    uid = _post(forger, daemon, _change(forger, base, {"z.txt": "z\n"}), base)
-    git(forger, "push", "-q", daemon, ":refs/agentgate/alive/main/elsewhere")
-    leader = Leader(daemon, tmp_path)
-    leader.land_own("mine")
-    server = _server(tmp_path)
-    assert "z.txt" not in git(server, "ls-tree", "--name-only", "main").splitlines()
-    said = _verdict(server, uid)
-    assert said["status"] == "error" and "stopped waiting" in str(said["reason"])
-
-
-@pytest.mark.parametrize("at", [-3600.0, float("nan")], ids=["an hour old", "nan"])
-def test_a_posted_attempt_whose_heartbeat_is_stale_never_lands(
-    daemon: str, tmp_path: Path, at: float
-) -> None:
-    """A heartbeat older than a lease length plus the margin (its machine died, or its
-    leader died holding the lease), or one with no time: not waiting, so not landed."""
-    forger = _clone(daemon, tmp_path / "other")
-    base = git(forger, "rev-parse", "HEAD")
-    uid = _post(forger, daemon, _change(forger, base, {"z.txt": "z\n"}), base, at=at)
+    change = _change(forger, base, {"z.txt": "z\n"})
+    uid = _post(forger, daemon, change, base, at=0.0 if beat == "none" else float(beat))
+    if beat == "none":
+        git(forger, "push", "-q", daemon, ":refs/agentgate/alive/main/elsewhere")
     leader = Leader(daemon, tmp_path)
     leader.land_own("mine")
     server = _server(tmp_path)
