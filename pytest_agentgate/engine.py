@@ -361,6 +361,9 @@ class Engine:
         self._started = True
         schema.ensure_layout(self.repo)  # a newer layout is refused before anything is written
         self.settled = self.target.start(run_id or self.settings.run_id)
+        # Attempts an earlier run here posted on a server and died waiting for: taken back,
+        # or, when another machine's leader landed one meanwhile, recorded now.
+        self.settled += self.queue.settle_posted()
 
     def close(self) -> None:
         """Remove the kept workspaces and the run's private directory."""
@@ -871,12 +874,15 @@ class Engine:
             # landed it just before. Then the move stands, and its record says so (the
             # leader here wrote it; for another machine's landing it is written here).
             landed = self.queue.verdict(attempt.uid)
-            if landed is not None and landed.status in ("promoted", "passed"):
-                if landed.kind != "already":
-                    attempt.move = self._move_of(landed)
-                attempt.record_ref = landed.record_ref
-                attempt.record_commit = landed.record_commit
-            self.queue.discard(attempt.uid)
+            if landed is not None:
+                if landed.status in ("promoted", "passed"):
+                    if landed.kind != "already":
+                        attempt.move = self._move_of(landed)
+                    attempt.record_ref = landed.record_ref
+                    attempt.record_commit = landed.record_commit
+                self.queue.discard(attempt.uid)
+            # Else it was withdrawn, or (the server out of reach) it is still posted there:
+            # its entry stays, for the next run here to take back.
             raise
         return self._queued_outcome(attempt, found)
 

@@ -11,7 +11,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -165,6 +165,10 @@ def _queue_leftovers(
         repo, server.fetch_url, [f"+refs/agentgate/{k}/*:{mirror}{k}/*" for k in kinds],
         name=server.remote,
     )  # fmt: skip
+    # Never younger than a wait may last: a machine may be waiting on a posted attempt now.
+    from .lease import WAIT_LIMIT_S
+
+    cutoff = min(cutoff, datetime.now(cutoff.tzinfo) - timedelta(seconds=WAIT_LIMIT_S))
     removed = []
     for ref, commit, date in repo.refs(
         mirror, "%(refname)%00%(objectname)%00%(creatordate:iso-strict)"

@@ -429,7 +429,53 @@ class LandingQueue:
                 alive.append(entry)
             elif self._take_back(entry):
                 self._forget(entry)
+            else:
+                self._settle_posted(entry)
         return alive
+
+    def settle_posted(self) -> list[str]:
+        """At a run's start: this machine's posted attempts whose process is gone. Each is
+        taken back from the server, or, when another machine's leader decided it meanwhile,
+        recorded as it decided (nobody else would: that leader records its own machine's
+        attempts only). What the server cannot be asked about now stays for the next run."""
+        if self.target.server_queue() is None or not any(self.folder.glob("*.posted")):
+            return []
+        settled = []
+        with self.target.lock():
+            for entry in self.entries():
+                if entry.foreign or pending.pid_alive(entry.pid) or not self._post_of(entry.uid):
+                    continue
+                if self._take_back(entry):
+                    self._forget(entry)
+                    settled.append(f"took back {entry.label}, posted by a run that stopped")
+                elif (note := self._settle_posted(entry)) is not None:
+                    settled.append(note)
+        return settled
+
+    def _settle_posted(self, entry: Entry) -> str | None:
+        """Record a dead process's posted attempt as another machine's leader decided it
+        (its verdict, read here); None while no verdict is known."""
+        found = self.verdict(entry.uid)
+        if found is None:
+            return None
+        landed = found.status in ("promoted", "passed") and found.kind != "already"
+        problems: dict[str, str] = {}
+        ref, _ = self._published(
+            attempts.write_record(
+                self.repo,
+                {**entry.record, "batch": found.batch},
+                status=found.status,
+                reason=found.reason or "decided by another machine's leader after it stopped",
+                check=found.check,
+                output=found.output,
+                landed=found.new if landed and self.target.promotes else None,
+                known_objects=entry.known_objects,
+            ),
+            entry.uid,
+            problems,
+        )
+        self.discard(entry.uid)
+        return f"recorded {entry.label} as {found.status} ({ref}), decided after its run stopped"
 
     def entries(self) -> list[Entry]:
         """The queued attempts that have no verdict yet, in arrival order."""
@@ -982,12 +1028,13 @@ class LandingQueue:
             uid = path.name[: -len(".posted")]
             commit = self._post_of(uid)
             entry = waiting.get(uid)
+            key = self._posted_key(uid)
             if entry is None:  # decided here meanwhile, or its process gone
-                if listing.queue.get(uid) == commit:
-                    shared.push([shared.take_back(listing.keys[uid], uid, commit)])
+                if key and shared.still_posted(listing, key, uid, commit):
+                    shared.push([shared.take_back(key, uid, commit)])
                 self._unpost(uid)
                 continue
-            if listing.queue.get(uid) == commit:
+            if shared.still_posted(listing, entry.key, uid, commit):
                 continue  # still waiting there
             said = shared.verdicts(listing, [uid]).get(uid)
             outcome = self._believe(entry, said[1]) if said is not None else None
@@ -1072,7 +1119,7 @@ class LandingQueue:
                 if not self._post_of(entry.uid):
                     commit = shared.post(entry.uid, entry.change_commit, entry.key, _posting(entry))
                     if commit is not None:
-                        self._mark_posted(entry.uid, commit)
+                        self._mark_posted(entry.uid, commit, entry.key)
             shared.beat()
         except (AgentgateError, OSError):
             return False  # the server cannot be read now: wait for the lease, as before
@@ -1092,7 +1139,7 @@ class LandingQueue:
         with contextlib.suppress(AgentgateError, OSError):
             commit = shared.post(entry.uid, entry.change_commit, entry.key, _posting(entry))
             if commit is not None:
-                self._mark_posted(entry.uid, commit)
+                self._mark_posted(entry.uid, commit, entry.key)
 
     def _take_back(self, entry: Entry) -> bool:
         """Take this machine's attempt back from the server's queue, if it was posted there;
@@ -1108,10 +1155,27 @@ class LandingQueue:
             listing = shared.listing()
         except AgentgateError:
             return False
-        if listing.queue.get(entry.uid) == commit:
+        if shared.still_posted(listing, entry.key, entry.uid, commit):
             return False  # the server could not be written: it stays posted
         self._sync_posted(shared, listing)
-        return self.verdict(entry.uid) is None and not self._post_of(entry.uid)
+        if self.verdict(entry.uid) is not None or self._post_of(entry.uid):
+            return False
+        # Gone without a verdict one can believe: landed all the same when the branch holds
+        # its change (a verdict that could not be written, or was deleted), so not withdrawn.
+        tip = self.target.tip()
+        if tip is not None and self.repo.is_ancestor(entry.change_commit, tip):
+            self._write_verdict(
+                entry,
+                Outcome(
+                    str(entry.record.get("status", "promoted")),
+                    "landed by another machine's leader (its verdict is not on the server)",
+                    old="",
+                    new=tip,
+                    kind="landed",
+                ),
+            )
+            return False
+        return True
 
     def _still_queued(self, batch: list[Entry]) -> list[Entry]:
         """What of ``batch`` is still to land after a move that failed: not decided meanwhile
@@ -1132,13 +1196,21 @@ class LandingQueue:
 
     def _post_of(self, uid: str) -> str:
         """The commit this machine posted ``uid`` as on the server's queue ("" if none)."""
-        try:
-            return (self.folder / f"{uid}.posted").read_text(encoding="ascii").strip()
-        except (OSError, ValueError):
-            return ""
+        return self._posted_note(uid)[0]
 
-    def _mark_posted(self, uid: str, commit: str) -> None:
-        _write(self.folder / f"{uid}.posted", commit)
+    def _posted_key(self, uid: str) -> str:
+        """The batch key (the folder) ``uid`` was posted under ("" if unknown)."""
+        return self._posted_note(uid)[1]
+
+    def _posted_note(self, uid: str) -> tuple[str, str]:
+        try:
+            words = (self.folder / f"{uid}.posted").read_text(encoding="ascii").split()
+        except (OSError, ValueError):
+            return "", ""
+        return (words[0] if words else "", words[1] if len(words) > 1 else "")
+
+    def _mark_posted(self, uid: str, commit: str, key: str = "") -> None:
+        _write(self.folder / f"{uid}.posted", f"{commit} {key}".strip())
 
     def _unpost(self, uid: str) -> None:
         (self.folder / f"{uid}.posted").unlink(missing_ok=True)

@@ -71,6 +71,7 @@ class Listing:
     """One look at the server's queue: what is posted, decided, and who is waiting."""
 
     queue: dict[str, str] = field(default_factory=dict)  # uid -> queue commit
+    refs: dict[str, str] = field(default_factory=dict)  # every queue ref -> its commit
     keys: dict[str, str] = field(default_factory=dict)  # uid -> its batch key (its folder)
     verdicts: dict[str, str] = field(default_factory=dict)  # uid -> verdict commit
     alive: dict[str, str] = field(default_factory=dict)  # machine -> heartbeat commit
@@ -118,10 +119,14 @@ class ServerQueue:
             name=self.server.remote,
         )
         seen = Listing()
+        twice: set[str] = set()
         for ref, oid in found.items():
             if ref.startswith(self.queue_prefix):
                 key, _, uid = ref[len(self.queue_prefix) :].partition("/")
                 if _UID.fullmatch(key) and _UID.fullmatch(uid):
+                    seen.refs[ref] = oid
+                    if uid in seen.queue:
+                        twice.add(uid)  # one attempt in two folders: no leader takes it
                     seen.queue[uid] = oid
                     seen.keys[uid] = key
                     self._refs[uid] = ref
@@ -137,11 +142,21 @@ class ServerQueue:
                     # A ref below the name (``<uid>/x``) keeps git from writing the name
                     # itself: whatever would write it leaves it out (see :meth:`blocked`).
                     seen.blocked.add(f"{prefix}{name.split('/')[0]}")
+        for uid in twice:
+            del seen.queue[uid], seen.keys[uid], self._refs[uid]
         now = time.monotonic()
         for oid in seen.alive.values():
             self._first_seen.setdefault(oid, now)
         self._blocked = set(seen.blocked)
         return seen
+
+    def still_posted(self, listing: Listing, key: str, uid: str, commit: str) -> bool:
+        """Whether the attempt this machine posted as ``commit`` under ``key`` is still
+        there, under that very ref (the same uid written under another folder is not it)."""
+        return listing.refs.get(self._ref(key, uid)) == commit
+
+    def _ref(self, key: str, uid: str) -> str:
+        return f"{self.queue_prefix}{key}/{uid}" if key else self._refs.get(uid, "")
 
     def can_decide(self, listing: Listing, uid: str) -> bool:
         """Whether a verdict for ``uid`` can be written there (no ref below its name)."""
@@ -356,8 +371,7 @@ class ServerQueue:
     def take_back(self, key: str, uid: str, commit: str) -> transport.RefUpdate:
         """The update that deletes a queue ref (compare-and-swap: only if it is still the
         attempt read, so that it is taken once)."""
-        ref = self._refs.get(uid, f"{self.queue_prefix}{key}/{uid}")
-        return transport.RefUpdate(ref, "", commit)
+        return transport.RefUpdate(self._ref(key, uid), "", commit)
 
     def clear_verdict(self, uid: str, commit: str) -> transport.RefUpdate:
         return transport.RefUpdate(f"{self.verdict_prefix}{uid}", "", commit)

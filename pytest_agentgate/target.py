@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -493,7 +494,6 @@ class RemoteBranch(_LogsMoves):
             return False
 
     def server_queue(self) -> ServerQueue:
-        import re
         import socket
 
         from .server_queue import ServerQueue
@@ -514,26 +514,37 @@ class RemoteBranch(_LogsMoves):
         return self._queue
 
     def _machine_id(self) -> str:
+        """This clone's id, drawn once and kept in its private directory. One that cannot
+        be read as one (cut short by a kill or a full disk) is drawn again, replaced whole;
+        a clone that cannot keep one gets one from where it is."""
         import hashlib
         import uuid as uuids
 
         path = self.repo.private_dir / "machine-id"
-        try:
-            found = path.read_text(encoding="ascii").strip()
-            if found.isalnum() and 8 <= len(found) <= 32:
-                return found
-        except (OSError, UnicodeDecodeError):
-            pass
-        drawn = uuids.uuid4().hex[:12]
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("x", encoding="ascii") as out:  # the first process to draw wins
-                out.write(drawn)
-        except FileExistsError:
-            return self._machine_id()
-        except OSError:  # a read-only clone: one id per process then, from where it is
-            return hashlib.sha256(str(self.repo.common_dir).encode()).hexdigest()[:10]
-        return drawn
+        for _ in range(3):
+            try:
+                found = path.read_text(encoding="ascii").strip()
+                if found.isalnum() and 8 <= len(found) <= 32:
+                    return found
+            except FileNotFoundError:
+                pass
+            except (OSError, UnicodeDecodeError):
+                pass  # unreadable as an id: drawn again below
+            drawn = path.with_name(f"machine-id.{uuids.uuid4().hex}")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                drawn.write_text(uuids.uuid4().hex[:12], encoding="ascii")
+                if path.exists():
+                    os.replace(drawn, path)  # replaced whole: a reader sees the old or the new
+                else:
+                    # The first process to draw wins; the others read its id next turn.
+                    with contextlib.suppress(FileExistsError):
+                        os.link(drawn, path)
+            except OSError:
+                break
+            finally:
+                drawn.unlink(missing_ok=True)
+        return hashlib.sha256(str(self.repo.common_dir).encode()).hexdigest()[:10]
 
     @property
     def label(self) -> str:
@@ -708,15 +719,17 @@ class RemoteBranch(_LogsMoves):
                 name=self.remote,
             )  # fmt: skip
             extras = [*note.server_updates, *([link] if link else [])]
-            said = pushed.refusal() if pushed.refused is not None else ""
-            if extras and said and any(u.ref in said for u in extras):
+            # The server names a ref it could not lock ("cannot lock ref 'R': 'R/x' exists").
+            said = " ".join(pushed.server_says) + " " + pushed.refusal()
+            locked_out = set(re.findall(r"cannot lock ref '([^']+)'", said))
+            blocked = {u.ref for u in extras} & locked_out
+            if blocked and locked_out <= blocked:
                 # The server would not write one of the queue's refs or the chain's (a ref
-                # below its name is in the way): the move goes on without them. (A posted
-                # attempt it landed then keeps its queue ref: the next leader finds its
-                # change already there, and says so.)
-                link = None
-                plain = updates[: 2 if lease is not None else 1]
-                pushed = transport.push(self.repo, self.urls()[1], plain, name=self.remote)
+                # below its name is in the way): the move goes on without that one, and all
+                # the rest (the verdicts, the queue refs taken) still in the same push.
+                link = link if link is not None and link.ref not in blocked else None
+                kept = [u for u in [*updates, *([link] if link else [])] if u.ref not in blocked]
+                pushed = transport.push(self.repo, self.urls()[1], kept, name=self.remote)
             if pushed.ok and lease is not None:
                 lease.renewed(updates[1])
             if pushed.ok and link is not None:

@@ -131,7 +131,9 @@ def _record(uid: str, task: str, base: str, tree: str) -> dict[str, object]:
             "status": "promoted"}  # fmt: skip
 
 
-def _queued_and_posted(machine: Leader, task: str, change: str, base: str) -> Entry:
+def _queued_and_posted(
+    machine: Leader, task: str, change: str, base: str, pid: int | None = None
+) -> Entry:
     """An attempt of ``machine``'s own, in its queue and posted on the server (as a waiter
     that found another machine leading leaves it)."""
     queue, shared = machine.engine.queue, machine.engine.target.server_queue()
@@ -139,11 +141,11 @@ def _queued_and_posted(machine: Leader, task: str, change: str, base: str) -> En
     tree = git(machine.work, "rev-parse", f"{change}^{{tree}}")
     entry = queue.enqueue(
         Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
-              task=task, record=_record(uid, task, base, tree), pid=os.getpid())
+              task=task, record=_record(uid, task, base, tree), pid=pid or os.getpid())
     )  # fmt: skip
     posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
     assert posted is not None
-    queue._mark_posted(uid, posted)
+    queue._mark_posted(uid, posted, KEY)
     return entry
 
 
@@ -662,3 +664,121 @@ def test_change(agent_workspace):
     third = pytester.runpytest("test_agent_2.py", f"--agentgate-repo={b}", *flags)
     third.assert_outcomes(passed=1)
     assert "moved outside agentgate" not in third.stdout.str()
+
+
+def test_a_poster_that_died_waiting_is_recorded_by_its_machine_s_next_run(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Found by attack: a poster SIGKILLed as it waited, its machine's heartbeat still
+    fresh: another machine's leader landed it, and no record anywhere named the landing
+    (that leader records its own machine's attempts only). Its machine's next run reads
+    the verdict and writes the record."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "l").mkdir()
+    poster = Leader(daemon, tmp_path / "p")
+    base = git(poster.work, "rev-parse", "HEAD")
+    change = _change(poster.work, base, {"orphan.txt": "o\n"})
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that has died: the poster, SIGKILLed while it waited
+    entry = _queued_and_posted(poster, "orphan", change, base, pid=gone.pid)
+    leader = Leader(daemon, tmp_path / "l")
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    assert "orphan.txt" in git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert _refs(server, "refs/agentgate/attempts/orphan/") == []  # nobody recorded it yet
+    again = Engine.open(
+        poster.work, "main", remote="origin", promote=True, workdir=tmp_path / "p" / "ws2",
+        gate=GateSpec(commands=("true",)),
+    )  # fmt: skip
+    again.start()
+    assert any("orphan" in line and "promoted" in line for line in again.settled), again.settled
+    (record,) = _refs(server, "refs/agentgate/attempts/orphan/")
+    message = git(server, "log", "-1", "--format=%B", record)
+    assert "Agentgate-Verdict: promoted" in message and "Agentgate-Landed: " in message
+    assert again.queue.verdict(entry.uid) is None  # read, and gone
+
+
+def _in_the_way_of_the_chain(forger: Path, url: str, server: Path) -> None:
+    """No chain of moves, and a ref below its name: git cannot write the chain there."""
+    empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
+    junk = git(forger, "commit-tree", empty, "-m", "in the way")
+    if _refs(server, "refs/agentgate/moves/main"):
+        git(forger, "push", "-q", url, ":refs/agentgate/moves/main")
+    git(forger, "push", "-q", url, f"{junk}:refs/agentgate/moves/main/x")
+
+
+def test_with_the_chain_blocked_a_posted_attempt_still_gets_its_verdict_with_the_move(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Found by attack: with a ref in the way of the chain, the landing push went again
+    without every extra, the verdicts and the queue refs' compare-and-swap with it: the
+    posted attempt landed but was later judged "already there, nothing moved", and its
+    poster, interrupted in between, took back (reported withdrawn) a landed change. Now
+    only the ref that could not be written is left out."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "l").mkdir()
+    poster = Leader(daemon, tmp_path / "p")
+    base = git(poster.work, "rev-parse", "HEAD")
+    entry = _queued_and_posted(
+        poster, "posted", _change(poster.work, base, {"posted.txt": "p\n"}), base
+    )
+    server = _server(tmp_path)
+    _in_the_way_of_the_chain(poster.work, daemon, server)
+    leader = Leader(daemon, tmp_path / "l")
+    assert leader.land_own("mine").status == "promoted"
+    said = _verdict(server, entry.uid)
+    assert said["status"] == "promoted" and said["kind"] == "merge", said
+    assert git(server, "merge-base", "--is-ancestor", str(said["new"]), "main") == ""
+    assert _refs(server, "refs/agentgate/queue/") == []  # taken, once
+    assert poster.engine.queue._take_back(entry) is False  # landed: not withdrawn
+    found = poster.engine.queue.verdict(entry.uid)
+    assert found is not None and found.kind == "merge", found
+    fsck(server)
+
+
+def test_the_same_uid_under_another_folder_never_hides_a_poster_s_own_post(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Found by attack: a junk ref with a waiting poster's uid under another key folder
+    made the poster take its real post for gone and forget it; landed later, it was never
+    read, and a Ctrl-C then reported withdrawn a change on the branch."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "l").mkdir()
+    poster = Leader(daemon, tmp_path / "p")
+    work = poster.work
+    base = git(work, "rev-parse", "HEAD")
+    entry = _queued_and_posted(poster, "posted", _change(work, base, {"posted.txt": "p\n"}), base)
+    queue, shared = poster.engine.queue, poster.engine.target.server_queue()
+    empty = git(work, "hash-object", "-t", "tree", "-w", "/dev/null")
+    junk = git(work, "commit-tree", empty, "-m", "junk")
+    elsewhere = f"refs/agentgate/queue/main/{'f' * 24}/{entry.uid}"
+    git(work, "push", "-q", daemon, f"{junk}:{elsewhere}")
+    queue._sync_posted(shared, shared.listing())
+    assert queue._post_of(entry.uid)  # still its own post
+    git(work, "push", "-q", daemon, f":{elsewhere}")
+    Leader(daemon, tmp_path / "l").land_own("mine")
+    queue._sync_posted(shared, shared.listing())
+    found = queue.verdict(entry.uid)
+    assert found is not None and found.status == "promoted", found
+    assert "posted.txt" in git(_server(tmp_path), "ls-tree", "--name-only", "main").splitlines()
+
+
+@pytest.mark.parametrize(
+    "left", ["", "abc", "not an id!", "\u00e9" * 10], ids=["empty", "short", "odd", "non-ascii"]
+)
+def test_a_machine_id_cut_short_is_drawn_again(daemon: str, tmp_path: Path, left: str) -> None:
+    """Found by attack: a machine-id file a kill or a full disk cut short made every queued
+    landing of the clone fail with RecursionError, run after run."""
+    from pytest_agentgate import oplog
+    from pytest_agentgate.repo import BaseRepo
+    from pytest_agentgate.target import RemoteBranch
+
+    work = _clone(daemon, tmp_path / "work")
+    repo = BaseRepo(work / ".git", work)
+    repo.private_dir.mkdir(parents=True, exist_ok=True)
+    (repo.private_dir / "machine-id").write_text(left)
+    name = RemoteBranch(repo, "origin", "main", oplog.OpLog(repo.common_dir)).server_queue().machine
+    kept = (repo.private_dir / "machine-id").read_text()
+    assert kept.isalnum() and len(kept) >= 8 and name.endswith(kept)
+    again = RemoteBranch(repo, "origin", "main", oplog.OpLog(repo.common_dir)).server_queue()
+    assert again.machine == name
