@@ -928,17 +928,21 @@ class LandingQueue:
     def _queued(self, key: str) -> list[Entry]:
         """The attempts of ``key`` to batch: this machine's, in arrival order, then those
         other machines posted on the server (judged here first), in the order they came."""
-        local = [e for e in self.entries() if e.key == key]
         shared = self.target.server_queue()
-        if shared is None:
+        listing = None
+        if shared is not None:
+            try:
+                listing = shared.listing()
+                self._sync_posted(shared, listing)  # (it may decide some of this machine's)
+            except (AgentgateError, OSError):
+                listing = None  # the server cannot be read now: this machine's batch goes on
+        local = [e for e in self.entries() if e.key == key]
+        if shared is None or listing is None:
             return local
         try:
-            listing = shared.listing()
-            self._sync_posted(shared, listing)
-            local = [e for e in self.entries() if e.key == key]
             return local + self._foreign(shared, listing, key)
         except (AgentgateError, OSError):
-            return local  # the server cannot be read now: this machine's own batch goes on
+            return local
 
     def _foreign(self, shared: ServerQueue, listing: Listing, key: str) -> list[Entry]:
         if self._judge is None:
@@ -1106,8 +1110,8 @@ class LandingQueue:
 
     def _while_waiting(self, shared: ServerQueue, key: str) -> bool:
         """While another machine holds the lease: post this machine's queued attempts on the
-        server (for that leader), keep its heartbeat, read the verdicts. Whether none of
-        ``key`` is left to lead here."""
+        server (for that leader; the lease's wait keeps the heartbeat), and read the verdicts.
+        Whether none of ``key`` is left to lead here."""
         now = time.monotonic()
         if now - self._last_poll < SERVER_POLL_S:
             return False
@@ -1120,7 +1124,6 @@ class LandingQueue:
                     commit = shared.post(entry.uid, entry.change_commit, entry.key, _posting(entry))
                     if commit is not None:
                         self._mark_posted(entry.uid, commit, entry.key)
-            shared.beat()
         except (AgentgateError, OSError):
             return False  # the server cannot be read now: wait for the lease, as before
         left = self.entries()

@@ -323,26 +323,12 @@ class ServerQueue:
         self._mine.add(commit)
         return [transport.RefUpdate(self.alive_ref, commit, None, force=True)]
 
-    def beat(self) -> None:
-        """Renew this machine's heartbeat when a third of a lease length has passed."""
-        if self.refused or time.monotonic() - self._beat < self.seconds / 3:
-            return
-        beats = self.heartbeats()
-        with contextlib.suppress(AgentgateError):
-            if (
-                beats
-                and transport.push(
-                    self.repo, self.server.push_url, beats, name=self.server.remote
-                ).ok
-            ):
-                self._beat = time.monotonic()
-
     def keep_alive(self) -> None:
         """While this process waits for the lease however it waits: renew this machine's
         heartbeat if it has one there (its other processes' posted attempts wait behind
         this one, holding no lock, and must not be taken for a dead machine's); a look at
         most every third of a lease length."""
-        if time.monotonic() - self._beat < self.seconds / 3:
+        if self.refused or time.monotonic() - self._beat < self.seconds / 3:
             return
         self._beat = time.monotonic()
         there = transport.list_refs(
