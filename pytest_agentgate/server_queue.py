@@ -180,6 +180,10 @@ class ServerQueue:
         if oid not in self._beats and not self.repo.has_object(oid):
             with contextlib.suppress(AgentgateError):
                 self._fetch(f"+{ALIVE}{self.branch}/*:{self.mirror}alive/{self.branch}/*")
+            if not self.repo.has_object(oid):
+                # Renewed since it was listed (the fetch brought the newer one): it lives.
+                # One that stays unreadable is caught above, once unchanged for a length.
+                return True
         if oid not in self._beats:
             self._beats[oid] = self._beat_time(oid)
         at = self._beats[oid]

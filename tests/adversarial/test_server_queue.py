@@ -782,3 +782,23 @@ def test_a_machine_id_cut_short_is_drawn_again(daemon: str, tmp_path: Path, left
     assert kept.isalnum() and len(kept) >= 8 and name.endswith(kept)
     again = RemoteBranch(repo, "origin", "main", oplog.OpLog(repo.common_dir)).server_queue()
     assert again.machine == name
+
+
+def test_a_heartbeat_renewed_between_listing_and_reading_is_alive(
+    daemon: str, tmp_path: Path
+) -> None:
+    """Found as a rare failure of two machines at once (1 in 3 CI runs): a heartbeat renewed
+    just after the leader listed it could no longer be fetched (the server holds the newer
+    one), was read as no time, and the waiting machine's attempt was refused as stopped."""
+    from pytest_agentgate.server_queue import Listing
+
+    leader = Leader(daemon, tmp_path)
+    shared = leader.engine.target.server_queue()
+    elsewhere = _clone(daemon, tmp_path / "other")
+    empty = git(elsewhere, "hash-object", "-t", "tree", "-w", "/dev/null")
+    gone = git(elsewhere, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time():.3f}")
+    # Listed as that commit, which the server no longer holds (renewed since).
+    assert shared.waiting(Listing(alive={"elsewhere": gone}), "elsewhere")
+    # One that can be read, and is an hour old, is not waiting.
+    old = git(leader.work, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time() - 3600:.3f}")
+    assert not shared.waiting(Listing(alive={"elsewhere": old}), "elsewhere")
