@@ -427,10 +427,8 @@ class LandingQueue:
         for entry in queued:
             if entry.foreign or pending.pid_alive(entry.pid):  # posted: its heartbeat said
                 alive.append(entry)
-            elif self._take_back(entry):
-                self._forget(entry)
             else:
-                self._settle_posted(entry)
+                self._drop_dead(entry)
         return alive
 
     def settle_posted(self) -> list[str]:
@@ -445,12 +443,19 @@ class LandingQueue:
             for entry in self.entries():
                 if entry.foreign or pending.pid_alive(entry.pid) or not self._post_of(entry.uid):
                     continue
-                if self._take_back(entry):
-                    self._forget(entry)
-                    settled.append(f"took back {entry.label}, posted by a run that stopped")
-                elif (note := self._settle_posted(entry)) is not None:
+                if (note := self._drop_dead(entry)) is not None:
                     settled.append(note)
         return settled
+
+    def _drop_dead(self, entry: Entry) -> str | None:
+        """A dead process's entry: taken back (from the server too, if it was posted) and
+        forgotten, or recorded as another machine's leader decided it; what became of a
+        posted one (None: nothing to say, or no verdict known yet)."""
+        posted = bool(self._post_of(entry.uid))
+        if self._take_back(entry):
+            self._forget(entry)
+            return f"took back {entry.label}, posted by a run that stopped" if posted else None
+        return self._settle_posted(entry)
 
     def _settle_posted(self, entry: Entry) -> str | None:
         """Record a dead process's posted attempt as another machine's leader decided it

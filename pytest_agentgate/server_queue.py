@@ -72,7 +72,6 @@ class Listing:
 
     queue: dict[str, str] = field(default_factory=dict)  # uid -> queue commit
     refs: dict[str, str] = field(default_factory=dict)  # every queue ref -> its commit
-    keys: dict[str, str] = field(default_factory=dict)  # uid -> its batch key (its folder)
     verdicts: dict[str, str] = field(default_factory=dict)  # uid -> verdict commit
     alive: dict[str, str] = field(default_factory=dict)  # machine -> heartbeat commit
     #: Refs git cannot write there, a ref below each name being in the way (a D/F clash).
@@ -128,7 +127,6 @@ class ServerQueue:
                     if uid in seen.queue:
                         twice.add(uid)  # one attempt in two folders: no leader takes it
                     seen.queue[uid] = oid
-                    seen.keys[uid] = key
                     self._refs[uid] = ref
                 continue
             for prefix, into, pattern in (
@@ -143,7 +141,7 @@ class ServerQueue:
                     # itself: whatever would write it leaves it out (see :meth:`blocked`).
                     seen.blocked.add(f"{prefix}{name.split('/')[0]}")
         for uid in twice:
-            del seen.queue[uid], seen.keys[uid], self._refs[uid]
+            del seen.queue[uid], self._refs[uid]
         now = time.monotonic()
         for oid in seen.alive.values():
             self._first_seen.setdefault(oid, now)
@@ -208,11 +206,13 @@ class ServerQueue:
         """The attempts posted for ``key`` (but ``skip``), read from their refs; those that
         cannot be read as one are left out (and left there: the poster, or prune, takes
         them). Only that key's folder is fetched: others' objects never travel here."""
+        folder = f"{self.queue_prefix}{key}/"
         wanted = {
-            u: c for u, c in listing.queue.items() if u not in skip and listing.keys[u] == key
+            u: c
+            for u, c in listing.queue.items()
+            if u not in skip and listing.refs.get(f"{folder}{u}") == c
         }
         if any(c not in self._parsed for c in wanted.values()):
-            folder = f"{self.queue_prefix}{key}/"
             self._fetch(f"+{folder}*:{self.mirror}queue/{self.branch}/{key}/*")
         found = []
         for uid, commit in wanted.items():

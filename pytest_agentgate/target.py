@@ -705,8 +705,6 @@ class RemoteBranch(_LogsMoves):
         with lease.pushing() if lease is not None else contextlib.nullcontext():
             if lease is not None:  # renewed in the same atomic push: a lost lease cannot land
                 updates.append(lease.renewal())
-            # The verdicts of other machines' attempts it lands, and their queue refs taken.
-            updates += note.server_updates
             # The chain of moves too, unless the server would not hold a lease (it keeps
             # none of refs/agentgate/*: another machine's landing then reads as a move
             # outside agentgate there, as the README says).
@@ -714,21 +712,19 @@ class RemoteBranch(_LogsMoves):
             why = self._lease.unavailable if self._lease is not None else ""
             refused = bool(why) and "cannot lock ref" not in why
             link = None if refused else self._link(new, note)
-            pushed = transport.push(
-                self.repo, self.urls()[1], [*updates, *([link] if link else [])],
-                name=self.remote,
-            )  # fmt: skip
+            # And the verdicts of other machines' attempts it lands, their queue refs taken.
             extras = [*note.server_updates, *([link] if link else [])]
-            # The server names a ref it could not lock ("cannot lock ref 'R': 'R/x' exists").
-            said = " ".join(pushed.server_says) + " " + pushed.refusal()
-            locked_out = set(re.findall(r"cannot lock ref '([^']+)'", said))
+            pushed = transport.push(
+                self.repo, self.urls()[1], [*updates, *extras], name=self.remote
+            )
+            locked_out = _locked_out(pushed)
             blocked = {u.ref for u in extras} & locked_out
             if blocked and locked_out <= blocked:
                 # The server would not write one of the queue's refs or the chain's (a ref
                 # below its name is in the way): the move goes on without that one, and all
                 # the rest (the verdicts, the queue refs taken) still in the same push.
-                link = link if link is not None and link.ref not in blocked else None
-                kept = [u for u in [*updates, *([link] if link else [])] if u.ref not in blocked]
+                link = None if link is not None and link.ref in blocked else link
+                kept = [*updates, *(u for u in extras if u.ref not in blocked)]
                 pushed = transport.push(self.repo, self.urls()[1], kept, name=self.remote)
             if pushed.ok and lease is not None:
                 lease.renewed(updates[1])
@@ -748,6 +744,13 @@ class RemoteBranch(_LogsMoves):
         self.repo.update_ref(self.ref, new, old, message)
         recorded = [after_move()] if after_move is not None else []
         return self._moved(old, new, note, uid, recorded, None)
+
+
+def _locked_out(pushed: transport.PushResult) -> set[str]:
+    """The refs a refused push's server says it could not lock ("cannot lock ref 'R':
+    'R/x' exists")."""
+    said = " ".join(pushed.server_says) + " " + pushed.refusal()
+    return set(re.findall(r"cannot lock ref '([^']+)'", said))
 
 
 def check_move(repo: BaseRepo, ref: str, old: str, new: str) -> bool:
