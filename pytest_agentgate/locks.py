@@ -13,11 +13,15 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from . import _faults
 from .repo import BaseRepo
+
+#: How often a waiter that may be done without the lock looks again (seconds: the first
+#: look, doubling up to the last). Each look is a ``stat`` and a non-blocking ``flock``.
+UNLESS_POLL_S = (0.002, 0.02)
 
 
 @contextmanager
@@ -26,11 +30,8 @@ def ref_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
 
     A Ctrl-C while waiting interrupts the wait (``KeyboardInterrupt``), holding nothing.
     """
-    folder = repo.private_dir / "locks"
-    folder.mkdir(exist_ok=True)
-    path = folder / f"{ref.replace('/', '%2F')}.lock"
     begin = time.perf_counter()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    fd = _open(repo, ref)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -40,3 +41,58 @@ def ref_lock(repo: BaseRepo, ref: str) -> Iterator[float]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def ref_lock_unless(repo: BaseRepo, ref: str, done: Callable[[], bool]) -> Iterator[float | None]:
+    """Hold the plugin's lock for ``ref``, or give up waiting as soon as ``done()`` is true:
+    yields how long the wait took (ms), or None when ``done()`` ended it, holding nothing.
+
+    For a queued attempt: its verdict may come while another process holds the lock for
+    the next batch, and it must not wait a whole re-test to read it. The blocking ``flock``
+    has no way to be woken by that, so this looks, cheaply, a few dozen times a second.
+    """
+    begin = time.perf_counter()
+    fd = _open(repo, ref)
+    try:
+        pause = UNLESS_POLL_S[0]
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if done():
+                    yield None
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, UNLESS_POLL_S[1])
+                continue
+            try:
+                _faults.point("locked")
+                yield (time.perf_counter() - begin) * 1000
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            return
+    finally:
+        os.close(fd)
+
+
+def held(repo: BaseRepo, ref: str) -> bool:
+    """Whether another process holds the lock for ``ref`` now (a hint: it may be let go
+    the moment after)."""
+    fd = _open(repo, ref)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _open(repo: BaseRepo, ref: str) -> int:
+    folder = repo.private_dir / "locks"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{ref.replace('/', '%2F')}.lock"
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)

@@ -109,6 +109,13 @@ OPTIONS = (
         False,
     ),
     Option(
+        "no_early_retest",
+        "do not test a batch's merged tree while its attempts' own gates run (a gate run "
+        "fewer when one of them fails; a gate's duration more of waiting for the rest)",
+        "bool",
+        False,
+    ),
+    Option(
         "batch_max",
         "most attempts one re-test of a merge lands together (1: every merge is tested alone)",
         "int",

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import _faults, attempts, locks, pending, records, results, server_records, transport
 from ._proc import Running
+from .early import EarlyRetests
 from .errors import AgentgateError, NotNeeded, RefMoved
 from .oplog import OpRecord
 from .repo import Author, BaseRepo
@@ -76,13 +77,17 @@ class Retested:
     why: str = ""
     output: str = ""
     tests: Mapping[str, str] | None = None
+    #: Run early, while the batch's attempts' own gates ran (see :mod:`.early`).
+    early: bool = False
 
 
 class BatchRetest(Protocol):
     """A re-test of a merged tree that stands on ``tip``, holding the tests that passed on
     the ``bases`` of the attempts in it, and on ``tip`` too unless ``ahead`` (a re-test run
     ahead, on a tip not yet tested: see :class:`_Ahead`). ``running`` lets another thread
-    end it."""
+    end it. With ``reuse`` (a result of exactly ``tree``, run early, held to the bases
+    only: see :mod:`.early`), nothing runs when that result holds what passed on ``tip``
+    too; else the tree is run again, held to both."""
 
     def __call__(
         self,
@@ -92,6 +97,7 @@ class BatchRetest(Protocol):
         *,
         ahead: bool = False,
         running: Running | None = None,
+        reuse: Retested | None = None,
     ) -> Retested: ...
 
 
@@ -165,7 +171,13 @@ class LandingQueue:
     """The queue of one target."""
 
     def __init__(
-        self, repo: BaseRepo, target: Target, *, batch_max: int = 8, ahead: bool = False
+        self,
+        repo: BaseRepo,
+        target: Target,
+        *,
+        batch_max: int = 8,
+        ahead: bool = False,
+        early: bool = False,
     ) -> None:
         self.repo = repo
         self.target = target
@@ -177,6 +189,8 @@ class LandingQueue:
         #: The re-test run ahead of the batch now landing, if any (the leader's alone).
         self._ahead: _Ahead | None = None
         self._gate_s = 0.0
+        #: Batches' trees tested while their attempts' own gates run (see :mod:`.early`).
+        self.early = EarlyRetests(self, enabled=early)
         #: How the leader judges other machines' posted attempts (None: it takes none).
         self._judge: Judge | None = None
         #: What the judge said of each posted attempt (by its queue commit): None, passed.
@@ -229,14 +243,18 @@ class LandingQueue:
             entry = self.enqueue(entry)
             self.arrived(uid)  # queued: a leader gathering a batch sees its entry now
             self._post(entry)
+            has_verdict = (self.folder / f"{uid}.verdict").exists
+            begin = time.perf_counter()
             for _ in range(MAX_ROUNDS):
-                with self.target.lock() as waited:
+                # The verdict is read as soon as the leader writes it, not once the lock is
+                # free: that leader may go on to the next batch, a whole re-test more.
+                with self.target.lock_unless(has_verdict) as waited:
                     found = self.verdict(entry.uid)
-                    if found is None:
-                        self.lead(key, retest, gate_s=gate_s, judge=judge)
+                    if found is None and waited is not None:
+                        self.lead(key, retest, gate_s=gate_s, judge=judge, own=uid)
                         found = self.verdict(entry.uid)
                     if found is not None:
-                        found.lock_wait_ms = waited
+                        found.lock_wait_ms = (time.perf_counter() - begin) * 1000
                         self._forget(entry)
                         return found
             raise AgentgateError(
@@ -289,15 +307,29 @@ class LandingQueue:
 
     # -- attempts on their way ------------------------------------------------------------
 
-    def announce(self, uid: str, key: str) -> float:
+    def announce(self, uid: str, key: str, *, tree: str = "", base: str = "") -> float:
         """An attempt of ``key`` is being judged and may soon need a merge: a leader making
         a batch of attempts whose gates began with this one's waits for it, rather than
-        re-testing without it. Returns when its gate began (for :meth:`land`)."""
+        re-testing without it; an early re-test merges its ``tree`` (on ``base``) into the
+        batch it tests. Returns when its gate began (for :meth:`land`)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         began = time.time()
-        intent = {"key": key, "pid": os.getpid(), "since": began}
+        intent = {"key": key, "pid": os.getpid(), "since": began, "tree": tree, "base": base}
         _write(self.folder / f"{uid}.intent", json.dumps(intent))
         return began
+
+    def intents(self, key: str) -> list[tuple[str, dict[str, object]]]:
+        """The attempts of ``key`` being judged now (by live processes), in the order their
+        gates began: (uid, what it announced)."""
+        found = []
+        for path in self.folder.glob("*.intent"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if data.get("key") == key and pending.pid_alive(int(data.get("pid", 0))):
+                    found.append((float(data.get("since", 0)), path.stem, data))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+        return [(uid, data) for _, uid, data in sorted(found, key=lambda f: (f[0], f[1]))]
 
     def arrived(self, uid: str) -> None:
         """The attempt is judged (queued, landed or rejected): nobody need wait for it."""
@@ -348,11 +380,21 @@ class LandingQueue:
     # -- the leader's side --------------------------------------------------------------
 
     def lead(
-        self, key: str, retest: BatchRetest, *, gate_s: float = 0.0, judge: Judge | None = None
+        self,
+        key: str,
+        retest: BatchRetest,
+        *,
+        gate_s: float = 0.0,
+        judge: Judge | None = None,
+        own: str = "",
     ) -> None:
         """Land every queued attempt of this batch key, batch after batch. Call with the
         target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
         batch with room first waits briefly for attempts about to finish their own gate.
+
+        With ``own`` (the leader's own attempt), it stops after the batch that decided that
+        one: its test reports now, and a waiter still without a verdict leads the next batch
+        (each waiter that finds the lock free and no verdict leads).
 
         With ``ahead``, while a batch's top is re-tested, the attempts queued since are
         re-tested ahead, on that top (:class:`_Ahead`): when the batch lands, they are the
@@ -368,14 +410,16 @@ class LandingQueue:
         waiting = None if shared is None else (lambda: self._while_waiting(shared, key))
         try:
             with self.target.lease(waiting):
-                self._lead(key, retest, gate_s)
+                self._lead(key, retest, gate_s, own)
         except NotNeeded:
             return  # another machine's leader decided every one of them
 
-    def _lead(self, key: str, retest: BatchRetest, gate_s: float) -> None:
+    def _lead(self, key: str, retest: BatchRetest, gate_s: float, own: str = "") -> None:
         settle = self._mark_leading()
         try:
             for _ in range(MAX_ROUNDS * 4):
+                if own and self.verdict(own) is not None:
+                    return  # decided: the next batch is a waiter's to lead
                 queued = self._queued(key)
                 if not queued:
                     return
@@ -720,7 +764,9 @@ class LandingQueue:
                     **entry.record,
                     "batch": f"{batch_id} ({i + 1} of {good})" if good > 1 else "",
                     # The top of a batch was tested; a merge below it was not, by itself.
-                    "retest": "passed"
+                    "retest": (
+                        "passed early" if good in tested and tested[good].early else "passed"
+                    )
                     if top_tested
                     else "batched"
                     if kind == "merge"
@@ -867,7 +913,14 @@ class LandingQueue:
             elif ahead is not None:
                 ahead.cancel()
             if found is None:
-                found = retest(chain[-1][2], tip, [entry.base for entry, _, _, _ in chain])
+                bases = [entry.base for entry, _, _, _ in chain]
+                early = self.early.result(chain[0][0].key, chain[-1][2])
+                reuse = (
+                    None
+                    if early is None
+                    else Retested(early.ok, early.why, early.output, early.tests, early=True)
+                )
+                found = retest(chain[-1][2], tip, bases, reuse=reuse)
         except BaseException:
             after = watch.stop() if watch is not None else None
             if after is not None:

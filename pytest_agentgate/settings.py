@@ -48,6 +48,7 @@ class Settings:
     retest: bool = True
     batch_max: int = 8
     retest_ahead: bool = False
+    early_retest: bool = True
     push_state: bool = False
     lease_seconds: float = 120.0
     agent: str = "agent"
@@ -161,6 +162,7 @@ class Settings:
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
             retest_ahead=bool(values["retest_ahead"]),
+            early_retest=not values["no_early_retest"],
             push_state=bool(values["push_state"]),
             lease_seconds=float(values["lease_seconds"]),
             agent=agent,
@@ -261,6 +263,7 @@ class Settings:
             retest=self.retest,
             batch_max=self.batch_max,
             retest_ahead=self.retest_ahead,
+            early_retest=self.early_retest,
             push_state=self.push_state,
             lease_seconds=self.lease_seconds,
             max_files=self.max_files,

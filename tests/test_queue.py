@@ -645,7 +645,7 @@ sleeper = (sys.executable + " -c \\"import os, pathlib, time; "
 context = GateContext(root, sandbox.resolve(sandbox.Settings(mode="none")))
 later = [entry("b")]
 
-def retest(tree, tip, bases, ahead=False, running=None):
+def retest(tree, tip, bases, ahead=False, running=None, reuse=None):
     while later:  # b reaches the queue while a's re-test runs: it goes ahead
         queue.enqueue(later.pop())
     found = gate.run_commands(repo, tree, GateSpec(commands=(sleeper,), timeout=300), context,

@@ -107,7 +107,8 @@ class Leader:
         self.retested: list[str] = []
 
     def retest(
-        self, tree: str, tip: str, bases: Sequence[str], *, ahead: bool = False, running=None
+        self, tree: str, tip: str, bases: Sequence[str], *, ahead: bool = False, running=None,
+        reuse=None,
     ) -> Retested:
         self.retested.append(tree)
         return Retested(True)

@@ -1,0 +1,259 @@
+"""A batch's merged tree tested while its attempts' own gates still run: the early re-test.
+
+Under pytest-xdist the workers fall into step: one landing releases them all, their gates
+run together, and all but one of their attempts then need a merge, re-tested once the
+gates are over: a whole gate's duration more per test, for every test. Instead, as an
+attempt's own gate begins, one process merges every attempt of the same batch key that is
+being judged now, or queued, onto the tip, and runs the gate on that tree at the same time
+(in a thread, beside its own gate).
+
+Its result is kept by the tree it tested. When a leader then makes a batch whose top is
+exactly that tree, the result stands for the batch's re-test, checked against what passed
+on the tip the batch lands on (the run could not know that tip: an attempt of it may have
+fast-forwarded meanwhile). Any other batch never uses it. So what lands is still exactly a
+tree that was tested, and nothing in the queue's rules changes: only when the test runs.
+Zuul's speculative pipelines test a change on the ones ahead of it before those land; this
+also tests before the attempts themselves are judged (as an idea).
+
+The cost is a gate run that may go unused (one of the attempts fails its own gate, or the
+batch forms otherwise): at most one early re-test per batch key runs at a time, on this
+machine. ``--agentgate-no-early-retest`` turns it off.
+
+Files, in the queue's folder: ``early/<key>-<tree>.json`` (a result) and ``.running`` (a
+run under way, with its process id); the lock ``early/<target>/<key>`` is held while one
+runs, so a leader waiting for it blocks on the lock, not on a poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import locks, pending
+from ._proc import Running
+from .repo import Author
+
+if TYPE_CHECKING:
+    from .queue import BatchRetest, LandingQueue
+
+#: How long the attempts of a batch key must have stopped beginning their gates before the
+#: early re-test merges them (seconds) ...
+SETTLE_S = 0.15
+#: ... and the longest it waits for that: workers released by one landing begin together.
+WINDOW_S = 0.5
+#: How long a result is kept unused (seconds): a batch forms within a gate's duration.
+KEEP_S = 3600.0
+
+_AUTHOR = Author("agentgate", "early-retest@agentgate.invalid")
+
+
+@dataclass(frozen=True)
+class Found:
+    """An early re-test's result, as kept: passed or not, why not, its output's tail, and its
+    per-test results (None when the gate reports none)."""
+
+    ok: bool
+    why: str
+    output: str
+    tests: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One attempt to merge: its id, a commit of its change, the base it stands on."""
+
+    uid: str
+    commit: str
+    base: str
+
+
+class EarlyRetests:
+    """The early re-tests of one target's queue, started and read by its processes."""
+
+    def __init__(self, queue: LandingQueue, *, enabled: bool = True) -> None:
+        self.queue = queue
+        self.enabled = enabled
+        self._running = Running()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def folder(self) -> Path:
+        return self.queue.folder / "early"
+
+    # -- starting one ---------------------------------------------------------------------
+
+    def begin(self, uid: str, key: str, retest: BatchRetest) -> None:
+        """The gate of ``uid`` (batch key ``key``) begins: test, beside it, the tree its
+        batch will most likely land, unless an early re-test of the key already runs."""
+        if not self.enabled or self.queue.batch_max < 2:
+            return
+        thread = threading.Thread(
+            target=self._run, args=(uid, key, retest), name="agentgate-early", daemon=True
+        )
+        self._threads = [t for t in self._threads if t.is_alive()]
+        self._threads.append(thread)
+        thread.start()
+
+    def _run(self, uid: str, key: str, retest: BatchRetest) -> None:
+        try:
+            with locks.ref_lock_unless(self.queue.repo, self._lock_name(key), lambda: True) as got:
+                if got is None:
+                    return  # one runs already: this attempt joins the batch after it
+                self._settle(key)
+                self._test(key, retest)
+        except Exception:  # an early re-test is an optimisation: never a failure
+            return
+
+    def _settle(self, key: str) -> None:
+        """Wait until the attempts of ``key`` have stopped beginning their gates (a bounded
+        time), so that the batch tested is the one that forms."""
+        deadline = time.monotonic() + WINDOW_S
+        seen = len(self.queue.intents(key))
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and not self._running.ended:
+            time.sleep(0.03)
+            now = len(self.queue.intents(key))
+            if now != seen:
+                seen, quiet_since = now, time.monotonic()
+            elif time.monotonic() - quiet_since >= SETTLE_S:
+                return
+
+    def _test(self, key: str, retest: BatchRetest) -> None:
+        tip = self.queue.target.tip()
+        if tip is None or self._running.ended:
+            return
+        made = self._chain(tip, self._items(key))
+        if made is None:
+            return
+        top, bases = made
+        result, marker = self._paths(key, top)
+        if result.exists() or marker.exists():
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._sweep()
+        _write(marker, json.dumps({"pid": os.getpid(), "tip": tip, "since": time.time()}))
+        try:
+            found = retest(top, tip, bases, ahead=True, running=self._running)
+            if self._running.ended:
+                return  # ended half-way: no result
+            _write(result, json.dumps({**asdict(found), "tip": tip, "at": time.time()}))
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def _items(self, key: str) -> list[_Item]:
+        """What the batch of ``key`` would hold: the queued attempts (arrival order), then
+        the ones being judged (in the order their gates began), up to a batch's size."""
+        items = [
+            _Item(e.uid, e.change_commit, e.base)
+            for e in self.queue.entries()
+            if e.key == key and not e.foreign and pending.pid_alive(e.pid)
+        ]
+        seen = {item.uid for item in items}
+        repo = self.queue.repo
+        for uid, intent in self.queue.intents(key):
+            tree, base = str(intent.get("tree", "")), str(intent.get("base", ""))
+            if uid in seen or not tree or not base:
+                continue
+            commit = repo.commit_tree(tree, [base], "agentgate: early re-test", _AUTHOR)
+            items.append(_Item(uid, commit, base))
+        return items[: self.queue.batch_max]
+
+    def _chain(self, tip: str, items: Sequence[_Item]) -> tuple[str, list[str]] | None:
+        """``items`` merged one after another onto ``tip``, as a leader's batch merges them
+        (one that conflicts, or is there already, left out): the top tree, and the bases;
+        None when that tree is nothing a batch would need re-tested."""
+        repo = self.queue.repo
+        head, merged, bases = tip, 0, []
+        for item in items:
+            if head == item.base:
+                head = item.commit  # a fast-forward: the attempt's own tree
+            else:
+                preview = repo.merge_preview(head, item.commit)
+                if preview.conflicts or preview.tree == repo.tree_of(head):
+                    continue
+                head = repo.commit_tree(
+                    preview.tree, [head, item.commit], "agentgate: early re-test", _AUTHOR
+                )
+                merged += 1
+            bases.append(item.base)
+        if not merged:
+            return None  # the tip itself, or one attempt's own tree: its own gate tests it
+        return repo.tree_of(head), bases
+
+    # -- reading one ----------------------------------------------------------------------
+
+    def result(self, key: str, tree: str) -> Found | None:
+        """The early re-test of exactly ``tree`` for ``key``: waited for while it runs (it
+        began before a re-test begun now would), None when there is none."""
+        if not self.enabled:
+            return None
+        result, marker = self._paths(key, tree)
+        if _running(marker):
+            with (
+                contextlib.suppress(OSError),
+                locks.ref_lock(self.queue.repo, self._lock_name(key)),
+            ):
+                pass  # it ends with its lock
+        try:
+            data = json.loads(result.read_text(encoding="utf-8"))
+            tests = data.get("tests")
+            found = Found(
+                data["ok"] is True,
+                str(data.get("why", "")),
+                str(data.get("output", "")),
+                {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else None,
+            )
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+        result.unlink(missing_ok=True)  # one batch lands that tree, once
+        return found
+
+    def close(self) -> None:
+        """End the runs of this process: at the run's end nobody here will read them (a
+        leader elsewhere waiting for one sees it end and re-tests itself)."""
+        self._running.end_all()
+        for thread in self._threads:
+            thread.join()
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _paths(self, key: str, tree: str) -> tuple[Path, Path]:
+        name = f"{key}-{tree}"
+        return self.folder / f"{name}.json", self.folder / f"{name}.running"
+
+    def _lock_name(self, key: str) -> str:
+        return f"early/{self.queue.target.ref}/{key}"
+
+    def _sweep(self) -> None:
+        """Remove results nobody used, and markers of runs whose process is gone."""
+        now = time.time()
+        for path in self.folder.iterdir():
+            with contextlib.suppress(OSError):
+                stale = (
+                    not _running(path)
+                    if path.suffix == ".running"
+                    else path.suffix == ".json" and now - path.stat().st_mtime > KEEP_S
+                )
+                if stale:
+                    path.unlink()
+
+
+def _running(marker: Path) -> bool:
+    """Whether the run ``marker`` announces is under way (its process alive)."""
+    try:
+        return pending.pid_alive(int(json.loads(marker.read_text(encoding="utf-8"))["pid"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
