@@ -216,11 +216,22 @@ class EarlyRetests:
         return found
 
     def close(self) -> None:
-        """End the runs of this process: at the run's end nobody here will read them (a
-        leader elsewhere waiting for one sees it end and re-tests itself)."""
-        self._running.end_all()
+        """At this process's end (a pytest-xdist worker's last test done): let its early
+        re-tests finish while another process's attempts may land on them, else end them.
+        Found under ``-n 2``: a worker that ended its run killed the early re-test the other
+        worker's leader was waiting for, which then re-tested itself."""
         for thread in self._threads:
-            thread.join()
+            while thread.is_alive():
+                if not self._wanted():
+                    self._running.end_all()
+                thread.join(0.2)
+
+    def _wanted(self) -> bool:
+        """Whether another live process has an attempt queued or being judged here."""
+        me = os.getpid()
+        return any(e.pid != me and pending.pid_alive(e.pid) for e in self.queue.entries()) or any(
+            int(str(intent.get("pid", 0))) != me for _, intent in self.queue.intents(None)
+        )
 
     # -- files ----------------------------------------------------------------------------
 

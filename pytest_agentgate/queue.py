@@ -318,14 +318,14 @@ class LandingQueue:
         _write(self.folder / f"{uid}.intent", json.dumps(intent))
         return began
 
-    def intents(self, key: str) -> list[tuple[str, dict[str, object]]]:
-        """The attempts of ``key`` being judged now (by live processes), in the order their
-        gates began: (uid, what it announced)."""
+    def intents(self, key: str | None) -> list[tuple[str, dict[str, object]]]:
+        """The attempts of ``key`` (None: of any) being judged now (by live processes), in
+        the order their gates began: (uid, what it announced)."""
         found = []
         for path in self.folder.glob("*.intent"):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-                if data.get("key") == key and pending.pid_alive(int(data.get("pid", 0))):
+                if key in (None, data.get("key")) and pending.pid_alive(int(data.get("pid", 0))):
                     found.append((float(data.get("since", 0)), path.stem, data))
             except (OSError, ValueError, TypeError, AttributeError):
                 continue

@@ -1,0 +1,414 @@
+"""The queue's waiting and its early re-tests: a waiter reads its verdict the moment it is
+written, a leader whose own attempt is decided hands over, a fast-forward that finds a
+leader at work joins its batch, and a batch's merged tree is tested while its attempts' own
+gates run, its result used only by a batch whose top is exactly that tree; against real
+repositories, real threads and processes holding real locks, and real pytest runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from helpers import fsck, git, wait_for
+from test_queue import GATE, KEY, Bench, agent, logs
+
+from pytest_agentgate.attempts import list_attempts
+from pytest_agentgate.engine import _holds
+from pytest_agentgate.queue import Entry, LandingQueue, Retested
+from pytest_agentgate.repo import BaseRepo
+
+
+class Retests:
+    """A re-test that records what it ran (early or not) and can be held back."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.ran: list[tuple[str, bool]] = []
+        self.reused: list[str] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        #: From which call on (0: the first) a re-test waits for ``hold``.
+        self.held_from = 0
+        self.started = threading.Event()
+        self.later: list[Entry] = []  # enqueued while the first re-test runs
+
+    def __call__(
+        self,
+        tree: str,
+        tip: str,
+        bases: Sequence[str],
+        *,
+        ahead: bool = False,
+        running: object = None,
+        reuse: Retested | None = None,
+    ) -> Retested:
+        if reuse is not None:  # the engine's rule, for a gate that reports no tests
+            self.reused.append(tree)
+            return reuse
+        self.ran.append((tree, ahead))
+        while self.later:
+            self.bench.queue.enqueue(self.later.pop(0))
+        self.started.set()
+        if len(self.ran) > self.held_from:
+            assert self.hold.wait(60), "held back for a minute"
+        return Retested(True)
+
+
+def early_bench(service: Path, tmp_path: Path) -> Bench:
+    b = Bench(service, tmp_path)
+    b.queue = LandingQueue(b.repo, b.target, early=True)
+    return b
+
+
+def lead(b: Bench, entries: Sequence[Entry], retest: Retests) -> list[object]:
+    """Queue ``entries`` and lead with ``retest``; their verdicts."""
+    queued = [b.queue.enqueue(e) for e in entries]
+    with b.target.lock():
+        b.queue.lead(KEY, retest)  # type: ignore[arg-type]
+    return [b.queue.verdict(e.uid) for e in queued]
+
+
+def announce(b: Bench, entry: Entry) -> None:
+    """``entry``'s own gate begins (as the engine announces it)."""
+    b.queue.announce(entry.uid, KEY, tree=b.repo.tree_of(entry.change_commit), base=entry.base)
+
+
+def early_run(b: Bench, uid: str, retest: Retests) -> None:
+    """Start an early re-test as ``uid``'s gate begins, and wait for it to end."""
+    b.queue.early.begin(uid, KEY, retest)  # type: ignore[arg-type]
+    for thread in b.queue.early._threads:
+        thread.join(60)
+
+
+def early_files(b: Bench) -> list[str]:
+    folder = b.queue.early.folder
+    return sorted(p.suffix for p in folder.iterdir()) if folder.exists() else []
+
+
+# -- waiting ----------------------------------------------------------------------------
+
+
+def test_a_waiter_reads_its_verdict_while_the_leader_leads_the_next_batch(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found measuring 16 tests under ``-n 4``: waiters whose batch had landed waited on
+    the lock while their leader re-tested the next batch, a whole gate's duration each."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("first", {"first.txt": "0"})])  # the rest need merges
+    mine, next_one = b.attempt("mine", {"mine.txt": "1"}), b.attempt("next", {"next.txt": "2"})
+    retest = Retests(b)
+    retest.later.append(next_one)  # reaches the queue while the first batch is re-tested
+    retest.held_from, _ = 1, retest.hold.clear()  # the second batch's re-test is held
+    found: list[object] = []
+    holding = threading.Event()
+
+    def leader() -> None:
+        with b.target.lock():
+            holding.set()
+            wait_for(b.queue.entries, what="the waiter's entry")
+            b.queue.lead(KEY, retest)  # type: ignore[arg-type]
+
+    def waiter() -> None:
+        found.append(
+            b.queue.land(
+                uid=mine.uid, key=KEY, change_commit=mine.change_commit, base=mine.base,
+                agent=mine.agent, task=mine.task, record=mine.record,
+                retest=retest,  # type: ignore[arg-type]
+            )
+        )  # fmt: skip
+
+    lead = threading.Thread(target=leader)
+    lead.start()
+    assert holding.wait(30)
+    wait = threading.Thread(target=waiter)
+    wait.start()
+    # The leader lands the first batch, then re-tests the next one and is held there.
+    wait_for(lambda: len(retest.ran) == 2, what="the second batch's re-test")
+    wait.join(10)
+    try:
+        assert not wait.is_alive(), "the waiter still waits for the lock the leader holds"
+        assert found[0].status == "promoted"  # type: ignore[attr-defined]
+    finally:
+        retest.hold.set()
+        lead.join(60)
+        wait.join(60)
+    assert b.queue.verdict(next_one.uid) is not None
+    fsck(b.path)
+
+
+def test_a_leader_whose_own_attempt_is_decided_hands_the_next_batch_over(
+    service: Path, tmp_path: Path
+) -> None:
+    """Its test reports now; the attempt queued meanwhile is left for its own waiter (each
+    waiter that finds the lock free and no verdict leads)."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("first", {"first.txt": "0"})])
+    mine, later = b.attempt("mine", {"mine.txt": "1"}), b.attempt("later", {"later.txt": "2"})
+    retest = Retests(b)
+    retest.later.append(later)
+    b.queue.enqueue(mine)
+    with b.target.lock():
+        b.queue.lead(KEY, retest, own=mine.uid)  # type: ignore[arg-type]
+    assert b.queue.verdict(mine.uid) is not None
+    assert b.queue.verdict(later.uid) is None
+    assert [e.uid for e in b.queue.entries()] == [later.uid]
+    with b.target.lock():  # its waiter, finding no verdict, leads
+        b.queue.lead(KEY, retest, own=later.uid)  # type: ignore[arg-type]
+    assert b.queue.verdict(later.uid) is not None and b.queue.entries() == []
+    fsck(b.path)
+
+
+def test_a_fast_forward_that_finds_a_leader_at_work_here_joins_its_queue(
+    service: Path, tmp_path: Path
+) -> None:
+    """The tip moves under a leader at work: a fast-forward waiting for its lock would need
+    a merge all the same, after its whole batch."""
+    b = Bench(service, tmp_path)
+    assert b.target.busy() is False
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import fcntl, os, sys, time
+            fd = os.open({str(b.repo.private_dir / "locks" / "refs%2Fheads%2Fmain.lock")!r},
+                         os.O_RDWR | os.O_CREAT)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("held", flush=True)
+            time.sleep(60)
+        """)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    (b.repo.private_dir / "locks").mkdir(exist_ok=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert b.target.busy() is True
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert b.target.busy() is False
+
+
+# -- early re-tests ---------------------------------------------------------------------
+
+
+def test_an_early_retest_of_the_batch_stands_for_its_retest(
+    service: Path, tmp_path: Path
+) -> None:
+    """Two attempts' gates begin together: their merged tree is tested at the same time.
+    One fast-forwards; the other's batch has exactly that tree on top, and lands on the
+    early run's verdict, with no re-test of its own."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    retest = Retests(b)
+    early_run(b, x.uid, retest)
+    assert [ahead for _, ahead in retest.ran] == [True]  # one run, held to the bases only
+    (tested, _), = retest.ran
+    assert set(b.repo.tree_paths(tested)) >= {"x.txt", "y.txt"}
+    assert early_files(b) == [".json"]
+    for entry in (x, y):  # their own gates passed
+        b.queue.arrived(entry.uid)
+    (fast,) = lead(b, [x], retest)
+    assert fast.kind == "fast-forward"  # type: ignore[attr-defined]
+    (merged,) = lead(b, [y], retest)
+    assert merged.status == "promoted" and merged.kind == "merge"  # type: ignore[attr-defined]
+    assert merged.retested  # type: ignore[attr-defined]
+    assert retest.reused == [tested] and len(retest.ran) == 1
+    assert b.repo.tree_of("refs/heads/main") == tested  # exactly the tree that was tested
+    records = {a.task: a for a in list_attempts(b.repo)}
+    assert records["task y"].trailers["Retest"] == "passed early"
+    assert early_files(b) == []  # used once, then gone
+    fsck(b.path)
+
+
+def test_an_early_retest_of_another_tree_is_never_used(service: Path, tmp_path: Path) -> None:
+    """y failed its own gate (never queued) and the tip moved by another landing: x's batch
+    has another top, which is re-tested; the early result stays unused."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    retest = Retests(b)
+    early_run(b, x.uid, retest)
+    b.queue.arrived(x.uid)
+    b.queue.arrived(y.uid)
+    b.lead([b.attempt("other", {"other.txt": "o"})])  # moves the tip first
+    (landed,) = lead(b, [x], retest)
+    assert landed.status == "promoted" and landed.retested  # type: ignore[attr-defined]
+    assert retest.reused == [] and len(retest.ran) == 2 and retest.ran[1][1] is False
+    assert "y.txt" not in git(b.path, "ls-tree", "--name-only", "main").split()
+    assert early_files(b) == [".json"]
+
+
+def test_no_early_retest_for_one_attempt_on_its_own_base(service: Path, tmp_path: Path) -> None:
+    """Alone and on the tip: its own gate tests the very tree it would land (a fast-forward)."""
+    b = early_bench(service, tmp_path)
+    x = b.attempt("x", {"x.txt": "x"})
+    announce(b, x)
+    retest = Retests(b)
+    early_run(b, x.uid, retest)
+    assert retest.ran == [] and early_files(b) == []
+
+
+def test_a_leader_waits_for_the_early_retest_under_way(service: Path, tmp_path: Path) -> None:
+    """It began before a re-test begun now would: the leader blocks on its lock, and then
+    takes its verdict, running nothing itself."""
+    b = early_bench(service, tmp_path)
+    first = b.attempt("first", {"first.txt": "0"})
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    for entry in (first, x, y):
+        announce(b, entry)
+    retest = Retests(b)
+    retest.hold.clear()
+    b.queue.early.begin(x.uid, KEY, retest)  # type: ignore[arg-type]
+    assert retest.started.wait(30)
+    for entry in (first, x, y):
+        b.queue.arrived(entry.uid)
+    b.lead([first])  # a fast-forward: no re-test
+    done: list[object] = []
+    leading = threading.Thread(target=lambda: done.append(lead(b, [x, y], retest)))
+    leading.start()
+    time.sleep(0.5)
+    assert leading.is_alive() and len(retest.ran) == 1  # waiting, not re-testing
+    retest.hold.set()
+    leading.join(60)
+    assert not leading.is_alive()
+    assert [o.status for o in done[0]] == ["promoted", "promoted"]  # type: ignore[attr-defined]
+    assert len(retest.ran) == 1 and len(retest.reused) == 1
+    fsck(b.path)
+
+
+def test_an_early_retest_killed_half_way_leaves_nothing_to_wait_for(
+    service: Path, tmp_path: Path
+) -> None:
+    """SIGKILL while its gate runs: its lock goes with its process, its marker says a dead
+    process; the leader re-tests at once, and the next early re-test sweeps the marker."""
+    b = early_bench(service, tmp_path)
+    first = b.attempt("first", {"first.txt": "0"})
+    x = b.attempt("x", {"x.txt": "x"})
+    for entry in (first, x):
+        announce(b, entry)
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from pytest_agentgate import oplog
+        from pytest_agentgate.queue import LandingQueue, Retested
+        from pytest_agentgate.repo import BaseRepo
+        from pytest_agentgate.target import LocalBranch
+        from pathlib import Path
+        repo = BaseRepo(Path({str(b.path)!r}), None)
+        target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+        queue = LandingQueue(repo, target, early=True)
+        def retest(tree, tip, bases, **_):
+            print("running", flush=True)
+            time.sleep(120)
+            return Retested(True)
+        queue.early.begin("uid-x", {KEY!r}, retest)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "running"
+        assert early_files(b) == [".running"]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    marker = next(b.queue.early.folder.iterdir())
+    assert json.loads(marker.read_text())["pid"] == proc.pid
+    for entry in (first, x):
+        b.queue.arrived(entry.uid)
+    b.lead([first])
+    begin = time.monotonic()
+    retest = Retests(b)
+    b.queue.enqueue(x)
+    with b.target.lock():
+        b.queue.lead(KEY, retest)  # type: ignore[arg-type]
+    assert time.monotonic() - begin < 30
+    assert b.queue.verdict(x.uid).status == "promoted"  # type: ignore[union-attr]
+    assert len(retest.ran) == 1 and retest.reused == []  # re-tested here, nothing waited for
+    # The next early re-test sweeps the dead one's marker.
+    y, z = b.attempt("y", {"y.txt": "y"}), b.attempt("z", {"z.txt": "z"})
+    announce(b, y)
+    announce(b, z)
+    early_run(b, y.uid, Retests(b))
+    assert early_files(b) == [".json"]
+    fsck(b.path)
+
+
+def test_an_early_result_must_hold_what_passed_on_the_tip_it_lands_on() -> None:
+    """It ran held to its attempts' bases only; the tip it lands on may have passed more."""
+    on_tip = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
+    assert _holds(Retested(True, tests={"t.py::test_a": "passed", "t.py::test_b": "failed"}), on_tip)
+    assert not _holds(Retested(True, tests={"t.py::test_a": "failed"}), on_tip)
+    assert not _holds(Retested(True, tests={"t.py::test_b": "failed"}), on_tip)  # a test gone
+    assert not _holds(Retested(True, tests=None), on_tip)  # no results where the tip had some
+    assert _holds(Retested(True, tests=None), None)  # a gate that reports no tests
+
+
+def test_early_retests_under_xdist_land_on_their_verdict(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    """Two agent tests under ``-n 2`` whose gates run together: three gate runs (their own
+    two and one early re-test, no re-test after them), and the merge lands on the early
+    run's verdict, as its record says."""
+    log = logs(tmp_path)
+    pytester.makepyfile(**{f"test_agent_{n}": agent(n, tmp_path, 2) for n in range(2)})
+    gate = GATE.replace("time.sleep(0.3)", "time.sleep(1)")
+    os.environ["GATE_LOG"] = str(log)
+    try:
+        result = pytester.runpytest_subprocess(
+            "-n", "2", f"--agentgate-repo={service}", "--agentgate-promote",
+            f"--agentgate-gate={gate}", "--agentgate-gate-env=GATE_LOG",
+            f"--agentgate-sandbox-bind={log.parent}:rw",
+        )  # fmt: skip
+    finally:
+        del os.environ["GATE_LOG"]
+    result.assert_outcomes(passed=2)
+    assert set(git(service, "ls-tree", "--name-only", "main").split()) >= {
+        "change-0.txt",
+        "change-1.txt",
+    }
+    runs = len(log.read_text().splitlines())
+    how = sorted(str(a.trailers.get("Retest")) for a in list_attempts(BaseRepo.open(service)))
+    assert (runs, how) == (3, ["None", "passed early"]), (runs, how)
+    fsck(service)
+
+
+def test_a_process_ending_lets_its_early_retest_finish_for_another_s_attempt(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found under ``-n 2``: the worker whose attempt fast-forwarded ended its run, and
+    with it the early re-test the other worker's leader was waiting for."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        b.queue.announce(x.uid, KEY, tree=b.repo.tree_of(x.change_commit), base=x.base)
+        intent = b.queue.folder / f"{y.uid}.intent"  # y is another process's, still judged
+        announce(b, y)
+        data = json.loads(intent.read_text())
+        intent.write_text(json.dumps({**data, "pid": other.pid}))
+        retest = Retests(b)
+        retest.hold.clear()
+        b.queue.early.begin(x.uid, KEY, retest)  # type: ignore[arg-type]
+        assert retest.started.wait(30)
+        b.queue.arrived(x.uid)  # x fast-forwarded; its process ends its run
+        closing = threading.Thread(target=b.queue.early.close)
+        closing.start()
+        closing.join(1.0)
+        assert closing.is_alive(), "the early re-test another process waits for was ended"
+        retest.hold.set()
+        closing.join(30)
+        assert not closing.is_alive() and early_files(b) == [".json"]
+    finally:
+        retest.hold.set()
+        other.kill()
+        other.communicate()
