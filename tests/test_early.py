@@ -89,6 +89,17 @@ def early_run(b: Bench, uid: str, retest: Retests) -> None:
         thread.join(60)
 
 
+def two_tested_early(service: Path, tmp_path: Path) -> tuple[Bench, Entry, Entry, Retests]:
+    """Attempts x and y, whose gates began together, and the early re-test of their merge."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    retest = Retests(b)
+    early_run(b, x.uid, retest)
+    return b, x, y, retest
+
+
 def early_files(b: Bench) -> list[str]:
     folder = b.queue.early.folder
     return sorted(p.suffix for p in folder.iterdir()) if folder.exists() else []
@@ -204,12 +215,7 @@ def test_an_early_retest_of_the_batch_stands_for_its_retest(
     """Two attempts' gates begin together: their merged tree is tested at the same time.
     One fast-forwards; the other's batch has exactly that tree on top, and lands on the
     early run's verdict, with no re-test of its own."""
-    b = early_bench(service, tmp_path)
-    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
-    announce(b, x)
-    announce(b, y)
-    retest = Retests(b)
-    early_run(b, x.uid, retest)
+    b, x, y, retest = two_tested_early(service, tmp_path)
     assert [ahead for _, ahead in retest.ran] == [True]  # one run, held to the bases only
     (tested, _), = retest.ran
     assert set(b.repo.tree_paths(tested)) >= {"x.txt", "y.txt"}
@@ -232,12 +238,7 @@ def test_an_early_retest_of_the_batch_stands_for_its_retest(
 def test_an_early_retest_of_another_tree_is_never_used(service: Path, tmp_path: Path) -> None:
     """y failed its own gate (never queued) and the tip moved by another landing: x's batch
     has another top, which is re-tested; the early result stays unused."""
-    b = early_bench(service, tmp_path)
-    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
-    announce(b, x)
-    announce(b, y)
-    retest = Retests(b)
-    early_run(b, x.uid, retest)
+    b, x, y, retest = two_tested_early(service, tmp_path)
     b.queue.arrived(x.uid)
     b.queue.arrived(y.uid)
     b.lead([b.attempt("other", {"other.txt": "o"})])  # moves the tip first
@@ -412,3 +413,30 @@ def test_a_process_ending_lets_its_early_retest_finish_for_another_s_attempt(
         retest.hold.set()
         other.kill()
         other.communicate()
+
+
+def test_early_retests_are_on_by_default_and_off_by_their_option(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    """On for a branch here; ``--agentgate-no-early-retest`` turns them off; off for a
+    branch on a server, whose leader batches other machines' attempts with this one's."""
+    from pytest_agentgate import Engine
+
+    assert Engine.open(service, "main").queue.early.enabled is True
+    assert Engine.open(service, "main", early_retest=False).queue.early.enabled is False
+    server = tmp_path / "server.git"
+    git(tmp_path, "clone", "-q", "--bare", str(service), str(server))
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(server), str(clone))
+    remote = Engine.open(clone, "main", remote="origin", promote=True)
+    assert remote.queue.early.enabled is False
+    pytester.makepyfile(
+        test_it="""
+        def test_it(request):
+            from pytest_agentgate.settings import Settings
+            assert not Settings.from_config(request.config).early_retest
+        """
+    )
+    pytester.runpytest(
+        f"--agentgate-repo={service}", "--agentgate-no-early-retest"
+    ).assert_outcomes(passed=1)
