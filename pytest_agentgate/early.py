@@ -19,9 +19,12 @@ The cost is a gate run that may go unused (one of the attempts fails its own gat
 batch forms otherwise): at most one early re-test per batch key runs at a time, on this
 machine. ``--agentgate-no-early-retest`` turns it off.
 
-Files, in the queue's folder: ``early/<key>-<tree>.json`` (a result) and ``.running`` (a
-run under way, with its process id); the lock ``early/<target>/<key>`` is held while one
-runs, so a leader waiting for it blocks on the lock, not on a poll.
+Files, in the queue's folder: ``early/<key>-<tree>.json`` (a result), ``.running`` (a
+run under way, with its process id) and ``.decided`` (a leader re-tested that tree itself:
+its answer stands, and an early result of the same tree, written before or after, is never
+used: a tree seen failing once must not land on an older pass); the lock
+``early/<target>/<key>`` is held while one runs, so a leader waiting for it blocks on the
+lock, not on a poll.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ SETTLE_S = 0.15
 WINDOW_S = 0.5
 #: How long a result is kept unused (seconds): a batch forms within a gate's duration.
 KEEP_S = 3600.0
+#: No early re-test when this process's last gate took less (seconds): its attempts are
+#: queued before the settling is over, and a re-test costs next to nothing anyway.
+MIN_GATE_S = 0.5
 
 _AUTHOR = Author("agentgate", "early-retest@agentgate.invalid")
 
@@ -89,10 +95,11 @@ class EarlyRetests:
 
     # -- starting one ---------------------------------------------------------------------
 
-    def begin(self, uid: str, key: str, retest: BatchRetest) -> None:
+    def begin(self, uid: str, key: str, retest: BatchRetest, *, last_gate_s: float = 0.0) -> None:
         """The gate of ``uid`` (batch key ``key``) begins: test, beside it, the tree its
-        batch will most likely land, unless an early re-test of the key already runs."""
-        if not self.enabled or self.queue.batch_max < 2:
+        batch will most likely land, unless an early re-test of the key already runs.
+        ``last_gate_s``: how long this process's last gate took (0: none yet)."""
+        if not self.enabled or self.queue.batch_max < 2 or 0 < last_gate_s < MIN_GATE_S:
             return
         thread = threading.Thread(
             target=self._run, args=(uid, key, retest), name="agentgate-early", daemon=True
@@ -108,7 +115,7 @@ class EarlyRetests:
                     return  # one runs already: this attempt joins the batch after it
                 self._settle(key)
                 self._test(key, retest)
-        except Exception:  # an early re-test is an optimisation: never a failure
+        except BaseException:  # an optimisation, never a failure (ended: an interrupt)
             return
 
     def _settle(self, key: str) -> None:
@@ -133,17 +140,18 @@ class EarlyRetests:
         if made is None:
             return
         top, bases = made
-        result, marker = self._paths(key, top)
-        if result.exists() or marker.exists():
+        result, marker, decided = self._paths(key, top)
+        if result.exists() or marker.exists() or decided.exists():
             return
         self.folder.mkdir(parents=True, exist_ok=True)
         self._sweep()
         _write(marker, json.dumps({"pid": os.getpid(), "tip": tip, "since": time.time()}))
         try:
             found = retest(top, tip, bases, ahead=True, running=self._running)
-            if self._running.ended:
-                return  # ended half-way: no result
-            _write(result, json.dumps({**asdict(found), "tip": tip, "at": time.time()}))
+            if self._running.ended or decided.exists():
+                return  # ended half-way, or a leader tested that tree meanwhile
+            kept = {**asdict(found), "bases": bases, "tip": tip, "at": time.time()}
+            _write(result, json.dumps(kept))
         finally:
             marker.unlink(missing_ok=True)
 
@@ -194,7 +202,9 @@ class EarlyRetests:
         began before a re-test begun now would), None when there is none."""
         if not self.enabled:
             return None
-        result, marker = self._paths(key, tree)
+        result, marker, decided = self._paths(key, tree)
+        if decided.exists():
+            return None
         if _running(marker):
             with (
                 contextlib.suppress(OSError),
@@ -212,8 +222,23 @@ class EarlyRetests:
             )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
+        if decided.exists():
+            return None  # a leader tested it itself meanwhile: its answer stands
         result.unlink(missing_ok=True)  # one batch lands that tree, once
         return found
+
+    def decide(self, key: str, tree: str) -> None:
+        """A leader re-tests ``tree`` itself (no early result of it was there): from now on
+        its answer stands for that tree, and no early result of it is written or used.
+        Found by a trial: a leader's failed re-test was followed by an early pass of the
+        same tree, written after it, which a later batch with that top then landed on."""
+        if not self.enabled:
+            return
+        with contextlib.suppress(OSError):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            result, _, decided = self._paths(key, tree)
+            _write(decided, str(time.time()))
+            result.unlink(missing_ok=True)
 
     def close(self) -> None:
         """At this process's end (a pytest-xdist worker's last test done): let its early
@@ -229,15 +254,22 @@ class EarlyRetests:
     def _wanted(self) -> bool:
         """Whether another live process has an attempt queued or being judged here."""
         me = os.getpid()
-        return any(e.pid != me and pending.pid_alive(e.pid) for e in self.queue.entries()) or any(
-            int(str(intent.get("pid", 0))) != me for _, intent in self.queue.intents(None)
-        )
+        try:
+            return any(
+                e.pid != me and pending.pid_alive(e.pid) for e in self.queue.entries()
+            ) or any(intent.get("pid") != me for _, intent in self.queue.intents(None))
+        except (OSError, ValueError, TypeError):
+            return False  # unreadable: nobody to wait for
 
     # -- files ----------------------------------------------------------------------------
 
-    def _paths(self, key: str, tree: str) -> tuple[Path, Path]:
+    def _paths(self, key: str, tree: str) -> tuple[Path, Path, Path]:
         name = f"{key}-{tree}"
-        return self.folder / f"{name}.json", self.folder / f"{name}.running"
+        return (
+            self.folder / f"{name}.json",
+            self.folder / f"{name}.running",
+            self.folder / f"{name}.decided",
+        )
 
     def _lock_name(self, key: str) -> str:
         return f"early/{self.queue.target.ref}/{key}"
@@ -250,7 +282,8 @@ class EarlyRetests:
                 stale = (
                     not _running(path)
                     if path.suffix == ".running"
-                    else path.suffix == ".json" and now - path.stat().st_mtime > KEEP_S
+                    else path.suffix in (".json", ".decided")
+                    and now - path.stat().st_mtime > KEEP_S
                 )
                 if stale:
                     path.unlink()

@@ -252,6 +252,8 @@ class Engine:
         )
         #: What the start of the run completed for earlier runs (records of pending moves).
         self.settled: list[str] = []
+        #: How long this process's last gate took (seconds; 0: none yet), for early re-tests.
+        self._last_gate_s = 0.0
         self._known_tips: set[str] = set()
         self._started = False
         #: Told each step an attempt enters (snapshot, gate, queue...); None: nobody listens.
@@ -377,8 +379,10 @@ class Engine:
     def close(self) -> None:
         """End this process's early re-tests; remove the kept workspaces and the run's
         private directory."""
-        self.queue.early.close()
-        self.pool.close()
+        try:
+            self.queue.early.close()
+        finally:
+            self.pool.close()
 
     # -- the lifecycle, step by step ------------------------------------------------------
 
@@ -891,12 +895,11 @@ class Engine:
             # Held to what passed on every attempt's base and on the tip: a test another
             # landing fixed must not break again in the merge. A run ahead stands on a tip
             # not tested yet: the queue checks the tip's own results against it afterwards.
-            on_tip = None if ahead else self.baselines.of_tip(tip, spec)
-            if reuse is not None and _holds(reuse, on_tip):
-                return reuse  # run early, held to the bases; it holds the tip's passes too
-            held = on_tip
+            held = None if ahead else self.baselines.of_tip(tip, spec)
             for base in dict.fromkeys(bases):
                 held = either_passed(self.baselines.of_commit(base, spec), held)
+            if reuse is not None and _reusable(reuse, held):
+                return reuse  # run early, on exactly this tree: as good as running it now
             result = run_commands(
                 self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
                 running=running,
@@ -1203,13 +1206,19 @@ class Engine:
                 tree=attempt.snapshot.tree,
                 base=attempt.base,
             )
-            self.queue.early.begin(attempt.uid, attempt.batch_key, self._batch_retest(spec))
+            self.queue.early.begin(
+                attempt.uid,
+                attempt.batch_key,
+                self._batch_retest(spec),
+                last_gate_s=self._last_gate_s,
+            )
         gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
         try:
             attempt.checks = self.judge(attempt, gate_spec, extra_checks)
         except HarnessBroken as exc:
             return Verdict("error", str(exc), "baseline", exc.output)
         lap("gate")
+        self._last_gate_s = timings["gate"] / 1000
         for check in attempt.checks:
             if check.comparison is not None:
                 attempt.results = check.comparison.as_dict()
@@ -1285,14 +1294,19 @@ class Engine:
         return Verdict("promoted" if self.target.promotes else "passed", problem or "", "")
 
 
-def _holds(found: Retested, on_tip: Mapping[str, str] | None) -> bool:
-    """Whether ``found`` (a run held to its attempts' bases only) holds the tip's results as
-    well: every test reported there is reported, and every one that passed there passes."""
-    if on_tip is None:
-        return True
+def _reusable(found: Retested, held: Mapping[str, str] | None) -> bool:
+    """Whether an early re-test's ``found`` answers for the batch's re-test, which would be
+    held to ``held`` (what passed on the batch's bases and on the tip it lands on; the early
+    run knew neither that tip nor, for a batch of other attempts with the same top, those
+    bases). A gate that reports no tests: its answer is the same either way. Else only a
+    pass that holds ``held``: every test reported there is reported, and every one that
+    passed there passes; a failure is never taken as is (held to other bases, it may have
+    failed a test the batch may fail), the tree is run again."""
     if found.tests is None:
-        return not on_tip  # it reported no tests where the tip did: run it again, held
-    return all(
+        return not held
+    if not found.ok:
+        return False
+    return held is None or all(
         test in found.tests and (outcome != results.PASSED or found.tests[test] == outcome)
-        for test, outcome in on_tip.items()
+        for test, outcome in held.items()
     )

@@ -418,8 +418,10 @@ class LandingQueue:
         settle = self._mark_leading()
         try:
             for _ in range(MAX_ROUNDS * 4):
-                if own and self.verdict(own) is not None:
-                    return  # decided: the next batch is a waiter's to lead
+                if own and self._ahead is None and self.verdict(own) is not None:
+                    # Decided: the next batch is a waiter's to lead (not while a re-test
+                    # runs ahead for it: that would be thrown away).
+                    return
                 queued = self._queued(key)
                 if not queued:
                     return
@@ -736,6 +738,7 @@ class LandingQueue:
                     tested[k] = self._top_test(tip, chain, retest)
                 else:
                     bases = [entry.base for entry, _, _, _ in chain[:k]]
+                    self.early.decide(chain[0][0].key, chain[k - 1][2])
                     tested[k] = retest(chain[k - 1][2], tip, bases)
             return tested[k].ok
 
@@ -914,13 +917,14 @@ class LandingQueue:
                 ahead.cancel()
             if found is None:
                 bases = [entry.base for entry, _, _, _ in chain]
-                early = self.early.result(chain[0][0].key, chain[-1][2])
-                reuse = (
-                    None
-                    if early is None
-                    else Retested(early.ok, early.why, early.output, early.tests, early=True)
-                )
-                found = retest(chain[-1][2], tip, bases, reuse=reuse)
+                key, tree = chain[0][0].key, chain[-1][2]
+                early = self.early.result(key, tree)
+                if early is None:
+                    self.early.decide(key, tree)  # tested here: no early answer counts now
+                    found = retest(tree, tip, bases)
+                else:
+                    reuse = Retested(early.ok, early.why, early.output, early.tests, early=True)
+                    found = retest(tree, tip, bases, reuse=reuse)
         except BaseException:
             after = watch.stop() if watch is not None else None
             if after is not None:

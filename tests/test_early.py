@@ -22,7 +22,7 @@ from helpers import fsck, git, wait_for
 from test_queue import GATE, KEY, Bench, agent, logs
 
 from pytest_agentgate.attempts import list_attempts
-from pytest_agentgate.engine import _holds
+from pytest_agentgate.engine import _reusable
 from pytest_agentgate.queue import Entry, LandingQueue, Retested
 from pytest_agentgate.repo import BaseRepo
 
@@ -246,7 +246,7 @@ def test_an_early_retest_of_another_tree_is_never_used(service: Path, tmp_path: 
     assert landed.status == "promoted" and landed.retested  # type: ignore[attr-defined]
     assert retest.reused == [] and len(retest.ran) == 2 and retest.ran[1][1] is False
     assert "y.txt" not in git(b.path, "ls-tree", "--name-only", "main").split()
-    assert early_files(b) == [".json"]
+    assert early_files(b) == [".decided", ".json"]  # x's tree, tested by its leader
 
 
 def test_no_early_retest_for_one_attempt_on_its_own_base(service: Path, tmp_path: Path) -> None:
@@ -340,18 +340,158 @@ def test_an_early_retest_killed_half_way_leaves_nothing_to_wait_for(
     announce(b, y)
     announce(b, z)
     early_run(b, y.uid, Retests(b))
-    assert early_files(b) == [".json"]
+    assert early_files(b) == [".decided", ".json"]
     fsck(b.path)
 
 
-def test_an_early_result_must_hold_what_passed_on_the_tip_it_lands_on() -> None:
-    """It ran held to its attempts' bases only; the tip it lands on may have passed more."""
-    on_tip = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
-    assert _holds(Retested(True, tests={"t.py::test_a": "passed", "t.py::test_b": "failed"}), on_tip)
-    assert not _holds(Retested(True, tests={"t.py::test_a": "failed"}), on_tip)
-    assert not _holds(Retested(True, tests={"t.py::test_b": "failed"}), on_tip)  # a test gone
-    assert not _holds(Retested(True, tests=None), on_tip)  # no results where the tip had some
-    assert _holds(Retested(True, tests=None), None)  # a gate that reports no tests
+def test_an_early_result_answers_only_as_the_batch_s_re_test_would() -> None:
+    """It ran held to its own attempts' bases; the batch's re-test is held to its bases and
+    the tip it lands on, which the early run could not know. A pass counts only if it holds
+    all of that; a failure never counts as it is when the gate reports tests (held to other
+    bases, it may have failed a test the batch is allowed to fail): the tree is run again.
+    The last two were found by a trial reading the code."""
+    held = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
+    both = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
+    assert _reusable(Retested(True, tests=both), held)
+    assert not _reusable(Retested(True, tests={"t.py::test_a": "failed"}), held)
+    assert not _reusable(Retested(True, tests={"t.py::test_b": "failed"}), held)  # one gone
+    assert not _reusable(Retested(True, tests=None), held)  # no results where held has some
+    assert _reusable(Retested(True, tests=None), None)  # a gate that reports no tests
+    assert _reusable(Retested(False, tests=None), None)  # ... whose failure is the same
+    # A test new in the batch's tree that fails: the early run's bases never had it, so it
+    # failed there; the batch's re-test may hold it otherwise: run again.
+    assert not _reusable(Retested(False, tests={**both, "t.py::test_new": "failed"}), held)
+    assert _reusable(Retested(True, tests={**both, "t.py::test_c": "passed"}), None)
+
+
+def test_a_tree_a_leader_re_tested_itself_never_lands_on_an_early_pass(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: the leader re-tested a tree itself (the early run was still
+    settling, no marker yet) and it failed; the early run then passed the same tree and kept
+    the result; a later batch with exactly that top (the same change again, by another
+    agent) landed on it, a tree already seen failing."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    again = b.attempt("again", {"y.txt": "y"})  # y's change, on y's base
+    runs: list[tuple[str, bool]] = []
+
+    def retest(tree, tip, bases, *, ahead=False, running=None, reuse=None):  # type: ignore[no-untyped-def]
+        if reuse is not None:
+            runs.append(("reused", reuse.ok))
+            return reuse
+        if ahead:  # a flaky test passes in the early run, after the leader's run ended
+            time.sleep(1.5)
+            runs.append(("early", True))
+            return Retested(True)
+        time.sleep(1.0)  # meanwhile the early run settles, finds y queued, and tests it
+        runs.append(("leader", False))  # ... and fails in the leader's
+        return Retested(False, "tests failed: test_flaky")
+
+    for entry in (x, y):
+        announce(b, entry)
+    b.queue.early.begin(x.uid, KEY, retest)
+    b.queue.arrived(x.uid)
+    with b.target.lock():
+        b.queue.lead(KEY, retest, own=b.queue.enqueue(x).uid)  # a fast-forward
+    queued = b.queue.enqueue(y)
+    b.queue.arrived(y.uid)
+    with b.target.lock():  # within the early run's settling: no marker yet
+        b.queue.lead(KEY, retest, own=queued.uid)
+    assert b.queue.verdict(y.uid).status == "rejected"  # type: ignore[union-attr]
+    for thread in b.queue.early._threads:
+        thread.join(30)
+    queued = b.queue.enqueue(again)
+    with b.target.lock():
+        b.queue.lead(KEY, retest, own=queued.uid)
+    assert b.queue.verdict(again.uid).status == "rejected"  # type: ignore[union-attr]
+    assert "y.txt" not in git(b.path, "ls-tree", "--name-only", "main").split()
+    assert ("reused", True) not in runs, runs
+    fsck(b.path)
+
+
+def test_an_early_retest_ended_by_an_interrupt_leaves_no_thread_exception(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: a gate ended half-way raises KeyboardInterrupt in the early run's
+    thread, which died printing it at the end of the run."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    seen: list[object] = []
+    before = threading.excepthook
+    threading.excepthook = seen.append
+    try:
+
+        def interrupted(*_: object, **__: object) -> Retested:
+            raise KeyboardInterrupt  # as the gate's supervisor does when its run is ended
+
+        early_run(b, x.uid, interrupted)  # type: ignore[arg-type]
+    finally:
+        threading.excepthook = before
+    assert seen == [] and early_files(b) == []
+
+
+def test_a_corrupt_intent_does_not_stop_a_run_s_end(service: Path, tmp_path: Path) -> None:
+    """Found by a trial: an intent whose pid is no integer made the end of a run raise,
+    before its workspaces were removed."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    retest = Retests(b)
+    retest.hold.clear()
+    b.queue.early.begin(x.uid, KEY, retest)  # type: ignore[arg-type]
+    assert retest.started.wait(30)
+    (b.queue.folder / "bad.intent").write_text(json.dumps({"key": KEY, "pid": 5.5}))
+    (b.queue.folder / "worse.intent").write_text(json.dumps({"key": KEY, "pid": "x"}))
+    b.queue.arrived(y.uid)
+    b.queue.arrived(x.uid)
+    threading.Timer(0.5, retest.hold.set).start()
+    b.queue.early.close()  # no other process's attempt: it ends the run and returns
+
+
+def test_no_early_retest_after_a_gate_shorter_than_the_settling(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: with gates of 0.05 s the attempts were queued before the early run
+    had settled, and the leader and the early run tested the same tree twice."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    announce(b, x)
+    announce(b, y)
+    retest = Retests(b)
+    b.queue.early.begin(x.uid, KEY, retest, last_gate_s=0.05)  # type: ignore[arg-type]
+    assert b.queue.early._threads == [] and retest.ran == []
+    early_run(b, x.uid, retest)  # no gate known yet: it runs
+    assert len(retest.ran) == 1
+
+
+def test_a_leader_running_a_retest_ahead_does_not_hand_over(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: the leader whose attempt was decided handed over, and ended the
+    re-test it was running ahead for the next batch."""
+    b = Bench(service, tmp_path)
+    b.queue.ahead = True
+    b.lead([b.attempt("first", {"first.txt": "0"})])
+    mine, later = b.attempt("mine", {"mine.txt": "1"}), b.attempt("later", {"later.txt": "2"})
+    retest = Retests(b)
+
+    def slow(*args: object, **kwargs: object) -> Retested:
+        found = retest(*args, **kwargs)  # type: ignore[arg-type]
+        if len(retest.ran) == 1:
+            time.sleep(0.5)  # the first batch's re-test: the watch starts one ahead meanwhile
+        return found
+
+    retest.later.append(later)
+    b.queue.enqueue(mine)
+    with b.target.lock():
+        b.queue.lead(KEY, slow, own=mine.uid)  # type: ignore[arg-type]
+    assert b.queue.verdict(later.uid) is not None  # landed on the run ahead, not handed over
+    assert [ahead for _, ahead in retest.ran] == [False, True]
+    fsck(b.path)
 
 
 def test_early_retests_under_xdist_land_on_their_verdict(
