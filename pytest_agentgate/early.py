@@ -102,13 +102,13 @@ class EarlyRetests:
         if not self.enabled or self.queue.batch_max < 2 or 0 < last_gate_s < MIN_GATE_S:
             return
         thread = threading.Thread(
-            target=self._run, args=(uid, key, retest), name="agentgate-early", daemon=True
+            target=self._run, args=(key, retest), name=f"agentgate-early-{uid[:8]}", daemon=True
         )
         self._threads = [t for t in self._threads if t.is_alive()]
         self._threads.append(thread)
         thread.start()
 
-    def _run(self, uid: str, key: str, retest: BatchRetest) -> None:
+    def _run(self, key: str, retest: BatchRetest) -> None:
         try:
             with locks.ref_lock_unless(self.queue.repo, self._lock_name(key), lambda: True) as got:
                 if got is None:
