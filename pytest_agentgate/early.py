@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import locks, pending
+from ._files import write_whole as _write
 from ._proc import Running
 from .repo import Author
 
@@ -295,9 +296,3 @@ def _running(marker: Path) -> bool:
         return pending.pid_alive(int(json.loads(marker.read_text(encoding="utf-8"))["pid"]))
     except (OSError, ValueError, TypeError, KeyError):
         return False
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from . import _faults, attempts, locks, pending, records, results, server_records, transport
+from ._files import write_whole as _write
 from ._proc import Running
 from .early import EarlyRetests
 from .errors import AgentgateError, NotNeeded, RefMoved
@@ -1417,10 +1418,3 @@ def _posting(entry: Entry) -> dict[str, object]:
         "protect": entry.record.get("protect", []),
         "max_changed_lines": entry.record.get("max_changed_lines"),
     }
-
-
-def _write(path: Path, text: str) -> None:
-    """Write a file whole (a rename), so a reader never sees half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
