@@ -49,11 +49,13 @@ if TYPE_CHECKING:
 
 #: How long the attempts of a batch key must have stopped beginning their gates before the
 #: early re-test merges them (seconds) ...
-SETTLE_S = 0.15
+SETTLE_S = 0.25
 #: ... and the longest it waits for that: workers released by one landing begin together.
 WINDOW_S = 0.5
 #: How long a result is kept unused (seconds): a batch forms within a gate's duration.
 KEEP_S = 3600.0
+#: The least a leader waits for an early re-test under way (seconds; else three gates).
+WAIT_FLOOR_S = 30.0
 #: No early re-test when this process's last gate took less (seconds): its attempts are
 #: queued before the settling is over, and a re-test costs next to nothing anyway.
 MIN_GATE_S = 0.5
@@ -158,7 +160,10 @@ class EarlyRetests:
 
     def _items(self, key: str) -> list[_Item]:
         """What the batch of ``key`` would hold: the queued attempts (arrival order), then
-        the ones being judged (in the order their gates began), up to a batch's size."""
+        the ones being judged (in the order their gates began); none when they are more
+        than a batch holds, as which of them the first batch takes depends on the order
+        they arrive in, not known yet (16 separate processes spent a gate run more with an
+        early re-test of 8 of them)."""
         items = [
             _Item(e.uid, e.change_commit, e.base)
             for e in self.queue.entries()
@@ -172,7 +177,7 @@ class EarlyRetests:
                 continue
             commit = repo.commit_tree(tree, [base], "agentgate: early re-test", _AUTHOR)
             items.append(_Item(uid, commit, base))
-        return items[: self.queue.batch_max]
+        return items if len(items) <= self.queue.batch_max else []
 
     def _chain(self, tip: str, items: Sequence[_Item]) -> tuple[str, list[str]] | None:
         """``items`` merged one after another onto ``tip``, as a leader's batch merges them
@@ -198,18 +203,26 @@ class EarlyRetests:
 
     # -- reading one ----------------------------------------------------------------------
 
-    def result(self, key: str, tree: str) -> Found | None:
+    def result(self, key: str, tree: str, gate_s: float = 0.0) -> Found | None:
         """The early re-test of exactly ``tree`` for ``key``: waited for while it runs (it
-        began before a re-test begun now would), None when there is none."""
+        began before a re-test begun now would), None when there is none. The wait ends
+        with its lock, with its process, or after a few gates' durations (``gate_s``, how
+        long one takes), whichever comes first: a process stopped (SIGSTOP) holding it must
+        not stall the queue."""
         if not self.enabled:
             return None
         result, marker, decided = self._paths(key, tree)
         if decided.exists():
             return None
         if _running(marker):
+            deadline = time.monotonic() + max(WAIT_FLOOR_S, 3 * gate_s)
+
+            def given_up() -> bool:
+                return time.monotonic() > deadline or not _running(marker)
+
             with (
                 contextlib.suppress(OSError),
-                locks.ref_lock(self.queue.repo, self._lock_name(key)),
+                locks.ref_lock_unless(self.queue.repo, self._lock_name(key), given_up),
             ):
                 pass  # it ends with its lock
         try:

@@ -1299,14 +1299,13 @@ def _reusable(found: Retested, held: Mapping[str, str] | None) -> bool:
     held to ``held`` (what passed on the batch's bases and on the tip it lands on; the early
     run knew neither that tip nor, for a batch of other attempts with the same top, those
     bases). A gate that reports no tests: its answer is the same either way. Else only a
-    pass that holds ``held``: every test reported there is reported, and every one that
-    passed there passes; a failure is never taken as is (held to other bases, it may have
-    failed a test the batch may fail), the tree is run again."""
+    pass with no failing test at all (so its exit status was 0, whatever it is held to)
+    that the comparison with ``held`` accepts as a re-test's would, nothing removed allowed:
+    what passed there passes, a test new to it passes. A failure is never taken as is (held
+    to other bases, it may have failed a test the batch may fail): the tree is run again.
+    The second trial found a pass held to other bases that a re-test would have failed."""
     if found.tests is None:
         return not held
-    if not found.ok:
+    if not found.ok or results.failing(found.tests):
         return False
-    return held is None or all(
-        test in found.tests and (outcome != results.PASSED or found.tests[test] == outcome)
-        for test, outcome in held.items()
-    )
+    return results.compare(found.tests, held).ok

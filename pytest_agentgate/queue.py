@@ -244,7 +244,11 @@ class LandingQueue:
             entry = self.enqueue(entry)
             self.arrived(uid)  # queued: a leader gathering a batch sees its entry now
             self._post(entry)
-            has_verdict = (self.folder / f"{uid}.verdict").exists
+            written = self.folder / f"{uid}.verdict"
+
+            def has_verdict() -> bool:
+                return written.exists() and self.verdict(uid) is not None
+
             begin = time.perf_counter()
             for _ in range(MAX_ROUNDS):
                 # The verdict is read as soon as the leader writes it, not once the lock is
@@ -302,9 +306,9 @@ class LandingQueue:
         """The verdict the leader left for ``uid``, if it has one yet."""
         try:
             data = json.loads((self.folder / f"{uid}.verdict").read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
-            return None
-        return Outcome(**data)
+            return Outcome(**data)
+        except (OSError, ValueError, TypeError):
+            return None  # none yet, or none this version can read (its waiter then leads)
 
     # -- attempts on their way ------------------------------------------------------------
 
@@ -909,6 +913,7 @@ class LandingQueue:
             _Watch(self, chain[0][0].key, chain[-1][1], set(uids), retest) if self.ahead else None
         )
         found: Retested | None = None
+        key, tree = chain[0][0].key, chain[-1][2]
         try:
             if ahead is not None and ahead.on == tip and ahead.uids == uids:
                 found = ahead.wait()
@@ -916,16 +921,19 @@ class LandingQueue:
                     found = None  # it could not hold what passed on the tip: test it now
             elif ahead is not None:
                 ahead.cancel()
+            early = None if found is not None else self.early.result(key, tree, self._gate_s)
+            # Judged here now, one way or another: from now on no early run of this tree,
+            # written before or after, answers for it (a tree seen failing must not land on
+            # an early pass of a run that overlapped).
+            self.early.decide(key, tree)
             if found is None:
                 bases = [entry.base for entry, _, _, _ in chain]
-                key, tree = chain[0][0].key, chain[-1][2]
-                early = self.early.result(key, tree)
-                if early is None:
-                    self.early.decide(key, tree)  # tested here: no early answer counts now
-                    found = retest(tree, tip, bases)
-                else:
-                    reuse = Retested(early.ok, early.why, early.output, early.tests, early=True)
-                    found = retest(tree, tip, bases, reuse=reuse)
+                reuse = (
+                    None
+                    if early is None
+                    else Retested(early.ok, early.why, early.output, early.tests, early=True)
+                )
+                found = retest(tree, tip, bases, reuse=reuse)
         except BaseException:
             after = watch.stop() if watch is not None else None
             if after is not None:

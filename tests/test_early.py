@@ -231,7 +231,7 @@ def test_an_early_retest_of_the_batch_stands_for_its_retest(
     assert b.repo.tree_of("refs/heads/main") == tested  # exactly the tree that was tested
     records = {a.task: a for a in list_attempts(b.repo)}
     assert records["task y"].trailers["Retest"] == "passed early"
-    assert early_files(b) == []  # used once, then gone
+    assert early_files(b) == [".decided"]  # used once, then gone: that tree is judged
     fsck(b.path)
 
 
@@ -346,22 +346,30 @@ def test_an_early_retest_killed_half_way_leaves_nothing_to_wait_for(
 
 def test_an_early_result_answers_only_as_the_batch_s_re_test_would() -> None:
     """It ran held to its own attempts' bases; the batch's re-test is held to its bases and
-    the tip it lands on, which the early run could not know. A pass counts only if it holds
-    all of that; a failure never counts as it is when the gate reports tests (held to other
-    bases, it may have failed a test the batch is allowed to fail): the tree is run again.
-    The last two were found by a trial reading the code."""
-    held = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
-    both = {"t.py::test_a": "passed", "t.py::test_b": "failed"}
-    assert _reusable(Retested(True, tests=both), held)
-    assert not _reusable(Retested(True, tests={"t.py::test_a": "failed"}), held)
-    assert not _reusable(Retested(True, tests={"t.py::test_b": "failed"}), held)  # one gone
+    the tip it lands on, which the early run could not know. Only a pass with no failing
+    test that the comparison with all of that accepts counts; a failure never counts as it
+    is when the gate reports tests (held to other bases, it may have failed a test the
+    batch may fail): the tree is run again. Found by the two trials, reading the code."""
+    held = {"t.py::test_a": "passed", "t.py::test_b": "failed", "t.py::test_s": "skipped"}
+    fine = {"t.py::test_a": "passed", "t.py::test_b": "passed", "t.py::test_s": "skipped"}
+    assert _reusable(Retested(True, tests=fine), held)
+    assert _reusable(Retested(True, tests={**fine, "t.py::test_new": "passed"}), held)
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_a": "failed"}), held)
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_a": "skipped"}), held)
+    # Gone where it passed: a re-test allows no removal here.
+    assert not _reusable(Retested(True, tests={"t.py::test_b": "passed"}), held)
+    # A new test that does not pass: held to the batch's bases it must pass.
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_new": "skipped"}), held)
+    # A failure the early run's own bases excused (it failed there): a re-test held to
+    # these, where it passed or was skipped, would not (the second trial's two cases).
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_b": "failed"}), held)
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_s": "failed"}), held)
+    assert not _reusable(Retested(True, tests={**fine, "t.py::test_x": "failed"}), None)
+    assert not _reusable(Retested(False, tests=fine), held)  # a failure: run again
     assert not _reusable(Retested(True, tests=None), held)  # no results where held has some
     assert _reusable(Retested(True, tests=None), None)  # a gate that reports no tests
     assert _reusable(Retested(False, tests=None), None)  # ... whose failure is the same
-    # A test new in the batch's tree that fails: the early run's bases never had it, so it
-    # failed there; the batch's re-test may hold it otherwise: run again.
-    assert not _reusable(Retested(False, tests={**both, "t.py::test_new": "failed"}), held)
-    assert _reusable(Retested(True, tests={**both, "t.py::test_c": "passed"}), None)
+    assert _reusable(Retested(True, tests=fine), None)
 
 
 def test_a_tree_a_leader_re_tested_itself_never_lands_on_an_early_pass(
@@ -408,6 +416,127 @@ def test_a_tree_a_leader_re_tested_itself_never_lands_on_an_early_pass(
     assert "y.txt" not in git(b.path, "ls-tree", "--name-only", "main").split()
     assert ("reused", True) not in runs, runs
     fsck(b.path)
+
+
+def test_a_tree_judged_by_a_leader_is_never_answered_by_an_early_run_again(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by the second trial: a failing early result (per-test results) is run again,
+    and that run, which failed too, did not mark the tree judged; an early run of the same
+    tree for a later attempt with the same change then answered for it. Every tree a leader
+    judges, however, is marked: the later batch is re-tested by its leader."""
+    b = early_bench(service, tmp_path)
+    x, y = b.attempt("x", {"x.txt": "x"}), b.attempt("y", {"y.txt": "y"})
+    again = b.attempt("again", {"y.txt": "y"})  # y's change again, on y's base
+    held = {"t.py::test_ok": "passed", "t.py::test_flaky": "passed"}
+    runs: list[tuple[str, bool]] = []
+
+    def retest(tree, tip, bases, *, ahead=False, running=None, reuse=None):  # type: ignore[no-untyped-def]
+        if reuse is not None and _reusable(reuse, held):  # the engine's rule
+            runs.append(("reused", reuse.ok))
+            return reuse
+        ok = ahead and len(runs) > 1  # fails early and in the leader's run; passes later
+        runs.append(("early" if ahead else "leader", ok))
+        tests = {"t.py::test_ok": "passed", "t.py::test_flaky": "passed" if ok else "failed"}
+        return Retested(ok, "" if ok else "tests failed: test_flaky", tests=tests)
+
+    for entry in (x, y):
+        announce(b, entry)
+    early_run(b, x.uid, retest)  # type: ignore[arg-type]
+    b.queue.arrived(x.uid)
+    with b.target.lock():
+        b.queue.lead(KEY, retest, own=b.queue.enqueue(x).uid)  # a fast-forward
+    queued = b.queue.enqueue(y)
+    b.queue.arrived(y.uid)
+    with b.target.lock():  # the early failure is not taken: run again, fails
+        b.queue.lead(KEY, retest, own=queued.uid)
+    assert b.queue.verdict(y.uid).status == "rejected"  # type: ignore[union-attr]
+    announce(b, again)
+    early_run(b, again.uid, retest)  # type: ignore[arg-type]
+    queued = b.queue.enqueue(again)
+    b.queue.arrived(again.uid)
+    with b.target.lock():
+        b.queue.lead(KEY, retest, own=queued.uid)
+    assert runs == [("early", False), ("leader", False), ("leader", False)], runs
+    assert b.queue.verdict(again.uid).status == "rejected"  # type: ignore[union-attr]
+    fsck(b.path)
+
+
+def test_a_stopped_early_runner_does_not_stall_the_queue(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by the second trial reading the code: a leader waited, holding the target's
+    lock, for as long as the early run's process lived; stopped (SIGSTOP) or stuck, forever.
+    Now it waits a few gates' durations at most, then re-tests itself."""
+    from pytest_agentgate import early
+
+    b = early_bench(service, tmp_path)
+    first, x = b.attempt("first", {"first.txt": "0"}), b.attempt("x", {"x.txt": "x"})
+    for entry in (first, x):
+        announce(b, entry)
+    script = textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from pytest_agentgate import oplog
+        from pytest_agentgate.queue import LandingQueue, Retested
+        from pytest_agentgate.repo import BaseRepo
+        from pytest_agentgate.target import LocalBranch
+        repo = BaseRepo(Path({str(b.path)!r}), None)
+        target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+        queue = LandingQueue(repo, target, early=True)
+        def retest(tree, tip, bases, **_):
+            print("running", flush=True)
+            time.sleep(120)  # stuck (as stopped: alive, holding its lock, never ending)
+            return Retested(True)
+        queue.early.begin("uid-x", {KEY!r}, retest)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    floor = early.WAIT_FLOOR_S
+    early.WAIT_FLOOR_S = 1.0
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "running"
+        for entry in (first, x):
+            b.queue.arrived(entry.uid)
+        b.lead([first])
+        retest = Retests(b)
+        b.queue.enqueue(x)
+        begin = time.monotonic()
+        with b.target.lock():
+            b.queue.lead(KEY, retest)  # type: ignore[arg-type]
+        assert time.monotonic() - begin < 20
+        assert b.queue.verdict(x.uid).status == "promoted"  # type: ignore[union-attr]
+        assert len(retest.ran) == 1  # re-tested here, after a bounded wait
+    finally:
+        early.WAIT_FLOOR_S = floor
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    fsck(b.path)
+
+
+def test_a_verdict_no_version_here_can_read_is_an_error_not_a_spin(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by the second trial reading the code: a verdict file with fields this version
+    does not know raised TypeError out of the waiter; one cut short made it spin through its
+    turns without waiting. Now neither counts as a verdict: the waiter waits for the lock,
+    and its turns end in a clear error."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("first", {"first.txt": "0"})])
+    mine = b.attempt("mine", {"mine.txt": "1"})
+    b.queue.folder.mkdir(parents=True, exist_ok=True)
+    (b.queue.folder / f"{mine.uid}.verdict").write_text(json.dumps({"status": "x", "new_field": 1}))
+    assert b.queue.verdict(mine.uid) is None
+    import pytest as _pytest
+
+    from pytest_agentgate.errors import AgentgateError
+
+    with _pytest.raises(AgentgateError, match="gave no verdict"):
+        b.queue.land(
+            uid=mine.uid, key=KEY, change_commit=mine.change_commit, base=mine.base,
+            agent=mine.agent, task=mine.task, record=mine.record,
+            retest=Retests(b),  # type: ignore[arg-type]
+        )  # fmt: skip
 
 
 def test_an_early_retest_ended_by_an_interrupt_leaves_no_thread_exception(
@@ -580,3 +709,22 @@ def test_early_retests_are_on_by_default_and_off_by_their_option(
     pytester.runpytest(
         f"--agentgate-repo={service}", "--agentgate-no-early-retest"
     ).assert_outcomes(passed=1)
+
+
+def test_no_early_retest_of_more_attempts_than_a_batch_holds(
+    service: Path, tmp_path: Path
+) -> None:
+    """Which of them the first batch takes depends on the order they arrive in, not known
+    while their gates run: 16 separate processes spent a gate run more on an early re-test
+    of 8 of them."""
+    b = Bench(service, tmp_path)
+    b.queue = LandingQueue(b.repo, b.target, batch_max=2, early=True)
+    made = [b.attempt(name, {f"{name}.txt": name}) for name in ("x", "y", "z")]
+    for entry in made:
+        announce(b, entry)
+    retest = Retests(b)
+    early_run(b, made[0].uid, retest)
+    assert retest.ran == [] and early_files(b) == []
+    b.queue.arrived(made[2].uid)  # two left: one batch holds them
+    early_run(b, made[0].uid, retest)
+    assert len(retest.ran) == 1 and early_files(b) == [".json"]
