@@ -86,9 +86,9 @@ class BatchRetest(Protocol):
     """A re-test of a merged tree that stands on ``tip``, holding the tests that passed on
     the ``bases`` of the attempts in it, and on ``tip`` too unless ``ahead`` (a re-test run
     ahead, on a tip not yet tested: see :class:`_Ahead`). ``running`` lets another thread
-    end it. With ``reuse`` (a result of exactly ``tree``, run early, held to the bases
-    only: see :mod:`.early`), nothing runs when that result holds what passed on ``tip``
-    too; else the tree is run again, held to both."""
+    end it. With ``reuse`` (a result of exactly ``tree``, run early, held to other bases
+    and no tip: see :mod:`.early`), nothing runs when that result answers as this re-test
+    would; else the tree is run again."""
 
     def __call__(
         self,
@@ -330,8 +330,13 @@ class LandingQueue:
         for path in self.folder.glob("*.intent"):
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
-                if key in (None, data.get("key")) and pending.pid_alive(int(data.get("pid", 0))):
-                    found.append((float(data.get("since", 0)), path.stem, data))
+                if key not in (None, data.get("key")):
+                    continue
+                if not pending.pid_alive(int(data.get("pid", 0))):
+                    path.unlink(missing_ok=True)  # a process that died judging
+                    continue
+                data["since"] = float(data.get("since", 0))
+                found.append((data["since"], path.stem, data))
             except (OSError, ValueError, TypeError, AttributeError):
                 continue
         return [(uid, data) for _, uid, data in sorted(found, key=lambda f: (f[0], f[1]))]
@@ -342,19 +347,7 @@ class LandingQueue:
 
     def _in_flight(self, key: str, began_by: float) -> int:
         """How many attempts of ``key`` are being judged whose gate began by ``began_by``."""
-        count = 0
-        for path in self.folder.glob("*.intent"):
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if data.get("key") != key:
-                continue
-            if not pending.pid_alive(int(data.get("pid", 0))):
-                path.unlink(missing_ok=True)  # a process that died judging
-            elif float(data.get("since", 0)) <= began_by:
-                count += 1
-        return count
+        return sum(1 for _, data in self.intents(key) if float(str(data["since"])) <= began_by)
 
     def _gather(self, queued: list[Entry], gate_s: float) -> None:
         """Wait (a bounded time) for the attempts whose gates began with the batch's own
