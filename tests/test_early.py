@@ -623,26 +623,32 @@ def test_a_leader_running_a_retest_ahead_does_not_hand_over(
     fsck(b.path)
 
 
+@pytest.mark.parametrize("promote", [True, False], ids=["promote", "dry run"])
 def test_early_retests_under_xdist_land_on_their_verdict(
-    pytester: pytest.Pytester, service: Path, tmp_path: Path
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, promote: bool
 ) -> None:
     """Two agent tests under ``-n 2`` whose gates run together: three gate runs (their own
     two and one early re-test, no re-test after them), and the merge lands on the early
-    run's verdict, as its record says."""
+    run's verdict, as its record says; in a dry run too (on the run's scratch ref)."""
     log = logs(tmp_path)
     pytester.makepyfile(**{f"test_agent_{n}": agent(n, tmp_path, 2) for n in range(2)})
     gate = GATE.replace("time.sleep(0.3)", "time.sleep(1)")
     os.environ["GATE_LOG"] = str(log)
     try:
         result = pytester.runpytest_subprocess(
-            "-n", "2", f"--agentgate-repo={service}", "--agentgate-promote",
+            "-n", "2", f"--agentgate-repo={service}", *(["--agentgate-promote"] * promote),
             f"--agentgate-gate={gate}", "--agentgate-gate-env=GATE_LOG",
             f"--agentgate-sandbox-bind={log.parent}:rw",
         )  # fmt: skip
     finally:
         del os.environ["GATE_LOG"]
     result.assert_outcomes(passed=2)
-    assert set(git(service, "ls-tree", "--name-only", "main").split()) >= {
+    landed_on = (
+        "main"
+        if promote
+        else git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/dryruns/")
+    )
+    assert set(git(service, "ls-tree", "--name-only", landed_on).split()) >= {
         "change-0.txt",
         "change-1.txt",
     }
