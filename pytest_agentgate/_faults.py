@@ -7,7 +7,8 @@ would. Unset, a point costs one dict lookup.
 Points: ``gate`` (a gate command is running), ``locked`` (the promotion lock is held),
 ``merge-written`` (merge objects written, ref not moved), ``pending`` (the operations log's
 pending line of a move), ``moved`` (the ref moved, nothing recorded yet), ``record`` (the
-attempt record is written), ``oplog`` (a completed move's log line), ``journal`` (the
+attempt record is written), ``recorded`` (the ref moved and its records written, its pending
+lines not yet settled nor a queue's verdicts written), ``oplog`` (a completed move's log line), ``journal`` (the
 working-tree journal), ``worktree-sync`` (the ref moved, the checked-out files not yet
 updated), ``enqueued`` (a queue entry is written, its waiter not yet waiting),
 ``verdict-read`` (another machine's leader's verdict was read here, its waiter not yet told).
@@ -54,14 +55,21 @@ def uninterrupted() -> Iterator[None]:
     """
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    global _holding
+    if threading.current_thread() is not threading.main_thread() or _holding:
+        yield  # another thread's, or inside another such block: that one delivers it
         return
     received: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    _holding = True
     try:
         yield
     finally:
+        _holding = False
         signal.signal(signal.SIGINT, previous)
     if received:
         raise KeyboardInterrupt
+
+
+#: Whether an :func:`uninterrupted` block holds Ctrl-C now (the main thread's; they nest).
+_holding = False

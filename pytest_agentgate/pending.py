@@ -15,6 +15,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from . import attempts, oplog
 from .errors import AgentgateError
@@ -54,7 +55,14 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A zombie has let go of everything (its locks too) and only waits for its parent to
+    # read its status: dead. Found by a trial: pytest-xdist keeps a SIGKILLed worker a
+    # zombie for a while, and a leader landed the dead worker's queued attempt.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True  # no /proc (macOS), or gone this instant: as kill(0) said
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
 
 
 def _on(repo: BaseRepo, commit: str, ref: str) -> bool:

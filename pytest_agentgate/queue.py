@@ -414,6 +414,7 @@ class LandingQueue:
 
     def _lead(self, key: str, retest: BatchRetest, gate_s: float, own: str = "") -> None:
         settle = self._mark_leading()
+        self._sweep_answered()
         try:
             for _ in range(MAX_ROUNDS * 4):
                 if own and self._ahead is None and self.verdict(own) is not None:
@@ -445,6 +446,25 @@ class LandingQueue:
             self._drop_ahead()
             with contextlib.suppress(OSError):
                 (self.folder / "leading").unlink(missing_ok=True)
+
+    def _sweep_answered(self) -> None:
+        """Forget the entries that have a verdict and no waiter left to read it (it died
+        after its verdict was written: its record is the leader's). Found by a trial: they
+        stayed in the queue's folder for good. Not for a branch on a server: a dead
+        poster's verdict from another machine is read at its machine's next run, to record
+        it (:meth:`settle_posted`)."""
+        if self.target.server_queue() is not None:
+            return
+        for path in self.folder.glob("*.entry"):
+            uid = path.stem.split("-", 1)[-1]
+            if not (self.folder / f"{uid}.verdict").exists():
+                continue
+            try:
+                pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if not pending.pid_alive(pid):
+                self.discard(uid)
 
     def _mark_leading(self) -> bool:
         """Mark that a leader is at work (gone when it finishes); whether an earlier one may
@@ -561,15 +581,20 @@ class LandingQueue:
                 continue
             if line.new and tip and self.repo.is_ancestor(line.new, tip):
                 found: dict[str, str] = {}
-                ref, commit = self._published(
-                    attempts.write_record(
-                        self.repo,
-                        line.record,
-                        status=str(line.record.get("status", "promoted")),
-                        landed=line.new if self.target.promotes else None,
-                    ),
-                    entry.uid,
-                    found,
+                written = self._landed_record(entry.uid)  # killed after its records
+                ref, commit = (
+                    (written.record_ref, written.record_commit)
+                    if written is not None
+                    else self._published(
+                        attempts.write_record(
+                            self.repo,
+                            line.record,
+                            status=str(line.record.get("status", "promoted")),
+                            landed=line.new if self.target.promotes else None,
+                        ),
+                        entry.uid,
+                        found,
+                    )
                 )
                 log.append(
                     OpRecord("pending-done", self.target.ref, None, None, pending=line.pending)
@@ -822,24 +847,28 @@ class LandingQueue:
             server_updates=self._server_updates(landing, outcome),
         )
         _faults.point("merge-written")
-        result = self.target.move(
-            top,
-            tip,
-            records.landing_reflog(
-                f"batch of {good}" if good > 1 else landing[0][0].task,
-                landing[-1][0].agent,
-                dry_run=not self.target.promotes,
+        # The move and its waiters' verdicts together: found by a trial, a Ctrl-C held
+        # through the move was raised before the verdicts, and each waiter, finding none,
+        # recorded its landed attempt a second time, as interrupted.
+        with _faults.uninterrupted():
+            result = self.target.move(
+                top,
+                tip,
+                records.landing_reflog(
+                    f"batch of {good}" if good > 1 else landing[0][0].task,
+                    landing[-1][0].agent,
+                    dry_run=not self.target.promotes,
+                )
+                + f" ({note.kind})",
+                note,
+                after_move,
             )
-            + f" ({note.kind})",
-            note,
-            after_move,
-        )
-        if not result.moved:
-            return None
-        for i, (entry, _, _, _) in enumerate(landing):
-            if not entry.foreign:  # (another machine's verdict went with the move)
-                self._unpost(entry.uid)
-                self._write_verdict(entry, outcome(i, result.problem or ""))
+            if not result.moved:
+                return None
+            for i, (entry, _, _, _) in enumerate(landing):
+                if not entry.foreign:  # (another machine's verdict went with the move)
+                    self._unpost(entry.uid)
+                    self._write_verdict(entry, outcome(i, result.problem or ""))
         return top
 
     def _longest_passing(
@@ -955,7 +984,23 @@ class LandingQueue:
         return ref, written[1]
 
     def _already(self, entry: Entry, tip: str) -> None:
-        """Nothing to land is not a merge: no commit, no move, no re-test."""
+        """Nothing to land is not a merge: no commit, no move, no re-test. Unless this very
+        attempt landed it: a leader that stopped (SIGKILL) after its move and records, before
+        its verdicts, left its record: the verdict says so, and no second record is made."""
+        mine = self._landed_record(entry.uid)
+        if mine is not None:
+            self._decide(
+                entry,
+                Outcome(
+                    str(entry.record.get("status", "promoted")),
+                    "landed by a leader that stopped before its verdict; completed by the next",
+                    new=mine.landed or tip,
+                    kind="merge",
+                    record_ref=mine.record_ref,
+                    record_commit=mine.record_commit,
+                ),
+            )
+            return
         self._decide(
             entry,
             Outcome(
@@ -966,6 +1011,18 @@ class LandingQueue:
                 kind="already",
                 tree=self.repo.tree_of(tip),
             ),
+        )
+
+    def _landed_record(self, uid: str) -> attempts.AttemptInfo | None:
+        """The record of attempt ``uid`` that says it landed (promoted, or passed in a dry
+        run), if one was written."""
+        return next(
+            (
+                a
+                for a in attempts.list_attempts(self.repo)
+                if a.trailers.get("Id") == uid and a.verdict in ("promoted", "passed")
+            ),
+            None,
         )
 
     def _decide(self, entry: Entry, outcome: Outcome) -> None:

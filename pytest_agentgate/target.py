@@ -380,6 +380,7 @@ class LocalBranch(_LogsMoves):
             if after_move is not None:
                 _faults.point("moved")
                 recorded.append(after_move())
+                _faults.point("recorded")
             if follow:
                 try:
                     _faults.point("worktree-sync")
@@ -389,7 +390,9 @@ class LocalBranch(_LogsMoves):
                     problem = (
                         f"the checked-out files were not updated ({exc}); the next run finishes it"
                     )
-        return self._moved(old, new, note, uid, recorded, problem)
+            # Its pending lines settled and its log line written before a Ctrl-C held
+            # meanwhile is raised: else the next run took the move for a dead one's.
+            return self._moved(old, new, note, uid, recorded, problem)
 
 
 class DryRunRef(LocalBranch):

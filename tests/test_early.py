@@ -734,3 +734,114 @@ def test_no_early_retest_of_more_attempts_than_a_batch_holds(
     b.queue.arrived(made[2].uid)  # two left: one batch holds them
     early_run(b, made[0].uid, retest)
     assert len(retest.ran) == 1 and early_files(b) == [".json"]
+
+
+# -- found by the third trial, end to end ------------------------------------------------
+
+
+def test_a_zombie_process_is_dead() -> None:
+    """Found by a trial: pytest-xdist keeps a SIGKILLed worker a zombie for a while (its
+    locks already let go), ``kill(pid, 0)`` said alive, and the next leader landed the dead
+    worker's queued attempt."""
+    from pytest_agentgate import pending
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    wait_for(
+        lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+        what="the child to be a zombie",
+    )
+    try:
+        assert pending.pid_alive(child.pid) is False
+    finally:
+        child.wait()
+    assert pending.pid_alive(os.getpid()) is True
+
+
+LEADER = """
+import sys
+from pathlib import Path
+from pytest_agentgate import oplog
+from pytest_agentgate.queue import LandingQueue, Retested
+from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.target import LocalBranch
+repo = BaseRepo(Path(sys.argv[1]), None)
+target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+queue = LandingQueue(repo, target)
+try:
+    with target.lock():
+        queue.lead("same-gate", lambda tree, tip, bases, **_: Retested(True))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_ctrl_c_during_a_batch_s_move_still_gives_every_waiter_its_verdict(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: a Ctrl-C held through the move was raised before the waiters'
+    verdicts (and before the move's log line): each waiter, finding none, recorded its
+    landed attempt a second time, as interrupted."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    entries = [b.queue.enqueue(b.attempt(f"k{i}", {f"k{i}.txt": str(i)})) for i in range(3)]
+    env = {**os.environ, "AGENTGATE_FAULT": "moved:int"}
+    stopped = subprocess.run(
+        [sys.executable, "-c", LEADER, str(b.path)], env=env, check=False,
+        start_new_session=True,  # the Ctrl-C goes to its process group alone
+    )  # fmt: skip
+    assert stopped.returncode == 130  # interrupted, after the move and its verdicts
+    found = [b.queue.verdict(e.uid) for e in entries]
+    assert [o.status if o else None for o in found] == ["promoted"] * 3
+    assert all(o is not None and o.record_ref for o in found)
+    ops = [r.op for r in b.target.log.read()]
+    assert ops.count("promote") == 2 and "pending-abandoned" not in ops  # its log line too
+    assert pending_open(b) == []
+    fsck(b.path)
+
+
+def pending_open(b: Bench) -> list[object]:
+    from pytest_agentgate import pending
+
+    return list(pending.open_lines(b.target.log.read(), b.target.ref))
+
+
+def test_a_leader_killed_after_its_records_before_its_verdicts_records_nothing_twice(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: a leader killed once it had written its batch's records had them
+    written again by the next leader, from its pending lines (and, its pending lines
+    settled, its attempts would be decided as "already there", for each waiter to record
+    again). The record written is now found and given as the verdict."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    entries = [b.queue.enqueue(b.attempt(f"k{i}", {f"k{i}.txt": str(i)})) for i in range(3)]
+    env = {**os.environ, "AGENTGATE_FAULT": "recorded"}  # the move made, its records written
+    died = subprocess.run([sys.executable, "-c", LEADER, str(b.path)], env=env, check=False)
+    assert died.returncode == -signal.SIGKILL
+    with b.target.lock():
+        b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
+    found = [b.queue.verdict(e.uid) for e in entries]
+    assert [o.status if o else None for o in found] == ["promoted"] * 3
+    assert all(o is not None and o.record_ref and o.kind != "already" for o in found), found
+    recorded = sorted(a.task for a in list_attempts(b.repo) if a.task.startswith("task k"))
+    assert recorded == ["task k0", "task k1", "task k2"]  # once each
+    fsck(b.path)
+
+
+def test_a_verdict_whose_waiter_died_is_swept_by_the_next_leader(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: an entry with a verdict whose waiter died before reading it stayed
+    in the queue's folder for good (nothing lists an entry that has a verdict)."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    gone = b.attempt("gone", {"gone.txt": "g"})
+    b.lead([gone])  # landed; then its waiter dies before it reads the verdict
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (entry,) = b.queue.folder.glob(f"*-{gone.uid}.entry")
+    entry.write_text(json.dumps({**json.loads(entry.read_text()), "pid": dead.pid}))
+    assert sorted(p.suffix for p in b.queue.folder.glob(f"*{gone.uid}*")) == [".entry", ".verdict"]
+    b.lead([b.attempt("next", {"next.txt": "n"})])
+    assert list(b.queue.folder.glob(f"*{gone.uid}*")) == []
+    fsck(b.path)
