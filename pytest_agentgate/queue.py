@@ -266,13 +266,23 @@ class LandingQueue:
                 f"the queue gave no verdict for {entry.label} after {MAX_ROUNDS} turns"
             )
         except BaseException:
-            # Interrupted (Ctrl-C, a timeout) or failed: under the lock, either the leader
-            # already landed it (its verdict stands: the record says so), or it leaves the
-            # queue now, so nothing lands after its test reports.
-            with contextlib.suppress(BaseException), self.target.lock():
-                if self.verdict(entry.uid) is None and self._take_back(entry):
-                    self._forget(entry)
+            with contextlib.suppress(BaseException):
+                self.withdraw(entry)
             raise
+
+    def withdraw(self, entry: Entry) -> None:
+        """An interrupted (Ctrl-C, a timeout) or failed waiter's entry: under the lock,
+        either the leader already landed it (its verdict stands: the record says so; or a
+        leader killed after its records, before its verdicts, left its record, which is the
+        verdict now), or it leaves the queue now, so nothing lands after its test reports."""
+        with self.target.lock():
+            if self.verdict(entry.uid) is not None:
+                return
+            mine = self._landed_record(entry.uid) if self.target.server_queue() is None else None
+            if mine is not None:
+                self._write_verdict(entry, self._recorded(entry, mine, mine.landed))
+            elif self._take_back(entry):
+                self._forget(entry)
 
     def discard(self, uid: str) -> None:
         """Forget ``uid``'s entry and verdict here, whatever they said (its waiter read
@@ -989,17 +999,7 @@ class LandingQueue:
         its verdicts, left its record: the verdict says so, and no second record is made."""
         mine = self._landed_record(entry.uid)
         if mine is not None:
-            self._decide(
-                entry,
-                Outcome(
-                    str(entry.record.get("status", "promoted")),
-                    "landed by a leader that stopped before its verdict; completed by the next",
-                    new=mine.landed or tip,
-                    kind="merge",
-                    record_ref=mine.record_ref,
-                    record_commit=mine.record_commit,
-                ),
-            )
+            self._decide(entry, self._recorded(entry, mine, mine.landed or tip))
             return
         self._decide(
             entry,
@@ -1011,6 +1011,18 @@ class LandingQueue:
                 kind="already",
                 tree=self.repo.tree_of(tip),
             ),
+        )
+
+    def _recorded(self, entry: Entry, mine: attempts.AttemptInfo, new: str) -> Outcome:
+        """The verdict of an attempt a leader landed and recorded, then stopped (SIGKILL)
+        before it wrote the verdict: its record says what it is."""
+        return Outcome(
+            str(entry.record.get("status", "promoted")),
+            "landed by a leader that stopped before its verdict; completed by the next",
+            new=new,
+            kind="merge",
+            record_ref=mine.record_ref,
+            record_commit=mine.record_commit,
         )
 
     def _landed_record(self, uid: str) -> attempts.AttemptInfo | None:

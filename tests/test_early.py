@@ -845,3 +845,22 @@ def test_a_verdict_whose_waiter_died_is_swept_by_the_next_leader(
     b.lead([b.attempt("next", {"next.txt": "n"})])
     assert list(b.queue.folder.glob(f"*{gone.uid}*")) == []
     fsck(b.path)
+
+
+def test_a_waiter_interrupted_after_its_leader_died_recording_it_takes_its_record(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found by a trial: its leader was killed after the move and its records, before its
+    verdicts; the waiter, interrupted then, took its entry back and was recorded a second
+    time, as interrupted. Its landed record is its verdict now."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])
+    mine = b.queue.enqueue(b.attempt("mine", {"mine.txt": "1"}))
+    env = {**os.environ, "AGENTGATE_FAULT": "recorded"}
+    died = subprocess.run([sys.executable, "-c", LEADER, str(b.path)], env=env, check=False)
+    assert died.returncode == -signal.SIGKILL
+    b.queue.withdraw(mine)  # as its waiter does when interrupted
+    found = b.queue.verdict(mine.uid)
+    assert found is not None and found.status == "promoted" and found.record_ref
+    assert [a.task for a in list_attempts(b.repo)].count("task mine") == 1
+    fsck(b.path)
