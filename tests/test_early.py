@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers import fsck, git, wait_for
-from test_queue import GATE, KEY, Bench, agent, logs
+from test_queue import GATE, KEY, LEADER, Bench, agent, logs
 
 from pytest_agentgate.attempts import list_attempts
 from pytest_agentgate.engine import _reusable
@@ -757,24 +757,6 @@ def test_a_zombie_process_is_dead() -> None:
     assert pending.pid_alive(os.getpid()) is True
 
 
-LEADER = """
-import sys
-from pathlib import Path
-from pytest_agentgate import oplog
-from pytest_agentgate.queue import LandingQueue, Retested
-from pytest_agentgate.repo import BaseRepo
-from pytest_agentgate.target import LocalBranch
-repo = BaseRepo(Path(sys.argv[1]), None)
-target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
-queue = LandingQueue(repo, target)
-try:
-    with target.lock():
-        queue.lead("same-gate", lambda tree, tip, bases, **_: Retested(True))
-except KeyboardInterrupt:
-    sys.exit(130)
-"""
-
-
 def test_a_ctrl_c_during_a_batch_s_move_still_gives_every_waiter_its_verdict(
     service: Path, tmp_path: Path
 ) -> None:
@@ -789,7 +771,7 @@ def test_a_ctrl_c_during_a_batch_s_move_still_gives_every_waiter_its_verdict(
         [sys.executable, "-c", LEADER, str(b.path)], env=env, check=False,
         start_new_session=True,  # the Ctrl-C goes to its process group alone
     )  # fmt: skip
-    assert stopped.returncode == 130  # interrupted, after the move and its verdicts
+    assert stopped.returncode == -signal.SIGINT  # interrupted, after the move and its verdicts
     found = [b.queue.verdict(e.uid) for e in entries]
     assert [o.status if o else None for o in found] == ["promoted"] * 3
     assert all(o is not None and o.record_ref for o in found)
