@@ -787,29 +787,6 @@ def pending_open(b: Bench) -> list[object]:
     return list(pending.open_lines(b.target.log.read(), b.target.ref))
 
 
-def test_a_leader_killed_after_its_records_before_its_verdicts_records_nothing_twice(
-    service: Path, tmp_path: Path
-) -> None:
-    """Found by a trial: a leader killed once it had written its batch's records had them
-    written again by the next leader, from its pending lines (and, its pending lines
-    settled, its attempts would be decided as "already there", for each waiter to record
-    again). The record written is now found and given as the verdict."""
-    b = Bench(service, tmp_path)
-    b.lead([b.attempt("a0", {"a0.txt": "0"})])
-    entries = [b.queue.enqueue(b.attempt(f"k{i}", {f"k{i}.txt": str(i)})) for i in range(3)]
-    env = {**os.environ, "AGENTGATE_FAULT": "recorded"}  # the move made, its records written
-    died = subprocess.run([sys.executable, "-c", LEADER, str(b.path)], env=env, check=False)
-    assert died.returncode == -signal.SIGKILL
-    with b.target.lock():
-        b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
-    found = [b.queue.verdict(e.uid) for e in entries]
-    assert [o.status if o else None for o in found] == ["promoted"] * 3
-    assert all(o is not None and o.record_ref and o.kind != "already" for o in found), found
-    recorded = sorted(a.task for a in list_attempts(b.repo) if a.task.startswith("task k"))
-    assert recorded == ["task k0", "task k1", "task k2"]  # once each
-    fsck(b.path)
-
-
 def test_a_verdict_whose_waiter_died_is_swept_by_the_next_leader(
     service: Path, tmp_path: Path
 ) -> None:

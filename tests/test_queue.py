@@ -331,10 +331,12 @@ with target.lock():
 """
 
 
-@pytest.mark.parametrize("point", ["merge-written", "pending", "moved"])
+@pytest.mark.parametrize("point", ["merge-written", "pending", "moved", "recorded"])
 def test_a_leader_killed_mid_batch_loses_nothing(service: Path, tmp_path: Path, point: str) -> None:
-    """A leader SIGKILLed before the move, between its pending lines and the move, or right
-    after the move: the next holder lands each attempt exactly once, with its record."""
+    """A leader SIGKILLed before the move, between its pending lines and the move, right
+    after the move, or once it has written the batch's records (before its verdicts): the
+    next holder lands each attempt exactly once, with its record. ``recorded`` was found
+    by a trial: the next leader wrote the records again from the pending lines."""
     b = Bench(service, tmp_path)
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
     entries = [b.queue.enqueue(b.attempt(f"k{i}", {f"k{i}.txt": str(i)})) for i in range(3)]
@@ -345,6 +347,7 @@ def test_a_leader_killed_mid_batch_loses_nothing(service: Path, tmp_path: Path, 
         b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
     outcomes = [b.queue.verdict(e.uid) for e in entries]
     assert [o.status if o else None for o in outcomes] == ["promoted"] * 3
+    assert all(o is not None and o.record_ref and o.kind != "already" for o in outcomes)
     on_main = git(b.path, "ls-tree", "--name-only", "main").splitlines()
     assert {"k0.txt", "k1.txt", "k2.txt"} <= set(on_main)
     merges = [s for s in b.first_parents() if s.startswith("agentgate: merge task k")]
