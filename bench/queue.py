@@ -93,7 +93,7 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
         common = [
             sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
             f"--agentgate-repo={repo}", "--agentgate-target=main", "--agentgate-promote",
-            f"--agentgate-gate={sys.executable} {gate}",
+            f"--agentgate-gate-exit-code={sys.executable} {gate}",
             "--agentgate-gate-env=QUEUE_BENCH_LOG", "--agentgate-gate-env=QUEUE_BENCH_CULPRIT",
             f"--agentgate-sandbox-bind={gate}", f"--agentgate-sandbox-bind={logs}:rw",
         ]  # fmt: skip
@@ -138,6 +138,23 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
         }
 
 
+def signing_keys(root: Path, machines: int) -> list[list[str]]:
+    """A signing key for each machine and one allowed-signers file naming them all: the
+    flags each machine's run gets (its posts on the server's queue are signed, and checked)."""
+    allowed = root / "allowed_signers"
+    lines, flags = [], []
+    for side in range(machines):
+        key = root / f"key-{side}"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"m{side}", "-f", str(key)],
+            check=True,
+        )
+        lines.append(f"machine-{side} " + " ".join(Path(f"{key}.pub").read_text().split()[:2]))
+        flags.append([f"--agentgate-signing-key={key}", f"--agentgate-allowed-signers={allowed}"])
+    allowed.write_text("\n".join(lines) + "\n")
+    return flags
+
+
 def two_machines(
     root: Path, repo: Path, suite: Path, n: int, env: dict[str, str], common: list[str]
 ) -> tuple[list[int], Path]:
@@ -163,6 +180,7 @@ def two_machines(
                     break
             time.sleep(0.05)
         url = f"git://127.0.0.1:{port}/{server.name}"
+        keys = signing_keys(root, 2)
         procs = []
         for side in (0, 1):
             work = root / f"machine-{side}"
@@ -175,7 +193,7 @@ def two_machines(
             procs.append(
                 subprocess.Popen(
                     [*argv, "--agentgate-remote=origin", "--agentgate-target=main", "-n", "2",
-                     *mine, f"--basetemp={root / f'tmp-m{side}'}"],
+                     *keys[side], *mine, f"--basetemp={root / f'tmp-m{side}'}"],
                     cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 )
             )  # fmt: skip

@@ -316,7 +316,7 @@ class Bench:
             context = gate.GateContext(gate_root, hidden)
 
             def gate_run(_s: dict, context: gate.GateContext = context) -> None:
-                assert gate.run_commands(self.repo, tree, GateSpec(commands=("true",)), context).ok
+                assert gate.run_commands(self.repo, tree, GateSpec(commands=("true",), exit_code=("true",)), context).ok
 
             def gate_floor(_s: dict) -> None:
                 path, idx = Path(tempfile.mkdtemp(dir=self.disk)), self.disk / "gate-floor-index"
@@ -334,7 +334,7 @@ class Bench:
         from pytest_agentgate.checkouts import GateCheckouts
 
         uncontained = sandbox.resolve(sandbox.Settings(mode="none"))
-        spec = GateSpec(commands=("true",))
+        spec = GateSpec(commands=("true",), exit_code=("true",))
         trees = [
             self.repo.tree_of(self.commit_on_base({n: f"reuse {i}\n" for n in self.names(10)}))
             for i in range(2)
@@ -611,7 +611,8 @@ class Bench:
 
         def plugin(s: dict, mode: str = "auto") -> None:
             engine = Engine(self.repo, EngineSettings(target=s["branch"], promote=True, workdir=root,
-                                                      recycle=False, gate=GateSpec(commands=("true",)),
+                                                      recycle=False,
+                                                      gate=GateSpec(commands=("true",), exit_code=("true",)),
                                                       sandbox=sandbox.Settings(mode=mode)))  # fmt: skip
             ws = engine.fork(task="bench")
             (ws.path / name).write_text(f"agent {s['i']}\n")
@@ -688,7 +689,7 @@ def peak_memory(repo_path: Path, workdir: Path) -> float:
             """
             import pytest
 
-            @pytest.mark.gated(task="bench memory", gate=["true"])
+            @pytest.mark.gated(task="bench memory", gate=["true"], results="exit-code")
             def test_memory(agent_workspace):
                 (agent_workspace.path / "agent.txt").write_text("x")
             """

@@ -58,6 +58,8 @@ class Attempt:
     record_problem: str | None = None
     #: Declared state paths left out of the capture because they look like secrets.
     state_excluded: list[str] = field(default_factory=list)
+    #: Other machines' attempts this attempt's process landed as their queue's leader.
+    landed_for_others: list[dict[str, str]] = field(default_factory=list)
     #: The containment the attempt's commands ran in: ``bwrap`` or ``none (why)``.
     sandbox: str = ""
     #: Per-test counts against the base (passed, failed, skipped, new, lost, with the ids).
@@ -152,6 +154,7 @@ class Attempt:
             "results": self.results,
             "batch": self.batch,
             "record_problem": self.record_problem,
+            "landed_for_others": list(self.landed_for_others),
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }

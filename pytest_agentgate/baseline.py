@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import results
@@ -23,12 +24,12 @@ from .errors import AgentgateError
 from .repo import Author, BaseRepo, TreeEntry
 
 if TYPE_CHECKING:
-    from .gate import GateContext, GateSpec
+    from .gate import CheckResult, GateContext, GateSpec
     from .sandbox import Role
 
 PREFIX = "refs/agentgate/results/"
 #: Part of every key: a change to how results are named or judged starts new baselines.
-FORMAT = "results-2 (pytest node ids)"
+FORMAT = "results-3 (the collector's node ids, fingerprints)"
 _AUTHOR = Author("agentgate", "agentgate@localhost")
 
 
@@ -57,7 +58,19 @@ def installed() -> tuple[str, ...]:
     return _INSTALLED
 
 
-def load(repo: BaseRepo, name: str) -> dict[str, str] | None:
+@dataclass(frozen=True)
+class Stored:
+    """A baseline as kept: per-test results (None: no command reported any), what the
+    gate's pytest loaded (see :meth:`.channel.Report.fingerprint`), and the commands from
+    which no results came back (judged by exit code)."""
+
+    tests: dict[str, str] | None
+    fingerprint: frozenset[str] = frozenset()
+    by_exit_code: tuple[str, ...] = ()
+
+
+def load(repo: BaseRepo, name: str) -> Stored | None:
+    """The baseline ``name`` as stored, or None when there is none (or it cannot be read)."""
     found = repo.read_blob(f"{PREFIX}{name}:results.json")
     if found is None:
         return None
@@ -65,13 +78,29 @@ def load(repo: BaseRepo, name: str) -> dict[str, str] | None:
         data = json.loads(found)
     except ValueError:
         return None
-    tests = data.get("tests") if isinstance(data, dict) else None
-    return {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else None
+    if not isinstance(data, dict) or "tests" not in data:
+        return None
+    tests = data["tests"]
+    if tests is not None and not isinstance(tests, dict):
+        return None
+    return Stored(
+        {str(k): str(v) for k, v in tests.items()} if tests is not None else None,
+        frozenset(str(e) for e in data.get("fingerprint") or ()),
+        tuple(str(c) for c in data.get("by_exit_code") or ()),
+    )
 
 
-def store(repo: BaseRepo, name: str, tree: str, tests: Mapping[str, str]) -> None:
-    """Keep ``tests`` as the baseline ``name`` (first writer wins; a lost race is fine)."""
-    payload = json.dumps({"tree": tree, "tests": dict(sorted(tests.items()))}, indent=1)
+def store(repo: BaseRepo, name: str, tree: str, found: Stored) -> None:
+    """Keep ``found`` as the baseline ``name`` (first writer wins; a lost race is fine)."""
+    payload = json.dumps(
+        {
+            "tree": tree,
+            "tests": dict(sorted(found.tests.items())) if found.tests is not None else None,
+            "fingerprint": sorted(found.fingerprint),
+            "by_exit_code": list(found.by_exit_code),
+        },
+        indent=1,
+    )
     blob = repo.hash_blob(payload.encode())
     holder = repo.mktree([TreeEntry("100644", "blob", blob, "results.json")])
     from .records import baseline_message
@@ -80,9 +109,7 @@ def store(repo: BaseRepo, name: str, tree: str, tests: Mapping[str, str]) -> Non
     repo.update_ref(f"{PREFIX}{name}", commit, None, "agentgate baseline")
 
 
-def get_or_compute(
-    repo: BaseRepo, name: str, tree: str, compute: Callable[[], Mapping[str, str] | None]
-) -> dict[str, str] | None:
+def get_or_compute(repo: BaseRepo, name: str, tree: str, compute: Callable[[], Stored]) -> Stored:
     """The baseline ``name``, computed by ``compute`` under its lock when nobody has yet."""
     from .locks import ref_lock
 
@@ -94,10 +121,8 @@ def get_or_compute(
         if found is not None:
             return found
         computed = compute()
-        if computed is None:
-            return None
         store(repo, name, tree, computed)
-        return dict(computed)
+        return computed
 
 
 # -- the engine's view: which results an attempt is held to -----------------------------
@@ -113,10 +138,10 @@ class HarnessBroken(AgentgateError):
         super().__init__(f"the gate cannot run on the base {base[:12]}: {reason}")
 
 
-def reports(command: results.Command, spec: GateSpec) -> bool:
-    """Whether a gate command reports per-test results (a pytest run, or a results file)."""
-    argv = results.argv_of(command)
-    return spec.results_file is not None or (argv is not None and results.is_pytest(argv))
+def judged_by_results(spec: GateSpec) -> bool:
+    """Whether any command of the gate may report per-test results (not every one was
+    declared to be judged by its exit code)."""
+    return any(not spec.by_exit_code(c) for c in spec.commands)
 
 
 def either_passed(
@@ -143,7 +168,7 @@ class Baselines:
         self.context = context
         self.sandbox_label = sandbox_label
         self.role = role
-        self._known: dict[str, dict[str, str]] = {}
+        self._known: dict[str, Stored] = {}
 
     def key(self, tree: str, spec: GateSpec) -> str:
         from .gate import environment_plugins
@@ -160,45 +185,57 @@ class Baselines:
     def of_commit(self, base: str, spec: GateSpec) -> dict[str, str] | None:
         """The gate's per-test results on ``base``'s tree: from git, or computed once now.
 
-        None when the gate reports no per-test results (no pytest command, no results file).
-        Raises :class:`HarnessBroken` when the gate cannot run on the base at all, or runs no
-        test there: no attempt can be judged against that.
+        None when the gate reports no per-test results. Raises :class:`HarnessBroken` when
+        the gate cannot run on the base at all, or runs no test there: no attempt can be
+        judged against that.
         """
-        if not spec.commands or not any(reports(c, spec) for c in spec.commands):
+        found = self.stored_of_commit(base, spec)
+        return found.tests if found is not None else None
+
+    def stored_of_commit(self, base: str, spec: GateSpec) -> Stored | None:
+        """The whole baseline of ``base``'s tree (None: the gate is judged by exit code)."""
+        if not spec.commands or not judged_by_results(spec):
             return None
         return self.of_tree(self.repo.tree_of(base), base, spec)
 
-    def of_tree(self, tree: str, base: str, spec: GateSpec) -> dict[str, str] | None:
+    def of_tree(self, tree: str, base: str, spec: GateSpec) -> Stored:
         name = self.key(tree, spec)
         found = self._known.get(name)
         if found is not None:
             return found
 
-        def compute() -> dict[str, str] | None:
+        def compute() -> Stored:
             from .gate import run_commands
 
             run = run_commands(self.repo, tree, spec, self.context(), "baseline", collect=True)
             if not run.ok:
                 raise HarnessBroken(base, run.message, run.output)
-            if not run.tests:
+            if run.tests is not None and not run.tests:
                 raise HarnessBroken(base, "the gate ran no test on the base", run.output)
-            return dict(run.tests)
+            return Stored(
+                dict(run.tests) if run.tests is not None else None,
+                run.fingerprint,
+                run.by_exit_code,
+            )
 
         found = get_or_compute(self.repo, name, tree, compute)
-        if found is not None:
-            self._known[name] = found
+        self._known[name] = found
         return found
 
-    def of_tip(self, tip: str, spec: GateSpec) -> dict[str, str] | None:
-        """The results of a target's tip: stored by the landing that made it, else now."""
-        if not any(reports(c, spec) for c in spec.commands):
+    def of_tip(self, tip: str, spec: GateSpec) -> Stored | None:
+        """The baseline of a target's tip: stored by the landing that made it, else now."""
+        if not judged_by_results(spec):
             return None
         try:
             return self.of_tree(self.repo.tree_of(tip), tip, spec)
         except HarnessBroken:
             return None  # the tip cannot run this gate (a graded command): the base decides
 
-    def keep(self, tree: str, spec: GateSpec, tests: Mapping[str, str]) -> None:
-        """Store results a passing gate already produced as ``tree``'s baseline (best effort)."""
+    def keep(self, tree: str, spec: GateSpec, run: CheckResult) -> None:
+        """Store what a passing gate run already produced as ``tree``'s baseline (best
+        effort)."""
+        if run.tests is None:
+            return
+        found = Stored(dict(run.tests), run.fingerprint, run.by_exit_code)
         with contextlib.suppress(AgentgateError, OSError):
-            store(self.repo, self.key(tree, spec), tree, tests)
+            store(self.repo, self.key(tree, spec), tree, found)

@@ -177,8 +177,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("attempt", help="the attempt (a ref, <slug>/<n>, a prefix, or its commit)")
     p.add_argument("--target", help="the branch to land on (default: the one checked out)")
     p.add_argument(
-        "--gate", action="append", default=[], metavar="CMD", required=True,
-        help="a gate command, as --agentgate-gate; repeatable",
+        "--gate", action="append", default=[], metavar="CMD",
+        help="a gate command, as --agentgate-gate; repeatable (this or --gate-exit-code)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gate-exit-code", action="append", default=[], metavar="CMD",
+        help="a gate command judged by its exit code, as --agentgate-gate-exit-code; repeatable",
     )  # fmt: skip
     p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
     p.add_argument(
@@ -630,6 +634,8 @@ def cmd_land(args: argparse.Namespace) -> int:
     from .gate import GateSpec
     from .sandbox import Settings
 
+    if not args.gate and not args.gate_exit_code:
+        raise UsageProblem("land needs a gate: --gate CMD or --gate-exit-code CMD")
     repo = _open(args)
     earlier = find(repo, args.attempt)
     check = earlier.trailers.get("Check", "")
@@ -655,7 +661,8 @@ def cmd_land(args: argparse.Namespace) -> int:
             promote=not args.dry_run,
             workdir=Path(workdir),
             gate=GateSpec(
-                commands=tuple(args.gate),
+                commands=(*args.gate, *args.gate_exit_code),
+                exit_code=tuple(args.gate_exit_code),
                 timeout=args.gate_timeout,
                 protect=protect,
                 max_changed_lines=int(limit) if limit else None,

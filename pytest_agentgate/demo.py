@@ -201,6 +201,7 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         if base.ref_value("refs/heads/main") != first:
             raise StoryBroken("main moved after a rejected attempt")
         say(f"   rejected; main still {first[:12]}; attempt kept at {row['attempt_ref']}")
+        say(f"   containment: {_containment(row)}")
 
     with _step("3. feature-bot adds Store.total() with a test"):
         code = _pytest(root, repo, "test_add_total", root / "report-2.json")
@@ -238,6 +239,14 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         if {r.op for r in records} < {"attempt", "promote", "rollback"}:
             raise StoryBroken("the operations log is missing records")
         say("   git fsck --strict: clean")
+
+
+def _containment(row: dict[str, object]) -> str:
+    """What the agents' commands and the gates ran under, as the attempt's record says."""
+    label = str(row.get("sandbox") or "none (not recorded)")
+    if label == "bwrap":
+        return "bwrap (a sandbox: read-only system, only the workspace writable, no network)"
+    return f"{label}: uncontained"
 
 
 def run_demo(keep: Path | None = None) -> int:

@@ -74,6 +74,7 @@ class Found:
     why: str
     output: str
     tests: dict[str, str] | None
+    fingerprint: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,13 @@ class EarlyRetests:
             found = retest(top, tip, bases, ahead=True, running=self._running)
             if self._running.ended or decided.exists():
                 return  # ended half-way, or a leader tested that tree meanwhile
-            kept = {**asdict(found), "bases": bases, "tip": tip, "at": time.time()}
+            kept = {
+                **asdict(found),
+                "fingerprint": sorted(found.fingerprint),
+                "bases": bases,
+                "tip": tip,
+                "at": time.time(),
+            }
             _write(result, json.dumps(kept))
         finally:
             marker.unlink(missing_ok=True)
@@ -235,6 +242,7 @@ class EarlyRetests:
                 str(data.get("why", "")),
                 str(data.get("output", "")),
                 {str(k): str(v) for k, v in tests.items()} if isinstance(tests, dict) else None,
+                frozenset(str(e) for e in data.get("fingerprint") or ()),
             )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None

@@ -48,7 +48,8 @@ from . import (
 from . import state as state_module
 from ._proc import Running, terminate_as_interrupt
 from .attempt import Attempt
-from .baseline import Baselines, HarnessBroken, either_passed
+from .baseline import Baselines, HarnessBroken, Stored, either_passed
+from .channel import unexpected
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
 from .gate import (
     Check,
@@ -59,12 +60,14 @@ from .gate import (
     Verdict,
     check_limits,
     judge,
+    no_results,
     run_commands,
 )
 from .pool import ISOLATIONS, WorkspacePool
 from .promote import Move, PromoteOutcome, promote
 from .queue import BatchRetest, LandingQueue, Outcome, Retested
 from .repo import Author, BaseRepo, MergePreview, check_branch_name
+from .server_queue import Trust
 from .target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
 
@@ -110,6 +113,12 @@ class EngineSettings:
     early_retest: bool = True
     push_state: bool = False
     lease_seconds: float = 120.0
+    #: An SSH private key this machine signs its posts on a server's queue with.
+    signing_key: Path | None = None
+    #: git's allowed-signers file: whose signed posts a leader here takes.
+    allowed_signers: Path | None = None
+    #: Take other machines' posts unsigned (anyone who can push could write one).
+    unsigned_posts: bool = False
     #: Names this run (every process of one run shares it): a dry run's scratch ref is its own.
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
@@ -170,6 +179,7 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
             log,
             push_state=settings.push_state,
             lease_seconds=settings.lease_seconds,
+            trust=Trust(settings.signing_key, settings.allowed_signers, settings.unsigned_posts),
         )
         if settings.remote
         else LocalBranch(repo, settings.target, log)
@@ -235,6 +245,7 @@ class Engine:
             branch=settings.target,
             isolation=settings.isolation,
             recycle=settings.recycle,
+            require_results=self.target.promotes,
         )
         self.baselines = Baselines(
             repo, self.pool.gate_context, self.sandbox.label, self.pool.gate_role
@@ -442,9 +453,17 @@ class Engine:
         self, attempt: Attempt, spec: GateSpec, extra_checks: Sequence[Check] = ()
     ) -> list[CheckResult]:
         assert attempt.snapshot is not None
-        base = self.baselines.of_commit(attempt.base, spec)
+        base = self.baselines.stored_of_commit(attempt.base, spec)
         return judge(
-            self.repo, attempt.snapshot, spec, attempt, self.gate_context(), extra_checks, base
+            self.repo,
+            attempt.snapshot,
+            spec,
+            attempt,
+            self.gate_context(),
+            extra_checks,
+            base.tests if base is not None else None,
+            expected=base.fingerprint if base is not None and base.fingerprint else None,
+            allow_symlinks=self.settings.allow_symlinks,
         )
 
     def baseline(self, base: str, spec: GateSpec) -> dict[str, str] | None:
@@ -463,7 +482,9 @@ class Engine:
         for spec in specs:
             for command in spec.commands:
                 argv = results.argv_of(command)
-                if argv is not None and not _program_exists(argv[0]):
+                if argv is not None:
+                    argv = results.split_assignments(argv)[1]
+                if argv and not _program_exists(argv[0]):
                     raise ConfigError(
                         f"gate program {argv[0]!r} not found (gate command {command!r}); "
                         "fix the command or install the program",
@@ -491,7 +512,20 @@ class Engine:
             if spec.commands in seen:
                 continue
             seen.add(spec.commands)
-            found = self.baselines.of_commit(base, spec)
+            stored = self.baselines.stored_of_commit(base, spec)
+            found = stored.tests if stored is not None else None
+            for command in stored.by_exit_code if stored is not None else ():
+                if any(
+                    spec.by_exit_code(c) for c in spec.commands if results.display(c) == command
+                ):
+                    continue
+                if self.target.promotes:
+                    raise ConfigError(no_results(command), value=command, source="gate")
+                warnings.append(
+                    f"gate command {command!r} reported no per-test results: judged by its exit "
+                    "code only (a promoting run refuses it unless it is declared with "
+                    "--agentgate-gate-exit-code)"
+                )
             failing = results.failing(found or {})
             if failing:
                 warnings.append(
@@ -793,12 +827,14 @@ class Engine:
             def retest(tree: str, tip: str) -> tuple[bool, str, str]:
                 # Held to what passed on the attempt's base and on the tip it merges onto: a
                 # test another landing fixed must not break again in the merge.
-                held = either_passed(base_results, self.baselines.of_tip(tip, spec))
+                on_tip = self.baselines.of_tip(tip, spec)
+                held = either_passed(base_results, on_tip.tests if on_tip else None)
                 result = run_commands(
-                    self.repo, tree, spec, self.gate_context(), "retest", baseline=held
-                )
+                    self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+                    expected=self._expected(spec, on_tip, [attempt.base]),
+                )  # fmt: skip
                 if result.ok and result.tests:  # the merged tree is a baseline for free
-                    self.baselines.keep(tree, spec, result.tests)
+                    self.baselines.keep(tree, spec, result)
                 return result.ok, result.message, result.output
 
         elif spec.commands:
@@ -863,6 +899,8 @@ class Engine:
         gate_s = attempt.timings.get("gate", 0.0) / 1000
         try:
             found = self._queue_land(attempt, spec, status, batch_retest, gate_s)
+            attempt.landed_for_others = list(self.queue.landed_for_others)
+            self.queue.landed_for_others.clear()
         except BaseException:
             # Interrupted while it waited: a leader (here, or another machine's) may have
             # landed it just before. Then the move stands, and its record says so (the
@@ -895,20 +933,38 @@ class Engine:
             # Held to what passed on every attempt's base and on the tip: a test another
             # landing fixed must not break again in the merge. A run ahead stands on a tip
             # not tested yet: the queue checks the tip's own results against it afterwards.
-            held = None if ahead else self.baselines.of_tip(tip, spec)
+            on_tip = None if ahead else self.baselines.of_tip(tip, spec)
+            held = on_tip.tests if on_tip is not None else None
             for base in dict.fromkeys(bases):
                 held = either_passed(self.baselines.of_commit(base, spec), held)
-            if reuse is not None and _reusable(reuse, held):
+            expected = self._expected(spec, on_tip, bases)
+            if reuse is not None and _reusable(reuse, held, expected, spec):
                 return reuse  # run early, on exactly this tree: as good as running it now
             result = run_commands(
                 self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
-                running=running,
+                running=running, expected=expected,
             )  # fmt: skip
             if result.ok and result.tests:  # the merged tree is a baseline for free
-                self.baselines.keep(tree, spec, result.tests)
-            return Retested(result.ok, result.message, result.output, result.tests)
+                self.baselines.keep(tree, spec, result)
+            return Retested(
+                result.ok, result.message, result.output, result.tests,
+                fingerprint=result.fingerprint,
+            )  # fmt: skip
 
         return batch_retest
+
+    def _expected(
+        self, spec: GateSpec, on_tip: Stored | None, bases: Sequence[str]
+    ) -> frozenset[str] | None:
+        """What the gate's pytest must load on a merged tree: what it loaded on the tip it
+        lands on (a person may have changed the configuration there), else on a base."""
+        if on_tip is not None and on_tip.fingerprint:
+            return on_tip.fingerprint
+        for base in bases:
+            found = self.baselines.stored_of_commit(base, spec)
+            if found is not None and found.fingerprint:
+                return found.fingerprint
+        return None
 
     def _queue_land(
         self,
@@ -993,6 +1049,7 @@ class Engine:
         found = check_limits(
             self.repo, snap, replace(spec, protect=tuple(dict.fromkeys(protect)),
                                      max_changed_lines=limit),
+            s.allow_symlinks,
         )  # fmt: skip
         return None if found.ok else found.message
 
@@ -1223,7 +1280,12 @@ class Engine:
             if check.comparison is not None:
                 attempt.results = check.comparison.as_dict()
             if check.ok and check.tests and check.name == "gate":  # its tree's baseline, free
-                self.baselines.keep(attempt.snapshot.tree, spec, check.tests)
+                self.baselines.keep(attempt.snapshot.tree, spec, check)
+            if check.by_exit_code:
+                attempt.results = {
+                    **(attempt.results or {}),
+                    "judged_by_exit_code": list(check.by_exit_code),
+                }
             if check.flaky:
                 attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
         failed = next((c for c in attempt.checks if not c.ok), None)
@@ -1294,7 +1356,12 @@ class Engine:
         return Verdict("promoted" if self.target.promotes else "passed", problem or "", "")
 
 
-def _reusable(found: Retested, held: Mapping[str, str] | None) -> bool:
+def _reusable(
+    found: Retested,
+    held: Mapping[str, str] | None,
+    expected: frozenset[str] | None = None,
+    spec: GateSpec | None = None,
+) -> bool:
     """Whether an early re-test's ``found`` answers for the batch's re-test, which would be
     held to ``held`` (what passed on the batch's bases and on the tip it lands on; the early
     run knew neither that tip nor, for a batch of other attempts with the same top, those
@@ -1307,5 +1374,11 @@ def _reusable(found: Retested, held: Mapping[str, str] | None) -> bool:
     if found.tests is None:
         return not held
     if not found.ok or results.failing(found.tests):
+        return False
+    if (
+        expected is not None
+        and spec is not None
+        and unexpected(found.fingerprint, expected, spec.harness)
+    ):
         return False
     return results.compare(found.tests, held).ok

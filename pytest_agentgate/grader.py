@@ -54,7 +54,7 @@ def plan(repo: BaseRepo, baselines: Baselines, base: str, spec: GateSpec) -> Pla
     graded = replace(
         spec, commands=(grading.command(spec.commands, sys.executable, ids),), grading=None
     )
-    found = baselines.of_tree(tree, base, graded) or {}
+    found = baselines.of_tree(tree, base, graded).tests or {}
     already = [t for t in g.fail_to_pass if found.get(t) == results.PASSED]
     if already:
         raise ConfigError(

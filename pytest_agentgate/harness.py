@@ -27,10 +27,12 @@ Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import re
 import tomllib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 import iniconfig
 
@@ -55,14 +57,65 @@ DEFAULT_HARNESS = (
     "*.pyc",
     "shadowing",
     ".gitattributes",
+    "wrappers",
 )
+#: What a gate's wrapper reads to decide what it runs (rule ``wrappers``): for a gate that runs
+#: one of these programs, those files are harness too (a recipe the agent could edit runs
+#: before pytest, with the gate's results channel in its environment).
+WRAPPER_FILES = {
+    "make": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
+    "gmake": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
+    "tox": ("tox.ini",),
+    "nox": ("noxfile.py",),
+    "hatch": ("hatch.toml",),
+    "just": ("justfile", "Justfile", ".justfile"),
+}
+#: The sections of shared files those wrappers read.
+WRAPPER_SECTIONS = {
+    "tox": (("setup.cfg", "tox:tox"), ("pyproject.toml", "tool.tox")),
+    "hatch": (("pyproject.toml", "tool.hatch"),),
+}
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
 _TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 _TEST_DIR_NAMES = frozenset({"test", "tests", "testing"})
-_PLUGINS = re.compile(rb"^pytest_plugins\s*[:=]", re.MULTILINE)
-
 #: Reads a file of a tree: (tree, path) -> its bytes, or None when it is not there.
 Reader = Callable[[str, str], "bytes | None"]
+
+
+class Trees(Protocol):
+    """What the rules read of a tree (the git layer answers, the rules stay pure)."""
+
+    def read(self, tree: str, path: str) -> bytes | None: ...
+
+    def paths(self, tree: str) -> Sequence[str]: ...
+
+    def links(self, tree: str, paths: Sequence[str]) -> set[str]:
+        """Which of ``paths`` are symbolic links in ``tree``."""
+        ...
+
+    def attributes(
+        self, tree: str, paths: Sequence[str], names: Sequence[str]
+    ) -> Mapping[str, tuple[str, ...]]:
+        """Each path's values of the attributes ``names``, as git reads ``tree``'s
+        ``.gitattributes`` files."""
+        ...
+
+
+#: Files the harness reads as configuration: a symbolic link in one's place is refused
+#: (the rules would read the link's text, pytest the file it points to), each with the rules
+#: that make it harness.
+CONFIG_FILES = {
+    "conftest.py": ("conftest.py",),
+    "pytest.ini": ("pytest.ini",),
+    ".pytest.ini": (".pytest.ini",),
+    "pytest.toml": ("pytest.toml",),
+    ".pytest.toml": (".pytest.toml",),
+    "noxfile.py": ("noxfile.py",),
+    "tox.ini": ("tox.ini:[pytest]",),
+    "setup.cfg": ("setup.cfg:[tool:pytest]",),
+    "pyproject.toml": ("pyproject.toml:[tool.pytest.ini_options]", "pyproject.toml:[tool.pytest]"),
+    ".gitattributes": (".gitattributes",),
+}
 
 
 def unknown_rules(names: Iterable[str]) -> list[str]:
@@ -75,14 +128,17 @@ def violations(
     changed: Sequence[str],
     base_tree: str,
     tree: str,
-    read: Reader,
-    all_paths: Callable[[str], Sequence[str]],
+    trees: Trees,
+    allow_symlinks: Sequence[str] = (),
+    commands: Sequence[str] = (),
 ) -> list[str]:
     """What the change from ``base_tree`` to ``tree`` does to the protected harness.
 
-    ``changed`` lists the paths that differ; ``read`` gives a file's content in a tree;
-    ``all_paths`` lists a tree's files (only needed for the test-directory rule).
+    ``changed`` lists the paths that differ; ``trees`` reads the two trees;
+    ``allow_symlinks`` are globs of paths where a link may stand for a configuration file;
+    ``commands`` are the gate's (a wrapper they run makes its files harness).
     """
+    read = trees.read
     found: list[str] = []
     components = [
         r
@@ -90,6 +146,7 @@ def violations(
         if not _SECTION.match(r) and r not in ("__init__.py", "pytest_plugins", ".gitattributes")
     ]
     sections = [_SECTION.match(r) for r in rules if _SECTION.match(r)]
+    found += _linked_configs(rules, changed, tree, trees, allow_symlinks)
     for path in changed:
         parts = path.split("/")
         # Case folded: Python's metadata finds "Evil.DIST-INFO" as readily as "evil.dist-info".
@@ -109,23 +166,23 @@ def violations(
                 ):
                     found.append(f"{path}:[{match['section']}]")
         if (
-            ".gitattributes" in rules
-            and name.lower() == ".gitattributes"
-            and _conversions(read(base_tree, path)) != _conversions(read(tree, path))
-        ):
-            found.append(f"{path} (.gitattributes: how files are written out)")
-        if (
             "pytest_plugins" in rules
             and _TEST_MODULE.search(path)
-            and _plugins_line(read(base_tree, path)) != _plugins_line(read(tree, path))
+            and plugin_writes(read(base_tree, path)) != plugin_writes(read(tree, path))
         ):
             found.append(f"{path} (pytest_plugins)")
+    if ".gitattributes" in rules and any(
+        p.split("/")[-1].lower() == ".gitattributes" for p in changed
+    ):
+        found += _converted(base_tree, tree, trees)
+    if "wrappers" in rules and commands:
+        found += _wrapper_files(commands, changed, base_tree, tree, read)
     if "shadowing" in rules:
-        found += _shadowing(changed, base_tree, tree, all_paths, read)
+        found += _shadowing(changed, base_tree, tree, trees.paths, read)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
-            test_dirs = _test_dirs(all_paths(base_tree)) | _test_dirs(all_paths(tree))
+            test_dirs = _test_dirs(trees.paths(base_tree)) | _test_dirs(trees.paths(tree))
             for path in inits:
                 folder = path.rpartition("/")[0]
                 if folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES:
@@ -133,22 +190,68 @@ def violations(
     return found
 
 
+def wrappers_of(commands: Sequence[str]) -> list[str]:
+    """The wrappers of :data:`WRAPPER_FILES` that the gate's commands run (as a word of the
+    command: ``make test``, ``sh -c 'cd x && tox -e py'``)."""
+    words = {w.rsplit("/", 1)[-1] for c in commands for w in re.split(r"[\s;&|()'\"`]+", c)}
+    return sorted(set(WRAPPER_FILES) & words)
+
+
+def _wrapper_files(
+    commands: Sequence[str], changed: Sequence[str], base_tree: str, tree: str, read: Reader
+) -> list[str]:
+    found = []
+    for wrapper in wrappers_of(commands):
+        for path in changed:
+            if any(fnmatch.fnmatchcase(path.split("/")[-1], g) for g in WRAPPER_FILES[wrapper]):
+                found.append(f"{path} (wrappers: the gate runs {wrapper})")
+        for name, section in WRAPPER_SECTIONS.get(wrapper, ()):
+            for path in changed:
+                if path.split("/")[-1] == name and _section(
+                    name, read(base_tree, path), section
+                ) != _section(name, read(tree, path), section):
+                    found.append(f"{path}:[{section}] (wrappers: the gate runs {wrapper})")
+    return sorted(set(found))
+
+
+def _linked_configs(
+    rules: Sequence[str],
+    changed: Sequence[str],
+    tree: str,
+    trees: Trees,
+    allow_symlinks: Sequence[str],
+) -> list[str]:
+    """Configuration files the attempt made symbolic links (where a rule protects them)."""
+    named = [
+        p
+        for p in changed
+        if any(r in rules for r in CONFIG_FILES.get(p.split("/")[-1], ()))
+        and not any(fnmatch.fnmatchcase(p, g) for g in allow_symlinks)
+    ]
+    if not named:
+        return []
+    return [
+        f"{p} (a symbolic link in place of a configuration file: the harness reads files; "
+        "--agentgate-allow-symlink PATH allows one)"
+        for p in sorted(trees.links(tree, named))
+    ]
+
+
+def _converted(base_tree: str, tree: str, trees: Trees) -> list[str]:
+    """Files whose bytes a checkout would write differently under the attempt's
+    ``.gitattributes`` than under the base's, as git itself reads them: an attempt that
+    sets one could make the gate test bytes that are not its tree's
+    (``working-tree-encoding=UTF-7`` turns ``+`` into ``+-``)."""
+    paths = sorted(set(trees.paths(tree)) | set(trees.paths(base_tree)))
+    before = trees.attributes(base_tree, paths, CONVERTING)
+    after = trees.attributes(tree, paths, CONVERTING)
+    differ = [p for p in paths if before.get(p) != after.get(p)]
+    shown = differ[:5] + ([f"{len(differ) - 5} more"] if len(differ) > 5 else [])
+    return [f"{p} (.gitattributes: how files are written out)" for p in shown]
+
+
 #: Attributes that change the bytes a checkout writes (filters are never run: see repo.py).
-_CONVERTING = frozenset({"text", "eol", "crlf", "working-tree-encoding", "ident"})
-
-
-def _conversions(data: bytes | None) -> set[tuple[str, str]]:
-    """The (pattern, attribute) pairs of a ``.gitattributes`` that change how a checkout
-    writes a file's bytes: an attempt that sets one could make the gate test bytes that are
-    not its tree's (``working-tree-encoding=UTF-7`` turns ``+`` into ``+-``)."""
-    found: set[tuple[str, str]] = set()
-    for line in (data or b"").decode("utf-8", "replace").splitlines():
-        words = line.split("#", 1)[0].split() if not line.lstrip().startswith("#") else []
-        for word in words[1:]:
-            name = word.lstrip("-!").split("=", 1)[0].lower()
-            if name in _CONVERTING:
-                found.add((words[0], word))
-    return found
+CONVERTING = ("text", "eol", "crlf", "working-tree-encoding", "ident", "binary")
 
 
 def _shadowing(
@@ -239,7 +342,11 @@ def _shadowable() -> frozenset[str]:
         import sys
         from importlib.metadata import packages_distributions
 
-        names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize"}
+        from ._collector import NAME
+
+        # The collector the gate's pytest loads by name: a module of that name where Python
+        # looks first would be loaded in its place.
+        names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize", NAME}
         names |= set(packages_distributions())
         _SHADOWABLE = frozenset(names)
     return _SHADOWABLE
@@ -261,11 +368,49 @@ def _test_dirs(paths: Iterable[str]) -> set[str]:
     return {p.rpartition("/")[0] for p in paths if _TEST_MODULE.search(p)}
 
 
-def _plugins_line(content: bytes | None) -> list[bytes]:
-    """The ``pytest_plugins`` assignments of a module, as written (empty when none)."""
+def plugin_writes(content: bytes | None) -> list[str]:
+    """How a module sets ``pytest_plugins``, as its syntax tree says (empty when it does not).
+
+    Any assignment to the name at any depth (inside ``if``, ``try``, a function), augmented
+    or annotated; the name as a string (``globals()["pytest_plugins"]``, ``setattr(m,
+    "pytest_plugins", ...)``); and the writes to the module's own names that a reader cannot
+    follow (``globals().update(...)``, ``vars()[...]``, ``setattr`` on ``sys.modules[...]``).
+    A module that does not parse counts as holding the name if its text does.
+    """
     if content is None:
         return []
-    return [line.strip() for line in content.splitlines() if _PLUGINS.match(line)]
+    try:
+        module = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return ["(unparsable)"] if b"pytest_plugins" in content else []
+    found: list[str] = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(
+                isinstance(n, ast.Name) and n.id == "pytest_plugins"
+                for t in targets
+                for n in ast.walk(t)
+            ):
+                found.append(ast.dump(node))
+        elif isinstance(node, ast.Constant) and node.value == "pytest_plugins":
+            found.append("'pytest_plugins'")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("globals", "vars", "locals") and not node.args:
+                found.append(f"{node.func.id}()")
+            elif node.func.id == "setattr" and node.args and _names_a_module(node.args[0]):
+                found.append(ast.dump(node))
+    return sorted(found)
+
+
+def _names_a_module(node: ast.expr) -> bool:
+    """Whether an expression reaches a module object (``sys.modules[...]``, ``__name__``)."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Attribute) and inner.attr == "modules":
+            return True
+        if isinstance(inner, ast.Name) and inner.id in ("__name__", "__import__"):
+            return True
+    return False
 
 
 _UNREADABLE = object()

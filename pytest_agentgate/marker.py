@@ -19,6 +19,8 @@ __all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "MarkerSpec", "gated", "marke
 
 #: What a retry may start from (see ``GatedMarker.retry_mode``).
 RETRY_MODES = ("restart", "code", "full")
+#: How a test's gate commands are judged (see ``GatedMarker.results``).
+RESULTS = ("tests", "exit-code")
 
 
 class GatedMarker(NamedTuple):
@@ -44,6 +46,8 @@ class GatedMarker(NamedTuple):
     budget: tuple[tuple[str, float], ...] = ()
     #: A checkpoint or recorded attempt the first try starts from.
     resume_from: str | None = None
+    #: "tests" (the gate's commands must report per-test results) or "exit-code".
+    results: str | None = None
 
     @property
     def retry_mode(self) -> str:
@@ -70,6 +74,7 @@ def gated(
     retries: int = 0,
     budget: Any = None,
     resume_from: str | None = None,
+    results: str | None = None,
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -141,13 +146,8 @@ def gated(
         isinstance(t, str) and t.strip() for t in allow_removed
     ):
         raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
-    for name, ids in (("fail_to_pass", fail_to_pass), ("pass_to_pass", pass_to_pass or ())):
-        if isinstance(ids, str) or not all(isinstance(t, str) and "::" in t for t in ids):
-            raise TypeError(f"{name} must be a list of pytest node ids (path::test), got {ids!r}")
-    if tests_from is not None and (not isinstance(tests_from, str) or not tests_from.strip()):
-        raise TypeError(f"tests_from must be a revision, got {tests_from!r}")
-    if (pass_to_pass is not None or tests_from) and not fail_to_pass:
-        raise TypeError("pass_to_pass= and tests_from= grade a task: name its fail_to_pass= tests")
+    _check_grading(fail_to_pass, pass_to_pass, tests_from)
+    _check_choice("results", results, RESULTS)
     return GatedMarker(
         task.strip(),
         agent,
@@ -164,7 +164,23 @@ def gated(
         retries,
         tuple(limits),
         resume_from.strip() if resume_from else None,
+        results,
     )
+
+
+def _check_grading(fail_to_pass: Any, pass_to_pass: Any, tests_from: Any) -> None:
+    for name, ids in (("fail_to_pass", fail_to_pass), ("pass_to_pass", pass_to_pass or ())):
+        if isinstance(ids, str) or not all(isinstance(t, str) and "::" in t for t in ids):
+            raise TypeError(f"{name} must be a list of pytest node ids (path::test), got {ids!r}")
+    if tests_from is not None and (not isinstance(tests_from, str) or not tests_from.strip()):
+        raise TypeError(f"tests_from must be a revision, got {tests_from!r}")
+    if (pass_to_pass is not None or tests_from) and not fail_to_pass:
+        raise TypeError("pass_to_pass= and tests_from= grade a task: name its fail_to_pass= tests")
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value is not None and value not in allowed:
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 def marker_of(item: pytest.Item) -> GatedMarker | None:

@@ -66,6 +66,25 @@ OPTIONS = (
         "SECONDS",
     ),
     Option(
+        "signing_key",
+        "with --agentgate-remote: an SSH private key this machine signs the attempts it "
+        "posts on the server's queue with (without one, it posts none and leads its own)",
+        metavar="PATH",
+    ),
+    Option(
+        "allowed_signers",
+        "with --agentgate-remote: git's allowed-signers file; a leader takes another "
+        "machine's posted attempt only when a key it names signed it",
+        metavar="PATH",
+    ),
+    Option(
+        "unsigned_posts",
+        "with --agentgate-remote: post unsigned and take unsigned posts (anyone who can push "
+        "to the server could then post an attempt)",
+        "bool",
+        False,
+    ),
+    Option(
         "push_state",
         "with --agentgate-remote: push each attempt's state and its checkpoints to the server "
         "too, not only its record (state can hold a whole database)",
@@ -75,6 +94,14 @@ OPTIONS = (
     Option(
         "gate",
         "a command that must exit 0 in a clean checkout of the attempt; repeatable (ini: one per line)",
+        "linelist",
+        metavar="CMD",
+    ),
+    Option(
+        "gate_exit_code",
+        "a gate command judged by its exit code alone (one that runs no pytest: a linter, a "
+        "type check); repeatable. Every other gate command must report per-test results "
+        "when promoting",
         "linelist",
         metavar="CMD",
     ),
@@ -219,6 +246,13 @@ OPTIONS = (
         "a path to make visible in the sandbox, read-only, or writable as PATH:rw; repeatable",
         "linelist",
         metavar="PATH[:rw]",
+    ),
+    Option(
+        "sandbox_read",
+        "a path commands may read beyond the default view (the system's directories, the "
+        "Python environment, the directories on PATH); repeatable",
+        "linelist",
+        metavar="PATH",
     ),
     Option(
         "agent_network", "network for agent commands: none or host", default="none", metavar="NET"

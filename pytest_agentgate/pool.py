@@ -36,6 +36,7 @@ class WorkspacePool:
         branch: str,
         isolation: str = "shared",
         recycle: bool = True,
+        require_results: bool = False,
     ) -> None:
         self.repo = repo
         self.workdir = workdir
@@ -43,6 +44,8 @@ class WorkspacePool:
         self.branch = branch
         self.isolation = isolation
         self.recycle = recycle
+        #: Gate commands must report per-test results unless declared (a promoting run).
+        self.require_results = require_results
         self.agent_role = sandbox.Role(
             "agent", settings.agent_network == "host", settings.agent_env
         )
@@ -50,6 +53,7 @@ class WorkspacePool:
         self._private: Path | None = None
         self._free: list[Workspace] = []
         self._checkouts: GateCheckouts | None = None
+        self._worktrees: list[Path] | None = None
 
     def fork(self, at: str, task: str) -> Workspace:
         """A private workspace at ``at``: a recycled one when there is one, else a fresh one."""
@@ -84,6 +88,9 @@ class WorkspacePool:
         hidden = [self.workdir, self.repo.git_dir, self.repo.common_dir]
         if self.repo.worktree is not None:
             hidden.append(self.repo.worktree)
+        if self._worktrees is None:  # linked ones (git worktree add) hold other branches
+            self._worktrees = self.repo.worktrees()
+        hidden += self._worktrees
         if self._private is not None:
             hidden.append(self._private)
         return replace(self.sandbox.with_hidden(*hidden), base_tree=self.repo.worktree)
@@ -103,7 +110,9 @@ class WorkspacePool:
         root = self.private_root()
         if self.recycle and self._checkouts is None:
             self._checkouts = GateCheckouts(self.repo, root)
-        return GateContext(root, self.sandbox_now(), self.gate_role, self._checkouts)
+        return GateContext(
+            root, self.sandbox_now(), self.gate_role, self._checkouts, self.require_results
+        )
 
     def release(self, ws: Workspace) -> None:
         """Take a workspace back once its attempt is recorded: kept for reuse, or removed."""

@@ -80,6 +80,8 @@ class Retested:
     tests: Mapping[str, str] | None = None
     #: Run early, while the batch's attempts' own gates ran (see :mod:`.early`).
     early: bool = False
+    #: What the gate's pytest loaded (see :meth:`.channel.Report.fingerprint`).
+    fingerprint: frozenset[str] = frozenset()
 
 
 class BatchRetest(Protocol):
@@ -194,6 +196,8 @@ class LandingQueue:
         self.early = EarlyRetests(self, enabled=early)
         #: How the leader judges other machines' posted attempts (None: it takes none).
         self._judge: Judge | None = None
+        #: Other machines' attempts this process's leader landed (for its summary).
+        self.landed_for_others: list[dict[str, str]] = []
         #: What the judge said of each posted attempt (by its queue commit): None, passed.
         self._judged: dict[str, str | None] = {}
         self._last_poll = 0.0
@@ -879,6 +883,11 @@ class LandingQueue:
                 if not entry.foreign:  # (another machine's verdict went with the move)
                     self._unpost(entry.uid)
                     self._write_verdict(entry, outcome(i, result.problem or ""))
+                else:  # told in this leader's summary: every landing it made is named
+                    self.landed_for_others.append(
+                        {"task": entry.task, "agent": entry.agent, "machine": entry.machine,
+                         "uid": entry.uid, "new": top}
+                    )  # fmt: skip
         return top
 
     def _longest_passing(
@@ -963,7 +972,14 @@ class LandingQueue:
                 reuse = (
                     None
                     if early is None
-                    else Retested(early.ok, early.why, early.output, early.tests, early=True)
+                    else Retested(
+                        early.ok,
+                        early.why,
+                        early.output,
+                        early.tests,
+                        early=True,
+                        fingerprint=early.fingerprint,
+                    )
                 )
                 found = retest(tree, tip, bases, reuse=reuse)
         except BaseException:
@@ -1102,7 +1118,8 @@ class LandingQueue:
                 )
                 continue
             if posted.commit not in self._judged:
-                self._judged[posted.commit] = self._judge_posted(entry, posted)
+                untrusted = shared.untrusted(posted)
+                self._judged[posted.commit] = untrusted or self._judge_posted(entry, posted)
             refused = self._judged[posted.commit]
             if refused:
                 self._decide(

@@ -103,6 +103,9 @@ def format_message(
             if results.get(key):
                 body += [f"{label}: " + ", ".join(one_line(str(t)) for t in results[key][:50])]
         body += [""]
+    if results and results.get("judged_by_exit_code"):
+        shown = ", ".join(one_line(str(c)) for c in results["judged_by_exit_code"][:10])
+        body += [f"Judged by exit code: {shown}", ""]
     if output.strip():
         body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
     # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded

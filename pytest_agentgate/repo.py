@@ -189,8 +189,11 @@ class BaseRepo:
         env: Mapping[str, str] | None = None,
         input: bytes | None = None,
         ok: Sequence[int] = (0,),
+        config: Sequence[str] = (),
     ) -> _git.GitResult:
         """Run git against this repository: for the git layer's own modules only."""
+        # The user's own checkout keeps the user's filters; everything else runs none.
+        filters = () if work_tree is not None and work_tree == self.worktree else self.no_filters()
         return _git.run(
             args,
             git_dir=self.git_dir,
@@ -200,10 +203,7 @@ class BaseRepo:
             input=input,
             ok=ok,
             safe_directory=self.worktree or self.git_dir,
-            # The user's own checkout keeps the user's filters; everything else runs none.
-            config=()
-            if work_tree is not None and work_tree == self.worktree
-            else self.no_filters(),
+            config=(*filters, *config),
         )
 
     def no_filters(self) -> tuple[str, ...]:
@@ -402,6 +402,15 @@ class BaseRepo:
         fields = head.split(" ")
         return (fields[1], message) if len(fields) > 1 else None
 
+    def worktrees(self) -> list[Path]:
+        """Every working tree of the repository (its own and each linked one)."""
+        out = self._run("worktree", "list", "--porcelain", "-z", ok=(0, 128)).stdout
+        return [
+            Path(item[len("worktree ") :])
+            for item in _git.split_z(out)
+            if item.startswith("worktree ")
+        ]
+
     def is_shallow(self) -> bool:
         return (self.common_dir / "shallow").exists()
 
@@ -478,13 +487,39 @@ class BaseRepo:
 
     # -- objects ------------------------------------------------------------------------
 
-    def commit_tree(self, tree: str, parents: Sequence[str], message: str, author: Author) -> str:
+    def commit_tree(
+        self,
+        tree: str,
+        parents: Sequence[str],
+        message: str,
+        author: Author,
+        *,
+        signing_key: Path | None = None,
+    ) -> str:
+        """A commit of ``tree``; with ``signing_key`` (an SSH private key), signed with it
+        (git's SSH signatures, ``ssh-keygen -Y sign``)."""
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
-        oid = self._run(*args, env=author.env(), input=message.encode()).out.strip()
+        config: tuple[str, ...] = ()
+        if signing_key is not None:
+            args.append("-S")
+            config = ("gpg.format=ssh", f"user.signingKey={signing_key}")
+        oid = self._run(*args, env=author.env(), input=message.encode(), config=config).out.strip()
         self._trees[oid] = tree
         return oid
+
+    def signer(self, commit: str, allowed_signers: Path) -> str | None:
+        """Who signed ``commit``, as the allowed-signers file names them (git's SSH
+        signatures); None when it is unsigned, or signed by a key the file does not name."""
+        result = self._run(
+            "verify-commit", "--end-of-options", commit, ok=(0, 1, 128),
+            config=("gpg.format=ssh", f"gpg.ssh.allowedSignersFile={allowed_signers}"),
+        )  # fmt: skip
+        if result.returncode != 0:
+            return None
+        match = re.search(r'Good "git" signature for (\S+)', result.stderr)
+        return match[1] if match else None
 
     def has_object(self, oid: str) -> bool:
         """Whether the object ``oid`` is in this repository (a fetch may not have brought it)."""
@@ -560,6 +595,30 @@ class BaseRepo:
             return None
         entry = _tree_entry(items[0])
         return entry if entry.path == path else None
+
+    def attributes(
+        self, tree: str, paths: Sequence[str], names: Sequence[str]
+    ) -> dict[str, tuple[str, ...]]:
+        """Each path's values of the attributes ``names`` as git reads ``tree``'s
+        ``.gitattributes`` files (``check-attr --cached`` on a private index of ``tree``),
+        so no parser of ours can read a line otherwise than git does."""
+        if not paths:
+            return {}
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="agentgate-attr-") as tmp:
+            index = Path(tmp) / "index"
+            self._run("read-tree", "--end-of-options", tree, index=index)
+            data = "".join(f"{p}\0" for p in paths).encode("utf-8", "surrogateescape")
+            out = self._run(
+                "check-attr", "--cached", "-z", "--stdin", *names, index=index, input=data
+            ).stdout
+        items = _git.split_z(out)
+        found: dict[str, list[str]] = {}
+        for at in range(0, len(items) - 2, 3):
+            path, name, value = items[at : at + 3]
+            found.setdefault(path, []).append(f"{name}={value}")
+        return {path: tuple(values) for path, values in found.items()}
 
     def diff_tree(self, old: str, new: str, *, trees: bool = False) -> list[TreeChange]:
         """The paths that differ between two trees or commits, recursively, no renames.

@@ -82,6 +82,13 @@ def summary_line(row: Mapping[str, Any]) -> str:
             )
             + "]"
         )
+    others = row.get("landed_for_others") or []
+    if others:
+        shown = ", ".join(f"{o.get('task')} ({o.get('agent')}, {o.get('machine')})" for o in others)
+        line += f"  [landed for other machines: {_clip(shown, 200)}]"
+    by_exit_code = (row.get("results") or {}).get("judged_by_exit_code")
+    if by_exit_code:
+        line += f"  [judged by exit code: {_clip(', '.join(by_exit_code), 120)}]"
     flaky = (row.get("results") or {}).get("flaky_ids")
     if flaky:
         line += f"  [flaky: {_clip(', '.join(flaky), 120)}]"

@@ -14,7 +14,10 @@ JUnit file it writes, and the verdict is made from what the tests did:
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 import shlex
+import stat
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +54,23 @@ def argv_of(command: Command) -> list[str] | None:
     return list(command) if isinstance(command, tuple) else command_argv(command)
 
 
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def split_assignments(argv: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``VAR=value ... program args`` as a shell reads it: the environment for the program,
+    and the program's own argument list. ``env VAR=value program`` (``env`` with no option
+    of its own) reads the same way."""
+    words = list(argv)
+    if words and Path(words[0]).name == "env" and len(words) > 1 and not words[1].startswith("-"):
+        words = words[1:]
+    assigned: dict[str, str] = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        assigned[name] = value
+    return assigned, words
+
+
 def display(command: Command) -> str:
     return command if isinstance(command, str) else shlex.join(command)
 
@@ -65,9 +85,41 @@ def is_pytest(argv: Sequence[str]) -> bool:
     return program.startswith("python") and list(argv[1:3]) == ["-m", "pytest"]
 
 
-def parse_junit(path: Path) -> dict[str, str]:
-    """Test id -> outcome, from a JUnit XML file (pytest's ``--junitxml`` and its kin)."""
-    root = ET.parse(path).getroot()
+def read_inside(root: Path, relative: str, limit: int = 64 << 20) -> bytes:
+    """The bytes of the regular file ``relative`` below ``root``, never through a link.
+
+    Each folder on the way is opened relative to the one before with ``O_NOFOLLOW``, so a
+    symbolic link anywhere on the path (planted by what the gate ran) is an ``OSError``,
+    never a way to read a file elsewhere.
+    """
+    parts = [p for p in relative.split("/") if p not in ("", ".")]
+    if not parts or ".." in parts:
+        raise OSError(f"{relative!r} is not a path inside the checkout")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+            os.close(fd)
+            fd = inner
+        leaf = os.open(
+            parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=fd
+        )
+    finally:
+        os.close(fd)
+    with os.fdopen(leaf, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{relative!r} is not a regular file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{relative!r} is larger than {limit >> 20} MiB")
+    return data
+
+
+def parse_junit(data: bytes) -> dict[str, str]:
+    """Test id -> outcome, from a JUnit XML document (pytest's ``--junitxml`` and its kin)."""
+    root = ET.fromstring(data)
     found: dict[str, str] = {}
     for case in root.iter("testcase"):
         test = _node_id(case.get("file", ""), case.get("classname", ""), case.get("name", ""))

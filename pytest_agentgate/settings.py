@@ -51,10 +51,14 @@ class Settings:
     early_retest: bool = True
     push_state: bool = False
     lease_seconds: float = 120.0
+    signing_key: Path | None = None
+    allowed_signers: Path | None = None
+    unsigned_posts: bool = False
     agent: str = "agent"
     agent_command: AgentCommand | None = None
     agent_timeout: float = 3600.0
     gate: tuple[str, ...] = ()
+    gate_exit_code: tuple[str, ...] = ()
     gate_timeout: float = 600.0
     gate_jobs: int = 1
     protect: tuple[str, ...] = ()
@@ -75,6 +79,7 @@ class Settings:
     allow_symlinks: tuple[str, ...] = ()
     sandbox: str = "auto"
     sandbox_binds: tuple[str, ...] = ()
+    sandbox_reads: tuple[str, ...] = ()
     agent_network: str = "none"
     gate_network: str = "none"
     agent_env: tuple[str, ...] = ()
@@ -165,10 +170,14 @@ class Settings:
             early_retest=not values["no_early_retest"],
             push_state=bool(values["push_state"]),
             lease_seconds=float(values["lease_seconds"]),
+            signing_key=_existing_file(values, sources, "signing_key"),
+            allowed_signers=_existing_file(values, sources, "allowed_signers"),
+            unsigned_posts=bool(values["unsigned_posts"]),
             agent=agent,
             agent_command=command,
             agent_timeout=float(values["agent_timeout"]),
             gate=tuple(c for c in values["gate"] or () if c.strip()),
+            gate_exit_code=tuple(c for c in values["gate_exit_code"] or () if c.strip()),
             gate_timeout=float(values["gate_timeout"]),
             gate_jobs=int(values["gate_jobs"]),
             protect=protect,
@@ -189,6 +198,7 @@ class Settings:
             allow_symlinks=_words(values["allow_symlink"]),
             sandbox=choice("sandbox", MODES, lower=True),
             sandbox_binds=_words(values["sandbox_bind"]),
+            sandbox_reads=_words(values["sandbox_read"]),
             agent_network=choice("agent_network", NETWORKS, lower=True),
             gate_network=choice("gate_network", NETWORKS, lower=True),
             agent_env=_env_names(values["agent_env"], "agent_env", sources["agent_env"]),
@@ -215,7 +225,8 @@ class Settings:
             else tuple(r for r in DEFAULT_HARNESS if r not in self.unprotect)
         )
         return GateSpec(
-            commands=self.gate,
+            commands=tuple(dict.fromkeys((*self.gate, *self.gate_exit_code))),
+            exit_code=self.gate_exit_code,
             timeout=self.gate_timeout,
             harness=rules,
             protect=() if self.protects_nothing else self.protect,
@@ -236,6 +247,9 @@ class Settings:
             binds = tuple(
                 Bind.parse(b, self.sources.get("sandbox_bind", "")) for b in self.sandbox_binds
             )
+            reads = tuple(
+                Bind.parse(r, self.sources.get("sandbox_read", "")).path for r in self.sandbox_reads
+            )
         except ConfigError as exc:
             raise usage(str(exc)) from None
         contained = SandboxSettings(
@@ -247,6 +261,7 @@ class Settings:
             gate_env=self.gate_env,
             pids_max=self.sandbox_pids,
             file_bytes=self.sandbox_file_bytes,
+            reads=reads,
         )
         options: dict[str, Any] = {}
         if self.exclude is not None:
@@ -266,6 +281,9 @@ class Settings:
             early_retest=self.early_retest,
             push_state=self.push_state,
             lease_seconds=self.lease_seconds,
+            signing_key=self.signing_key,
+            allowed_signers=self.allowed_signers,
+            unsigned_posts=self.unsigned_posts,
             max_files=self.max_files,
             max_bytes=self.max_bytes,
             max_state_bytes=self.max_state_bytes,
@@ -295,6 +313,7 @@ class Settings:
         return replace(
             gate,
             commands=gate.commands if marker.gate is None else marker.gate,
+            results_mode=marker.results or gate.results_mode,
             outcome_is_enough=marker.gate == (),
             checks=tuple(checks),
             protect=(*gate.protect, *marker.protect),
@@ -328,6 +347,19 @@ def _env_names(values: Sequence[str] | None, name: str, source: str) -> tuple[st
                 "expected the name of an environment variable"
             )
     return names
+
+
+def _existing_file(values: dict[str, Any], sources: dict[str, str], name: str) -> Path | None:
+    """A setting that names a file which must exist (a key, an allowed-signers file)."""
+    if not values[name]:
+        return None
+    path = Path(str(values[name])).expanduser().resolve()
+    if not path.is_file():
+        raise usage(
+            f"--agentgate-{name.replace('_', '-')} {values[name]!r} (from {sources[name]}) is "
+            "not a file"
+        )
+    return path
 
 
 def _writable_parent(path: Path) -> bool:

@@ -36,7 +36,7 @@ from .repo import ZERO, BaseRepo
 
 if TYPE_CHECKING:
     from .lease import Lease
-    from .server_queue import ServerQueue
+    from .server_queue import ServerQueue, Trust
     from .server_records import Server
 
 #: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
@@ -475,10 +475,13 @@ class RemoteBranch(_LogsMoves):
         *,
         push_state: bool = False,
         lease_seconds: float = 120.0,
+        trust: Trust | None = None,
     ) -> None:
         self.repo = repo
         self.remote = remote
         self.branch = branch
+        #: How this machine signs its posts on the server's queue, and whose it believes.
+        self.trust = trust
         self.ref = f"{TRACKING_PREFIX}{remote}/{branch}"
         self.log = log
         self.push_state = push_state
@@ -520,7 +523,7 @@ class RemoteBranch(_LogsMoves):
             host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:40] or "host"
             self._queue = ServerQueue(
                 self.repo, self.records(), self.branch, machine=f"{host}-{where}",
-                seconds=self.lease_seconds,
+                seconds=self.lease_seconds, trust=self.trust,
             )  # fmt: skip
             queue = self._queue
             lease = self._the_lease()

@@ -55,3 +55,27 @@ def sandbox_mode(request: pytest.FixtureRequest) -> str:
     if request.param == "bwrap":
         request.getfixturevalue("bwrap")
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def signing(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """For two machines, ``left`` and ``right``: the flags that sign each one's posts on a
+    server's queue with a key of its own, and check others' against both keys."""
+    if shutil.which("ssh-keygen") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("ssh-keygen is not installed (CI=true: signed posts must be tested)")
+        pytest.skip("ssh-keygen is not installed")
+    import subprocess
+
+    root = tmp_path_factory.mktemp("signing")
+    allowed = root / "allowed_signers"
+    lines, flags = [], {}
+    for who in ("left", "right"):
+        key = root / who
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f", str(key)], check=True
+        )
+        lines.append(f"{who} " + " ".join(Path(f"{key}.pub").read_text().split()[:2]))
+        flags[who] = [f"--agentgate-signing-key={key}", f"--agentgate-allowed-signers={allowed}"]
+    allowed.write_text("\n".join(lines) + "\n")
+    return flags

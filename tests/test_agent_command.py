@@ -82,7 +82,7 @@ def run(
     pytester.makepyfile(test_agents=TESTS.format(resume=resume))
     report = tmp_path / "report.json"
     result = pytester.runpytest_subprocess(
-        f"--agentgate-repo={service}", "--agentgate-promote", f"--agentgate-gate={GATE}",
+        f"--agentgate-repo={service}", "--agentgate-promote", f"--agentgate-gate-exit-code={GATE}",
         f"--agentgate-agent-command={sys.executable} {agent} {{task}} {{workspace}} {{attempt}} {{feedback}}",
         f"--agentgate-sandbox-bind={agent}", f"--agentgate-report={report}", "-p", "no:randomly",
         *args,
@@ -160,7 +160,7 @@ def test_a_bad_agent_command_stops_the_run_before_any_agent(
 ) -> None:
     pytester.makepyfile(test_agents=TESTS.format(resume="code"))
     result = pytester.runpytest_subprocess(
-        f"--agentgate-repo={service}", f"--agentgate-gate={GATE}",
+        f"--agentgate-repo={service}", f"--agentgate-gate-exit-code={GATE}",
         f"--agentgate-agent-command={template}",
     )  # fmt: skip
     assert result.ret == 4
@@ -205,7 +205,7 @@ def test_an_interrupted_attempt_says_where_it_was_interrupted(
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--agentgate-repo={service}",
-         f"--agentgate-gate={gate}", "--agentgate-sandbox=none", f"--basetemp={tmp_path / 'tmp'}"],
+         f"--agentgate-gate-exit-code={gate}", "--agentgate-sandbox=none", f"--basetemp={tmp_path / 'tmp'}"],
         cwd=suite, env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -277,7 +277,7 @@ def test_a_slow_step_shows_one_updating_line_on_a_terminal_only(
     env.pop("CI", None)
     command = shlex.join([
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--agentgate-repo={service}",
-        "--agentgate-gate=sleep 4.5", f"--basetemp={tmp_path / 'tmp'}", "--agentgate-sandbox=none",
+        "--agentgate-gate-exit-code=sleep 4.5", f"--basetemp={tmp_path / 'tmp'}", "--agentgate-sandbox=none",
         f"--junitxml={tmp_path / 'junit.xml'}",
     ])  # fmt: skip
     shown = subprocess.run(
@@ -315,7 +315,7 @@ def test_a_recycled_workspace_carries_no_notes_of_the_last_test(
     )
     report = tmp_path / "report.json"
     result = pytester.runpytest_subprocess(
-        f"--agentgate-repo={service}", "--agentgate-promote", "--agentgate-gate=true",
+        f"--agentgate-repo={service}", "--agentgate-promote", "--agentgate-gate-exit-code=true",
         f"--agentgate-report={report}", "-p", "no:randomly",
     )  # fmt: skip
     result.assert_outcomes(passed=2)

@@ -458,7 +458,7 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
     gate = f"{sys.executable} -c \"import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)\""
     e = Engine.open(
         service, "main", promote=True, workdir=service.parent / "work",
-        gate=GateSpec(commands=(gate,)), sandbox=Settings(mode="none"),
+        gate=GateSpec(commands=(gate,), exit_code=(gate,)), sandbox=Settings(mode="none"),
     )  # fmt: skip
     ws = e.fork(task="add notes")
     (ws.path / "notes.txt").write_text("notes\n")
@@ -467,7 +467,7 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
     land(service, {"other.txt": "o\n"}, task="meanwhile")  # the target moves on
     flag.touch()  # the outside problem is fixed
     code, out, _ = agentgate(
-        capsys, "land", "--repo", str(service), first.record_ref, "--gate", gate,
+        capsys, "land", "--repo", str(service), first.record_ref, "--gate-exit-code", gate,
         "--sandbox", "none",
     )  # fmt: skip
     assert code == 0, out

@@ -637,7 +637,7 @@ def test_early_retests_under_xdist_land_on_their_verdict(
     try:
         result = pytester.runpytest_subprocess(
             "-n", "2", f"--agentgate-repo={service}", *(["--agentgate-promote"] * promote),
-            f"--agentgate-gate={gate}", "--agentgate-gate-env=GATE_LOG",
+            f"--agentgate-gate-exit-code={gate}", "--agentgate-gate-env=GATE_LOG",
             f"--agentgate-sandbox-bind={log.parent}:rw",
         )  # fmt: skip
     finally:

@@ -35,7 +35,7 @@ def rows(pytester: pytest.Pytester) -> list[dict]:
 def test_promotes_with_a_passing_gate(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(test_agent=gated_test())
     before = git(service, "rev-parse", "main")
-    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true", "--agentgate-promote")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         ["*= agentgate =*", "PROMOTED*test_agent.py::test_task*main: *->*fast-forward*"]
@@ -58,7 +58,7 @@ def test_failing_gate_rejects_and_keeps_the_attempt(
     pytester.makepyfile(test_agent=gated_test())
     before = git(service, "rev-parse", "main")
     result = run(
-        pytester, service, "--agentgate-gate=echo broken-build; exit 3", "--agentgate-promote"
+        pytester, service, "--agentgate-gate-exit-code=echo broken-build; exit 3", "--agentgate-promote"
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -77,7 +77,7 @@ def test_failing_gate_rejects_and_keeps_the_attempt(
 def test_failing_body_rejects_with_its_own_error(pytester: pytest.Pytester, service: Path) -> None:
     body = APPEND_TOTAL + "    assert False, 'agent gave up'\n"
     pytester.makepyfile(test_agent=gated_test(body))
-    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true", "--agentgate-promote")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*AssertionError: agent gave up*"])
     [row] = rows(pytester)
@@ -88,7 +88,7 @@ def test_failing_body_rejects_with_its_own_error(pytester: pytest.Pytester, serv
 
 def test_no_changes_is_rejected(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(test_agent=gated_test("    pass"))
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*agentgate rejected: no changes*"])
 
@@ -110,7 +110,7 @@ def test_no_gate_is_an_error_and_empty_gate_is_enough(
 def test_dry_run_moves_only_the_scratch_ref(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(test_agent=gated_test())
     before = git(service, "rev-parse", "main")
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["WOULD PROMOTE*dryrun/main: *"])
     assert git(service, "rev-parse", "main") == before
@@ -118,7 +118,7 @@ def test_dry_run_moves_only_the_scratch_ref(pytester: pytest.Pytester, service: 
     assert first.startswith("refs/agentgate/dryruns/") and first.endswith("/main")
     assert git(service, "rev-parse", f"{first}^") == before
     # A new run has a scratch ref of its own, started from the target's tip.
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(passed=1)
     (second,) = set(scratch_refs(service)) - {first}
     assert git(service, "rev-parse", f"{second}^") == before
@@ -324,7 +324,7 @@ def test_settings_from_ini(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(test_agent=gated_test(marker='task="From ini"'))
     pytester.makeini(
         f"[pytest]\nagentgate_repo = {service}\nagentgate_target = main\nagentgate_promote = true\n"
-        "agentgate_agent = ini-agent\nagentgate_gate =\n    true\n    test -f ledger/store.py\n"
+        "agentgate_agent = ini-agent\nagentgate_gate_exit_code =\n    true\n    test -f ledger/store.py\n"
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
@@ -351,7 +351,7 @@ def test_gate_runs_in_a_clean_checkout_with_env(pytester: pytest.Pytester, servi
         'test "$PWD" = "$AGENTGATE_CHECKOUT" && test "$AGENTGATE_ACTIVE" = 1 '
         "&& test -f leftover.txt && test ! -e ledger/cache.pyc && test ! -e .git"
     )
-    result = run(pytester, service, f"--agentgate-gate={gate}")
+    result = run(pytester, service, f"--agentgate-gate-exit-code={gate}")
     result.assert_outcomes(passed=1)
 
 
@@ -364,7 +364,7 @@ def test_gate_timeout_kills_the_process_group(
 
     pytester.makepyfile(test_agent=gated_test())
     gate = f"setsid {sleeper.command} & wait"
-    result = run(pytester, service, f"--agentgate-gate={gate}", "--agentgate-gate-timeout=0.5")
+    result = run(pytester, service, f"--agentgate-gate-exit-code={gate}", "--agentgate-gate-timeout=0.5")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*agentgate rejected: gate timed out*"])
     assert not sleeper.alive()
@@ -375,7 +375,7 @@ def test_gated_tests_skip_inside_a_gate(
 ) -> None:
     monkeypatch.setenv("AGENTGATE_ACTIVE", "1")
     pytester.makepyfile(test_agent=gated_test())
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(skipped=1)
     assert git(service, "for-each-ref", "refs/agentgate/") == ""
 
@@ -425,7 +425,7 @@ def test_agent_git_cannot_move_base_refs(pytester: pytest.Pytester, service: Pat
         "    run('update-ref', 'refs/heads/evil', 'HEAD')\n"
         "    run('tag', 'agent-tag')\n"
     )
-    pytester.makepyfile(test_agent=gated_test(body, 'task="Commits itself", gate=["false"]'))
+    pytester.makepyfile(test_agent=gated_test(body, 'task="Commits itself", gate=["false"], results="exit-code"'))
     result = run(pytester, service, "--agentgate-promote")
     result.assert_outcomes(failed=1)
     assert git(service, "rev-parse", "main") == base
@@ -443,7 +443,7 @@ def test_base_worktree_dirty_blocks_promotion(pytester: pytest.Pytester, service
     (service / "notes.txt").write_text("untracked files do not count\n")
     before = git(service, "rev-parse", "main")
     pytester.makepyfile(test_agent=gated_test())
-    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true", "--agentgate-promote")
     # Found before any agent works: the run stops with a usage error, nothing ran.
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*the target is checked out*uncommitted changes*ledger/api.py*"])
@@ -456,7 +456,7 @@ def test_base_worktree_dirty_blocks_promotion(pytester: pytest.Pytester, service
 def test_untracked_files_do_not_block_and_survive(pytester: pytest.Pytester, service: Path) -> None:
     (service / "notes.txt").write_text("mine\n")
     pytester.makepyfile(test_agent=gated_test())
-    result = run(pytester, service, "--agentgate-gate=true", "--agentgate-promote")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true", "--agentgate-promote")
     result.assert_outcomes(passed=1)
     assert (service / "notes.txt").read_text() == "mine\n"
     assert "def total" in (service / "ledger" / "store.py").read_text()
@@ -482,7 +482,7 @@ def test_no_retest_is_reported(pytester: pytest.Pytester, service: Path) -> None
         pytester,
         service,
         f"--agentgate-base={base}",
-        "--agentgate-gate=true",
+        "--agentgate-gate-exit-code=true",
         "--agentgate-no-retest",
     )
     result.assert_outcomes(passed=2)
@@ -630,7 +630,7 @@ def test_failing_with_pytest_fail_is_still_recorded(
     pytester: pytest.Pytester, service: Path
 ) -> None:
     pytester.makepyfile(test_agent=gated_test(APPEND_TOTAL + "    pytest.fail('agent gave up')\n"))
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(failed=1)
     [row] = rows(pytester)
     assert row["verdict"] == "rejected" and "agent gave up" in row["reason"]
@@ -756,7 +756,7 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
         import pytest
 
         @pytest.mark.parametrize("n", range(8))
-        @pytest.mark.gated(task="parallel", gate=["true"])
+        @pytest.mark.gated(task="parallel", gate=["true"], results="exit-code")
         def test_task(agent_workspace, n):
             (agent_workspace.path / f"f{n}.txt").write_text(str(n))
         """
@@ -873,7 +873,7 @@ def test_gated_test_must_use_the_workspace_and_state_stays_inside(
 
 def test_a_failing_body_names_its_attempt(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(test_agent=gated_test(APPEND_TOTAL + "    raise RuntimeError('boom')\n"))
-    result = run(pytester, service, "--agentgate-gate=true")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*Captured agentgate call*", "*attempt: refs/agentgate/attempts/add-total/1*"]

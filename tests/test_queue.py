@@ -477,7 +477,7 @@ def eight_processes(
         procs.append(
             spawn_pytest(
                 suite, f"--agentgate-repo={service}", "--agentgate-promote",
-                f"--agentgate-gate={gate}", "--agentgate-gate-env=GATE_LOG",
+                f"--agentgate-gate-exit-code={gate}", "--agentgate-gate-env=GATE_LOG",
                 *extra, f"--agentgate-sandbox-bind={log.parent}:rw",
                 f"--basetemp={tmp_path / f'tmp-{n}'}", env={"GATE_LOG": str(log)},
             )
@@ -528,7 +528,7 @@ def test_a_queued_attempt_s_intent_lasts_until_its_entry_is_written(
     (suite / "test_agent.py").write_text(MOVES_MAIN.format(service=str(service)))
     proc = spawn_pytest(
         suite, f"--agentgate-repo={service}", "--agentgate-target=main", "--agentgate-promote",
-        "--agentgate-gate=true", f"--basetemp={tmp_path / 'tmp'}",
+        "--agentgate-gate-exit-code=true", f"--basetemp={tmp_path / 'tmp'}",
         env={"AGENTGATE_FAULT": "enqueued"},
     )  # fmt: skip
     out = proc.communicate(timeout=120)[0]
@@ -547,7 +547,7 @@ def test_xdist_workers_share_the_queue(
     try:
         result = pytester.runpytest_subprocess(
             "-n", "4", f"--agentgate-repo={service}", "--agentgate-promote",
-            f"--agentgate-gate={GATE}", "--agentgate-gate-env=GATE_LOG",
+            f"--agentgate-gate-exit-code={GATE}", "--agentgate-gate-env=GATE_LOG",
             f"--agentgate-sandbox-bind={log.parent}:rw",
             "--agentgate-report=" + str(tmp_path / "report.json"),
         )  # fmt: skip

@@ -17,7 +17,7 @@ from helpers import fsck, git, git_daemon, spawn_pytest
 AGENT = """
 import pytest
 
-@pytest.mark.gated(task="remote change {n}", gate=["true"])
+@pytest.mark.gated(task="remote change {n}", gate=["true"], results="exit-code")
 def test_change_{n}(agent_workspace):
     (agent_workspace.path / "{who}-{n}.txt").write_text("{who} {n}\\n")
 """
@@ -70,7 +70,7 @@ def test_a_push_that_lands_meanwhile_is_merged_onto_not_overwritten(
         import subprocess
         import pytest
 
-        @pytest.mark.gated(task="mine", gate=["test -f mine.txt"])
+        @pytest.mark.gated(task="mine", gate=["test -f mine.txt"], results="exit-code")
         def test_mine(agent_workspace):
             (agent_workspace.path / "mine.txt").write_text("mine")
             # Meanwhile a person pushes to the server from another clone.
@@ -329,7 +329,7 @@ def test_a_person_s_push_to_the_server_is_logged_as_an_external_move(
             }
         )
     flags = [f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
-             "--agentgate-gate=true"]  # fmt: skip
+             "--agentgate-gate-exit-code=true"]  # fmt: skip
     pytester.runpytest("test_agent_0.py", *flags).assert_outcomes(passed=1)
     (other / "person.txt").write_text("person\n")
     git(other, "add", "person.txt")
@@ -358,7 +358,7 @@ def test_another_machine_s_landing_is_not_taken_for_a_person_s_push(
     pytester.makepyfile(
         **{f"test_agent_{n}": AGENT.format(n=n, who=f"m{n}") for n in range(4)}
     )
-    flags = ["--agentgate-remote=origin", "--agentgate-promote", "--agentgate-gate=true"]
+    flags = ["--agentgate-remote=origin", "--agentgate-promote", "--agentgate-gate-exit-code=true"]
     pytester.runpytest("test_agent_0.py", f"--agentgate-repo={a}", *flags).assert_outcomes(
         passed=1
     )
@@ -545,7 +545,7 @@ def test_prune_on_the_server_keeps_what_landed_and_each_task_s_highest_number(
     failing = """
 import pytest
 
-@pytest.mark.gated(task="doomed", gate=["false"])
+@pytest.mark.gated(task="doomed", gate=["false"], results="exit-code")
 def test_doomed_{n}(agent_workspace):
     (agent_workspace.path / "d-{n}.txt").write_text("d")
 """
@@ -599,7 +599,7 @@ GATE_LOGGING = (
 
 
 def test_two_machines_share_one_leader_and_few_retests(
-    daemon: str, server: Path, tmp_path: Path
+    daemon: str, server: Path, tmp_path: Path, signing: dict[str, list[str]]
 ) -> None:
     """Two clones, each pytest -n 2 over four tests, at once, under a real git daemon: the
     batch leader is one across machines (the server's lease, which every move holds), and
@@ -621,8 +621,8 @@ def test_two_machines_share_one_leader_and_few_retests(
         procs.append(
             spawn_pytest(
                 suite, f"--agentgate-repo={work}", "--agentgate-remote=origin",
-                "--agentgate-promote", "-n", "2", f"--agentgate-gate={GATE_LOGGING}",
-                "--agentgate-gate-env=GATE_LOG", f"--agentgate-sandbox-bind={logs}:rw",
+                "--agentgate-promote", "-n", "2", f"--agentgate-gate-exit-code={GATE_LOGGING}",
+                "--agentgate-gate-env=GATE_LOG", f"--agentgate-sandbox-bind={logs}:rw", *signing[who],
                 f"--basetemp={tmp_path / f'tmp-{who}'}", env={"GATE_LOG": str(log)},
             )
         )  # fmt: skip
@@ -673,7 +673,7 @@ def test_{who}(agent_workspace):
         begin = time.monotonic()
         proc = spawn_pytest(
             suite, f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote",
-            "--agentgate-gate=true", "--agentgate-lease-seconds=3",
+            "--agentgate-gate-exit-code=true", "--agentgate-lease-seconds=3",
             f"--basetemp={tmp_path / f'tmp-{who}'}", env=env,
         )  # fmt: skip
         out = proc.communicate(timeout=120)[0]

@@ -16,7 +16,7 @@ from pytest_agentgate.schema import LAYOUT_REF, RECORD_VERSION, REFS_LAYOUT, REP
 AGENT = """
 import pytest
 
-@pytest.mark.gated(task="versioned", gate=["true"])
+@pytest.mark.gated(task="versioned", gate=["true"], results="exit-code")
 def test_versioned(agent_workspace):
     (agent_workspace.path / "v.txt").write_text("v\\n")
 """

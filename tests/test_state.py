@@ -18,7 +18,7 @@ import pytest
 STATE = ["var/inventory.db", "build/"]
 
 
-@pytest.mark.gated(task="Repair the inventory", state=STATE, gate=["false"])
+@pytest.mark.gated(task="Repair the inventory", state=STATE, gate=["false"], results="exit-code")
 def test_first_try(agent_workspace):
     (agent_workspace.path / "var").mkdir()
     db = sqlite3.connect(agent_workspace.path / "var" / "inventory.db")

@@ -198,13 +198,13 @@ def test_land_holds_an_attempt_to_its_test_s_own_rules(
     from pytest_agentgate.cli import main
 
     e = engine(service)
-    spec = GateSpec(commands=("true",), protect=("ledger/api.py",))
+    spec = GateSpec(commands=("true",), exit_code=("true",), protect=("ledger/api.py",))
     ws = e.fork(task="backdoor")
     (ws.path / "ledger" / "api.py").write_text("BACKDOOR = True\n")
     first = e.run_attempt(ws, task="backdoor", spec=spec)
     assert first.verdict.status == "rejected" and first.verdict.check == "protect"
     capsys.readouterr()
-    code = main(["land", "--repo", str(service), first.record_ref, "--gate", "true", "--sandbox", "none"])
+    code = main(["land", "--repo", str(service), first.record_ref, "--gate-exit-code", "true", "--sandbox", "none"])
     assert code == 2 and "is not one land judges again" in capsys.readouterr().err
     assert "BACKDOOR" not in git(service, "show", "main:ledger/api.py")
     record = git(service, "log", "-1", "--format=%B", first.record_ref)
@@ -256,7 +256,7 @@ def test_land_refuses_what_it_cannot_judge_again(
         found = e.run_attempt(ws, task="refused", extra_checks=[gate_policy])
     assert found.verdict.status in ("error", "rejected")
     capsys.readouterr()
-    code = main(["land", "--repo", str(service), found.record_ref, "--gate", "true",
+    code = main(["land", "--repo", str(service), found.record_ref, "--gate-exit-code", "true",
                  "--sandbox", "none"])  # fmt: skip
     assert code == 2 and "is not one land judges again" in capsys.readouterr().err
     assert "EVIL.md" not in git(service, "ls-tree", "--name-only", "main")

@@ -44,7 +44,12 @@ def engine(
         "main",
         promote=promote,
         workdir=repo.parent / "work",
-        gate=GateSpec(commands=commands, outcome_is_enough=not commands, timeout=60),
+        gate=GateSpec(
+            commands=commands,
+            exit_code=tuple(c for c in commands if "pytest" not in c),
+            outcome_is_enough=not commands,
+            timeout=60,
+        ),
         sandbox=Settings(mode=mode, **settings),  # type: ignore[arg-type]
         **extra,  # type: ignore[arg-type]
     )
@@ -133,7 +138,7 @@ def test_gate_checkouts_are_private_and_unguessable(service: Path) -> None:
     seen: list[str] = []
     gate = f"{sys.executable} -c \"import os; open(os.environ['AGENTGATE_MARK'], 'a').write(os.getcwd() + chr(10))\""
     mark = service.parent / "seen.txt"
-    spec = GateSpec(commands=(gate,), env={"AGENTGATE_MARK": str(mark)})
+    spec = GateSpec(commands=(gate,), exit_code=(gate,), env={"AGENTGATE_MARK": str(mark)})
     (ws.path / "x.txt").write_text("x")
     assert e.run_attempt(ws, task="where", spec=spec).verdict.status == "promoted"
     seen = mark.read_text().split()
@@ -562,10 +567,13 @@ def test_what_the_sandbox_hides(service: Path, bwrap: str, tmp_path: Path) -> No
     shm = Path("/dev/shm") / f"agentgate-{os.getpid()}"
     shm.write_text("host shm")
     home = Path.home()
+    # What a command needs stays in view: the Python environment, the folders on its PATH.
+    needed = (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
+    needed += tuple(os.environ.get("PATH", "").split(":"))
     kept = {
         Path(p).resolve().relative_to(home).parts[0]
-        for p in (sys.prefix, sys.base_prefix, os.path.realpath(sys.executable))
-        if Path(p).resolve().is_relative_to(home)
+        for p in needed
+        if p and Path(p).resolve().is_relative_to(home) and Path(p).resolve() != home
     }
     python_in_home = "".join(f" | grep -vx {name}" for name in sorted(kept))
     (tmp_path / "host-secret.txt").write_text("host")
@@ -762,3 +770,49 @@ def test_a_recycled_workspace_keeps_nothing_git_does_not_list(service: Path) -> 
         (fresh.path / "tests").stat().st_mode
     )
     assert fresh.run("git status --porcelain").output == ""
+
+
+def test_a_secret_outside_the_read_view_is_not_readable(service: Path, bwrap: str) -> None:
+    """The read view is what a command needs, not the whole filesystem: a secret in a
+    directory no view holds (as /srv or /opt would) cannot be read by an agent's command or a
+    gate, until a person makes it readable; a gate that fails for it says why."""
+    outside = Path("/var/tmp") / f"agentgate-secrets-{os.getpid()}"
+    outside.mkdir()
+    (outside / "token").write_text("s3cr3t")
+    try:
+        e = engine(service, "bwrap", commands=(f"cat {outside / 'token'}",))
+        ws = e.fork(task="peek")
+        result = ws.run(f"cat {outside / 'token'}")
+        assert result.returncode != 0 and "s3cr3t" not in result.output
+        assert ws.run("ls /srv /opt /mnt /media /home 2>/dev/null").output.strip() == ""
+        (ws.path / "x.txt").write_text("x")
+        found = e.run_attempt(ws, task="peek")
+        assert found.verdict.status in ("rejected", "error")
+        assert "--agentgate-sandbox-read" in found.verdict.reason, found.verdict.reason
+        wider = engine(service, "bwrap", reads=(outside,))
+        ws = wider.fork(task="allowed")
+        assert ws.run(f"cat {outside / 'token'}").output.strip() == "s3cr3t"
+    finally:
+        shutil.rmtree(outside)
+
+
+@pytest.mark.parametrize("isolation", ["shared", "sealed"])
+def test_a_linked_worktree_of_the_base_is_hidden(
+    service: Path, bwrap: str, isolation: str
+) -> None:
+    """Another branch of the base repository checked out by ``git worktree add``: no
+    command of an agent reads its files, even where a person made its folder readable."""
+    git(service, "branch", "secret-branch")
+    place = Path("/var/tmp") / f"agentgate-wt-{os.getpid()}"
+    place.mkdir()
+    try:
+        git(service, "worktree", "add", "-q", str(place / "wt"), "secret-branch")
+        (place / "wt" / "plans.txt").write_text("the other branch's plans")
+        e = engine(service, "bwrap", isolation=isolation, reads=(place,))
+        ws = e.fork(task="look around")
+        result = ws.run(f"cat {place / 'wt' / 'plans.txt'}; ls -A {place / 'wt'}")
+        assert "the other branch's plans" not in result.output, result.output
+        assert ws.run(f"ls -d {place}").returncode == 0  # the folder itself stays readable
+    finally:
+        git(service, "worktree", "remove", "--force", str(place / "wt"), check=False)
+        shutil.rmtree(place, ignore_errors=True)

@@ -23,7 +23,8 @@ def run(
     # A session of its own, so a SIGINT sent to "the terminal's" process group hits only it.
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={suite / 'tmp'}",
-         f"--agentgate-repo={repo}", f"--agentgate-base={base}", f"--agentgate-gate={gate}", "--agentgate-promote"],
+         f"--agentgate-repo={repo}", f"--agentgate-base={base}", f"--agentgate-gate-exit-code={gate}",
+         "--agentgate-promote"],
         cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False, start_new_session=True,
     )  # fmt: skip
 
@@ -198,7 +199,7 @@ def test_sigterm_while_a_gate_runs_ends_the_gate_too(
         f"--basetemp={suite / 'tmp'}",
         f"--agentgate-repo={service}",
         f"--agentgate-base={base}",
-        f"--agentgate-gate=setsid {sleeper.command} & wait",
+        f"--agentgate-gate-exit-code=setsid {sleeper.command} & wait",
         "--agentgate-promote",
         start_new_session=True,
     )

@@ -14,7 +14,7 @@ from pytest_agentgate import Engine, GateSpec
 
 
 def engine(repo: Path, promote: bool = True, **gate: object) -> Engine:
-    spec = GateSpec(**{"outcome_is_enough": True, **gate})  # type: ignore[arg-type]
+    spec = GateSpec(**{"outcome_is_enough": True, "results_mode": "exit-code", **gate})  # type: ignore[arg-type]
     return Engine.open(repo, "main", promote=promote, workdir=repo.parent / "work", gate=spec)
 
 
@@ -255,7 +255,7 @@ def test_emptied_suite_exits_5_and_is_rejected(pytester: pytest.Pytester, servic
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*2 test(s) that passed on the base no longer pass*(the gate exited 5)*"]
+        ["*2 test(s) that passed on the base no longer pass*(the gate's pytest exited 5)*"]
     )
 
 
@@ -278,7 +278,7 @@ def test_secrets_are_left_out_and_masked(
     report = pytester.path / "r.json"
     result = pytester.runpytest(
         f"--agentgate-repo={service}",
-        "--agentgate-gate=echo leaked $DEPLOY_TOKEN; false",
+        "--agentgate-gate-exit-code=echo leaked $DEPLOY_TOKEN; false",
         f"--agentgate-report={report}",
     )
     result.assert_outcomes(failed=1)

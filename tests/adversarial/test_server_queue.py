@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -78,6 +79,7 @@ def _post(
     *,
     machine: str = "elsewhere",
     at: float = 0,
+    key: Path | None = None,
     **more: object,
 ) -> str:
     """Post ``change`` on the server's queue by hand, with a heartbeat for ``machine``
@@ -88,7 +90,11 @@ def _post(
          "uid": uid, "machine": machine, "posted": time.time(), "protect": [], **more}
     )  # fmt: skip
     empty = git(forger, "hash-object", "-t", "tree", "-w", "/dev/null")
-    commit = git(forger, "commit-tree", empty, "-p", change, "-m", f"{POSTED_TITLE}\n{body}")
+    sign = ["-c", "gpg.format=ssh", "-c", f"user.signingKey={key}"] if key else []
+    commit = git(
+        forger, *sign, "commit-tree", *(["-S"] if key else []), empty, "-p", change,
+        "-m", f"{POSTED_TITLE}\n{body}",
+    )  # fmt: skip
     beat = git(forger, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time() + at:.3f}")
     git(forger, "push", "-q", url, f"{commit}:refs/agentgate/queue/main/{KEY}/{uid}",
         f"+{beat}:refs/agentgate/alive/main/{machine}")  # fmt: skip
@@ -98,11 +104,15 @@ def _post(
 class Leader:
     """A machine's engine leading the server's queue: its own attempt, re-tests counted."""
 
-    def __init__(self, url: str, tmp_path: Path) -> None:
+    def __init__(self, url: str, tmp_path: Path, **settings: object) -> None:
         self.work = _clone(url, tmp_path / "leader")
+        settings = {"unsigned_posts": True, **settings}
+        # Unsigned posts taken: these trials are of what a leader checks beyond the
+        # signature (see test_a_post_is_taken_only_when_an_allowed_key_signed_it).
         self.engine = Engine.open(
             self.work, "main", remote="origin", promote=True, workdir=tmp_path / "ws",
-            gate=GateSpec(commands=("true",)),
+            gate=GateSpec(commands=("true",), exit_code=("true",)),
+            **settings,  # type: ignore[arg-type]
         )  # fmt: skip
         self.retested: list[str] = []
 
@@ -410,7 +420,7 @@ from pytest_agentgate import Engine, GateSpec
 
 work, where = Path(sys.argv[1]), Path(sys.argv[2])
 engine = Engine.open(work, "main", remote="origin", promote=True, workdir=where,
-                     gate=GateSpec(commands=("true",)))
+                     gate=GateSpec(commands=("true",), exit_code=("true",)), unsigned_posts=True)
 ws = engine.fork(task="poster task")
 (ws.path / "posted.txt").write_text("posted\\n")
 try:
@@ -652,7 +662,7 @@ def test_a_ref_in_the_way_of_the_lease_still_leaves_the_chain_of_moves(
             f"test_agent_{n}": f"""
 import pytest
 
-@pytest.mark.gated(task="change {n}", gate=["true"])
+@pytest.mark.gated(task="change {n}", gate=["true"], results="exit-code")
 def test_change(agent_workspace):
     (agent_workspace.path / "change-{n}.txt").write_text("{n}")
 """
@@ -689,7 +699,7 @@ def test_a_poster_that_died_waiting_is_recorded_by_its_machine_s_next_run(
     assert _refs(server, "refs/agentgate/attempts/orphan/") == []  # nobody recorded it yet
     again = Engine.open(
         poster.work, "main", remote="origin", promote=True, workdir=tmp_path / "p" / "ws2",
-        gate=GateSpec(commands=("true",)),
+        gate=GateSpec(commands=("true",), exit_code=("true",)),
     )  # fmt: skip
     again.start()
     assert any("orphan" in line and "promoted" in line for line in again.settled), again.settled
@@ -803,3 +813,44 @@ def test_a_heartbeat_renewed_between_listing_and_reading_is_alive(
     # One that can be read, and is an hour old, is not waiting.
     old = git(leader.work, "commit-tree", empty, "-m", f"alive\n\nAt: {time.time() - 3600:.3f}")
     assert not shared.waiting(Listing(alive={"elsewhere": old}), "elsewhere")
+
+
+def _key(where: Path, name: str) -> tuple[Path, str]:
+    """A fresh SSH key pair: its private key's path, and its public key's line."""
+    key = where / name
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True
+    )
+    return key, " ".join(Path(f"{key}.pub").read_text().split()[:2])
+
+
+def test_a_post_is_taken_only_when_an_allowed_key_signed_it(daemon: str, tmp_path: Path) -> None:
+    """Anyone who can push can post an attempt: before, the leader judged it by the tree
+    rules and a re-test only, and landed it. Now it takes a post only when a key its
+    allowed-signers file names signed it; an unsigned post or one signed by another key
+    is refused with a verdict that says so."""
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("ssh-keygen is not installed")
+    good, good_pub = _key(tmp_path, "machine-a")
+    other, _ = _key(tmp_path, "intruder")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"machine-a {good_pub}\n")
+    (tmp_path / "l").mkdir()
+    leader = Leader(daemon, tmp_path / "l", unsigned_posts=False, allowed_signers=allowed)
+    forger = _clone(daemon, tmp_path / "forger")
+    base = git(forger, "rev-parse", "HEAD")
+    posts = {
+        name: _post(forger, daemon, _change(forger, base, {f"{name}.txt": name}), base, key=key)
+        for name, key in (("unsigned", None), ("intruder", other), ("signed", good))
+    }
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    landed = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert "signed.txt" in landed and "mine.txt" in landed
+    assert "unsigned.txt" not in landed and "intruder.txt" not in landed
+    for name in ("unsigned", "intruder"):
+        verdict = _verdict(server, posts[name])
+        assert verdict["status"] == "rejected"
+        assert "not signed by a key --agentgate-allowed-signers names" in str(verdict["reason"])
+    assert _verdict(server, posts["signed"])["status"] == "promoted"
+    fsck(server)

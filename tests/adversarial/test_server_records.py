@@ -15,7 +15,7 @@ from helpers import fsck, git
 AGENT = """
 import pytest
 
-@pytest.mark.gated(task="remote change {n}", gate=["true"])
+@pytest.mark.gated(task="remote change {n}", gate=["true"], results="exit-code")
 def test_change_{n}(agent_workspace):
     (agent_workspace.path / "a-{n}.txt").write_text("a {n}\\n")
 """
@@ -169,6 +169,6 @@ def test_land_refuses_a_record_whose_base_trailer_is_not_its_parent(
     forged = git(work, "commit-tree", f"{ref}^{{tree}}", "-p", f"{ref}^", "-m",
                  message.replace(f"Agentgate-Base: {base}", f"Agentgate-Base: {elsewhere}"))  # fmt: skip
     git(work, "update-ref", ref, forged)
-    found = agentgate("land", "--repo", str(work), "remote-change-1/1", "--gate", "true",
+    found = agentgate("land", "--repo", str(work), "remote-change-1/1", "--gate-exit-code", "true",
                       "--sandbox", "none", "--target", "main")  # fmt: skip
     assert found.returncode != 0 and "Base trailer is not its parent" in found.stderr

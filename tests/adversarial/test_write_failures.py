@@ -143,7 +143,7 @@ def test_a_really_full_disk(tmp_path: Path) -> None:
             [
                 "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
                 f"--basetemp={tmp_path / 'bt'}", f"--agentgate-repo={service}",
-                f"--agentgate-base={base}", f"--agentgate-gate={gate}", "--agentgate-promote",
+                f"--agentgate-base={base}", f"--agentgate-gate-exit-code={gate}", "--agentgate-promote",
                 "--agentgate-sandbox=none",
             ],
             cwd=suite, env=env, capture_output=True, text=True, timeout=120, check=False,

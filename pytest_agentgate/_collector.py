@@ -1,0 +1,225 @@
+"""The results collector: a pytest plugin that every pytest a gate command starts loads.
+
+The plugin copies this file, alone, into a read-only directory of each gate command and names
+it in the environment (``PYTEST_PLUGINS`` and ``PYTHONPATH``), so that a pytest started under
+any wrapper that keeps the environment (``env``, ``sh -c``, ``make``, ``uv run``, ``tox`` with
+``pass_env``) loads it, before the tree's own configuration, conftest files or modules.
+
+It imports only the standard library and pytest (it runs in the gate's interpreter, which may
+not have this package), connects to the plugin's socket as it is imported, and sends one JSON
+object a line: who it is, the configuration pytest used, every plugin registered with the
+hooks each implements, each test's outcome as it finishes, and last, pytest's exit status.
+The socket is the plugin's: whatever a session sent is in the plugin's memory as soon as it
+is read, so no other process can change it afterwards, and no link or file in the sandbox can
+redirect it.
+
+As it loads, it takes its own variables out of the environment, so a pytest that the tests
+start (pytester, a subprocess) does not report as a session of the gate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+CHANNEL_ENV = "AGENTGATE_RESULTS"
+CHECKOUT_ENV = "AGENTGATE_CHECKOUT"
+NAME = "agentgate_collector"
+#: The longest socket path ``connect`` takes as it is (the kernel's limit is 108 bytes).
+_MAX_SOCKET_PATH = 100
+_RANK = {"passed": 1, "skipped": 2, "xfail": 2, "failed": 3, "error": 3}
+
+
+def _take_environment() -> str:
+    """This session's channel; the collector's variables leave the environment."""
+    path = os.environ.pop(CHANNEL_ENV, "")
+    plugins = [p.strip() for p in os.environ.get("PYTEST_PLUGINS", "").split(",")]
+    kept = [p for p in plugins if p and p != NAME]
+    if kept:
+        os.environ["PYTEST_PLUGINS"] = ",".join(kept)
+    else:
+        os.environ.pop("PYTEST_PLUGINS", None)
+    here = os.path.dirname(os.path.abspath(__file__))
+    entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    rest = [e for e in entries if e and os.path.abspath(e) != here]
+    if rest:
+        os.environ["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        os.environ.pop("PYTHONPATH", None)
+    return path
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # not inherited by children
+    if len(path) <= _MAX_SOCKET_PATH:
+        sock.connect(path)
+        return sock
+    # A long path is reached through a descriptor of its folder (/proc/self/fd/N/name).
+    folder = os.open(os.path.dirname(path), os.O_PATH | os.O_CLOEXEC)
+    try:
+        sock.connect(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
+    return sock
+
+
+class _Session:
+    """One pytest process's report, written to the plugin's socket as it happens."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.checkout = os.path.realpath(os.environ.get(CHECKOUT_ENV) or os.getcwd())
+        self.rootdir = ""
+        self.plugins: dict[str, list[str]] = {}
+        self.outcomes: dict[str, tuple[int, str]] = {}
+        self.ended = False
+        self.session: Any = None
+
+    def send(self, **message: Any) -> None:
+        # A send that fails leaves a session that never ended: an error, never a pass.
+        with contextlib.suppress(OSError):
+            self.sock.sendall(json.dumps(message).encode("utf-8") + b"\n")
+
+    def relative(self, path: str) -> str:
+        """A path as the checkout names it (absolute when it lies outside)."""
+        real = os.path.realpath(path)
+        if real == self.checkout:
+            return "."
+        if real.startswith(self.checkout + os.sep):
+            return os.path.relpath(real, self.checkout).replace(os.sep, "/")
+        return real
+
+    def test_id(self, nodeid: str) -> str:
+        """A node id relative to the checkout, whatever rootdir pytest chose."""
+        path, sep, rest = nodeid.partition("::")
+        if not self.rootdir or not path:
+            return nodeid
+        where = self.relative(os.path.join(self.rootdir, path))
+        return where + sep + rest if not where.startswith("/") else nodeid
+
+    def identity(self, plugin: Any, name: str | None) -> str:
+        """A name for a plugin that is the same in every checkout and every run."""
+        module = getattr(plugin, "__file__", None)
+        if isinstance(module, str):
+            where = self.relative(module)
+            inside = not where.startswith("/")
+            return f"module {where}" if inside else f"module {getattr(plugin, '__name__', name)}"
+        kind = type(plugin)
+        return f"object {kind.__module__}.{kind.__qualname__}"
+
+
+_SESSION: _Session | None = None
+
+
+def _start() -> None:
+    global _SESSION
+    path = _take_environment()
+    if not path:
+        return
+    try:
+        sock = _connect(path)
+    except OSError as exc:
+        # The gate asked for results and cannot have them: stop, rather than run untold.
+        raise RuntimeError(
+            f"agentgate: the results channel {path!r} is unreachable: {exc}"
+        ) from None
+    _SESSION = _Session(sock)
+    _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv))
+
+
+if __name__ == NAME:  # as the gate's pytest loads it; imported by the plugin, it does nothing
+    _start()
+
+
+def _hooks(plugin: Any) -> list[str]:
+    try:
+        names = dir(plugin)
+    except Exception:
+        return []
+    return sorted(n for n in names if n.startswith("pytest_"))
+
+
+def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> None:
+    """Every plugin ever registered, also those registered before this one (the hook is
+    historic) and those unregistered later."""
+    if _SESSION is None:
+        return
+    identity = _SESSION.identity(plugin, plugin_name)
+    found = _SESSION.plugins.setdefault(identity, [])
+    found[:] = sorted(set(found) | set(_hooks(plugin)))
+
+
+def pytest_configure(config: Any) -> None:
+    if _SESSION is None:
+        return
+    _SESSION.rootdir = str(config.rootpath)
+    inipath = getattr(config, "inipath", None)
+    try:
+        addopts = [str(a) for a in config.getini("addopts")]
+    except (ValueError, KeyError):
+        addopts = []
+    _SESSION.send(
+        kind="config",
+        rootdir=_SESSION.relative(str(config.rootpath)),
+        inifile=_SESSION.relative(str(inipath)) if inipath else "",
+        addopts=addopts,
+        worker=hasattr(config, "workerinput"),
+    )
+
+
+def pytest_collectreport(report: Any) -> None:
+    if _SESSION is not None and report.failed:
+        _SESSION.send(kind="test", id=_SESSION.test_id(report.nodeid) or ".", outcome="error")
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    if _SESSION is None:
+        return
+    if report.outcome == "rerun":  # pytest-rerunfailures: only the last run counts
+        _SESSION.outcomes.pop(report.nodeid, None)
+        return
+    if report.failed:
+        outcome = "failed" if report.when == "call" else "error"
+    elif report.skipped:
+        outcome = "xfail" if hasattr(report, "wasxfail") else "skipped"
+    elif report.when == "call":
+        outcome = "passed"
+    else:
+        return
+    known = _SESSION.outcomes.get(report.nodeid)
+    if known is None or _RANK[outcome] > known[0]:  # the worse of its phases
+        _SESSION.outcomes[report.nodeid] = (_RANK[outcome], outcome)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    if _SESSION is None:
+        return
+    found = _SESSION.outcomes.pop(nodeid, None)
+    if found is not None:
+        _SESSION.send(kind="test", id=_SESSION.test_id(nodeid), outcome=found[1])
+
+
+def pytest_sessionstart(session: Any) -> None:
+    if _SESSION is not None:
+        _SESSION.session = session
+
+
+def pytest_unconfigure(config: Any) -> None:
+    """The end: pytest's exit status is final by now (set after every sessionfinish)."""
+    found = _SESSION
+    if found is None or found.ended:
+        return
+    found.ended = True
+    for nodeid, (_, outcome) in found.outcomes.items():  # begun, never finished
+        found.send(kind="test", id=found.test_id(nodeid), outcome=outcome)
+    status = getattr(found.session, "exitstatus", None)
+    found.send(
+        kind="plugins", plugins=[[name, hooks] for name, hooks in sorted(found.plugins.items())]
+    )
+    found.send(kind="end", exitstatus=int(status) if status is not None else None)
+    with contextlib.suppress(OSError):
+        found.sock.close()
