@@ -32,10 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_agentgate import _git, gate, promote, sandbox, target, workspace
 from pytest_agentgate.engine import Engine, EngineSettings
-from pytest_agentgate.gate import GateSpec
-from pytest_agentgate.repo import Author, BaseRepo
+from pytest_agentgate.git import runner as _git
+from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.judge import gate
+from pytest_agentgate.judge.gate import GateSpec
+from pytest_agentgate.land import promote, target
+from pytest_agentgate.sandbox import containment as sandbox
+from pytest_agentgate.workspace import fork as workspace
 
 ARTICLE = [
     ("fork", "161-183 ms"),
@@ -331,7 +335,7 @@ class Bench:
 
     def gate_checkouts(self) -> None:
         """A gate command on a reused checkout (reset to the next tree) beside a fresh one."""
-        from pytest_agentgate.checkouts import GateCheckouts
+        from pytest_agentgate.workspace.checkouts import GateCheckouts
 
         uncontained = sandbox.resolve(sandbox.Settings(mode="none"))
         spec = GateSpec(commands=("true",), exit_code=("true",))
@@ -461,7 +465,7 @@ class Bench:
     def checkpoint(self) -> None:
         """A checkpoint (the code as a snapshot, the agent's .git as files, one commit and
         ref) beside the plain snapshot commit of the same 10 changed files."""
-        from pytest_agentgate import checkpoints
+        from pytest_agentgate.store import checkpoints
 
         root = self.memory or self.disk
         names = self.names(min(10, self.size))
@@ -710,9 +714,9 @@ LOCK_WORKER = """
 import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from pytest_agentgate import promote, target
-from pytest_agentgate.index import IndexEntry
-from pytest_agentgate.repo import Author, BaseRepo
+from pytest_agentgate.land import promote, target
+from pytest_agentgate.git.index import IndexEntry
+from pytest_agentgate.git.repo import Author, BaseRepo
 repo = BaseRepo(Path(sys.argv[1]), None)
 ref, base, me = sys.argv[2], repo.resolve_commit("main"), sys.argv[3]
 waits = []

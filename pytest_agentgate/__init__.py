@@ -10,39 +10,39 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "Engine": "engine",
     "EngineSettings": "engine",
     "Attempt": "attempt",
-    "Target": "target",
-    "LocalBranch": "target",
-    "DryRunRef": "target",
-    "RemoteBranch": "target",
-    "MoveNote": "target",
-    "MoveResult": "target",
-    "Move": "promote",
-    "OpLog": "oplog",
-    "TreeEntry": "repo",
-    "TreeChange": "repo",
-    "Index": "index",
-    "PushResult": "transport",
+    "Target": "land.target",
+    "LocalBranch": "land.target",
+    "DryRunRef": "land.target",
+    "RemoteBranch": "land.target",
+    "MoveNote": "land.target",
+    "MoveResult": "land.target",
+    "Move": "land.promote",
+    "OpLog": "store.oplog",
+    "TreeEntry": "git.repo",
+    "TreeChange": "git.repo",
+    "Index": "git.index",
+    "PushResult": "git.transport",
     "PushRefused": "errors",
-    "GateSpec": "gate",
-    "CheckResult": "gate",
-    "Verdict": "gate",
-    "Workspace": "workspace",
-    "Snapshot": "workspace",
-    "fork": "workspace",
-    "snapshot": "workspace",
-    "BaseRepo": "repo",
-    "Author": "repo",
-    "MergePreview": "repo",
-    "rollback": "promote",
-    "revert": "promote",
-    "list_attempts": "attempts",
-    "OpRecord": "oplog",
+    "GateSpec": "judge.gate",
+    "CheckResult": "judge.gate",
+    "Verdict": "judge.gate",
+    "Workspace": "workspace.fork",
+    "Snapshot": "workspace.fork",
+    "fork": "workspace.fork",
+    "snapshot": "workspace.fork",
+    "BaseRepo": "git.repo",
+    "Author": "git.repo",
+    "MergePreview": "git.repo",
+    "rollback": "land.promote",
+    "revert": "land.promote",
+    "list_attempts": "store.attempts",
+    "OpRecord": "store.oplog",
     "AgentgateError": "errors",
     "GitError": "errors",
     "GitTooOld": "errors",
@@ -129,7 +129,6 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from .attempt import Attempt
-    from .attempts import list_attempts
     from .engine import Engine, EngineSettings
     from .errors import (
         AgentgateError,
@@ -149,11 +148,12 @@ if TYPE_CHECKING:
         StaleLock,
         WorktreeBlocked,
     )
-    from .gate import CheckResult, GateSpec, Verdict
-    from .index import Index
-    from .oplog import OpLog, OpRecord
-    from .promote import Move, revert, rollback
-    from .repo import Author, BaseRepo, MergePreview, TreeChange, TreeEntry
-    from .target import DryRunRef, LocalBranch, MoveNote, MoveResult, RemoteBranch, Target
-    from .transport import PushResult
-    from .workspace import Snapshot, Workspace, fork, snapshot
+    from .git.index import Index
+    from .git.repo import Author, BaseRepo, MergePreview, TreeChange, TreeEntry
+    from .git.transport import PushResult
+    from .judge.gate import CheckResult, GateSpec, Verdict
+    from .land.promote import Move, revert, rollback
+    from .land.target import DryRunRef, LocalBranch, MoveNote, MoveResult, RemoteBranch, Target
+    from .store.attempts import list_attempts
+    from .store.oplog import OpLog, OpRecord
+    from .workspace.fork import Snapshot, Workspace, fork, snapshot

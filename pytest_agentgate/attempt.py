@@ -19,10 +19,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gate import CheckResult, Verdict
-from .promote import Move
-from .repo import MergePreview
-from .workspace import Snapshot, Workspace
+from .git.repo import MergePreview
+from .judge.gate import CheckResult, Verdict
+from .land.promote import Move
+from .workspace.fork import Snapshot, Workspace
 
 
 @dataclass

@@ -30,28 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import (
-    _git,
-    attempts,
-    checkout,
-    checkpoints,
-    grader,
-    locks,
-    oplog,
-    records,
-    results,
-    sandbox,
-    schema,
-    server_records,
-    workspace,
-)
-from . import state as state_module
-from ._proc import Running, terminate_as_interrupt
 from .attempt import Attempt
-from .baseline import Baselines, HarnessBroken, Stored, either_passed
-from .channel import unexpected
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
-from .gate import (
+from .git import runner as _git
+from .git import worktree as checkout
+from .git.repo import Author, BaseRepo, MergePreview, check_branch_name
+from .judge import grader, results
+from .judge.baseline import Baselines, HarnessBroken, Stored, either_passed
+from .judge.channel import unexpected
+from .judge.gate import (
     Check,
     CheckResult,
     GateContext,
@@ -63,13 +50,25 @@ from .gate import (
     no_results,
     run_commands,
 )
+from .land.promote import Move, PromoteOutcome, promote
+from .land.queue import LandingQueue, Outcome
+from .land.retest import BatchRetest, Retested
+from .land.target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .pool import ISOLATIONS, WorkspacePool
-from .promote import Move, PromoteOutcome, promote
-from .queue import BatchRetest, LandingQueue, Outcome, Retested
-from .repo import Author, BaseRepo, MergePreview, check_branch_name
-from .server_queue import Trust
-from .target import DryRunRef, LocalBranch, RemoteBranch, Target
-from .workspace import DEFAULT_EXCLUDE, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, Snapshot, Workspace
+from .remote import server_records
+from .remote.server_queue import Trust
+from .sandbox import containment as sandbox
+from .sandbox.process import Running, terminate_as_interrupt
+from .store import attempts, checkpoints, locks, oplog, records, schema
+from .workspace import fork as workspace
+from .workspace import state as state_module
+from .workspace.fork import (
+    DEFAULT_EXCLUDE,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    Snapshot,
+    Workspace,
+)
 
 __all__ = ["NO_GATE", "Attempt", "Engine", "EngineSettings", "HarnessBroken"]
 

@@ -12,13 +12,14 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from . import sandbox, workspace
-from .checkouts import GateCheckouts
-from .gate import GateContext
-from .records import slugify
-from .removal import remove_tree
-from .repo import BaseRepo
-from .workspace import Workspace
+from .git.repo import BaseRepo
+from .judge.gate import GateContext
+from .sandbox import containment as sandbox
+from .sandbox.removal import remove_tree
+from .store.records import slugify
+from .workspace import fork as workspace
+from .workspace.checkouts import GateCheckouts
+from .workspace.fork import Workspace
 
 ISOLATIONS = ("shared", "sealed")
 

@@ -11,12 +11,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import make_service
 
+import pytest_agentgate.cli.demo
+
 # pytester's in-process runs drop modules first imported during a run. Importing the whole
 # engine here keeps one copy of each module (and of each exception class) for the session.
-import pytest_agentgate.cli
-import pytest_agentgate.demo
+import pytest_agentgate.cli.main
 import pytest_agentgate.engine
-import pytest_agentgate.prune  # noqa: F401
+import pytest_agentgate.land.prune  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
@@ -38,7 +39,7 @@ def service(tmp_path: Path) -> Path:
 def bwrap() -> str:
     """The working bwrap this machine has; a skip with its reason when none can start a
     sandbox here, and under CI=true a failure: CI must run the contained tests."""
-    from pytest_agentgate import sandbox
+    from pytest_agentgate.sandbox import containment as sandbox
 
     resolved = sandbox.resolve(sandbox.Settings(mode="auto"))
     if resolved.program is None:

@@ -263,7 +263,7 @@ def test_a_slow_step_shows_one_updating_line_on_a_terminal_only(
     import shlex
     import subprocess
 
-    from pytest_agentgate.progress import Progress
+    from pytest_agentgate.pytest_plugin.progress import Progress
 
     suite = tmp_path / "suite"
     suite.mkdir()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import fsck, git, land, spawn_pytest
 
-from pytest_agentgate.cli import main
-from pytest_agentgate.repo import BaseRepo
-from pytest_agentgate.sandbox import Settings
+from pytest_agentgate.cli.main import main
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.sandbox.containment import Settings
 
 
 def agentgate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -371,7 +371,7 @@ def test_keep_runs_needs_workspaces(capsys: pytest.CaptureFixture[str], service:
 def test_audit_lists_what_no_passing_gate_judged(
     service: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     start = git(service, "rev-parse", "main")
     assert land(service, {"a.txt": "a\n"}, "first").verdict.status == "promoted"
@@ -395,7 +395,7 @@ def test_audit_does_not_count_a_merge_no_gate_ran_on(
     service: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_agentgate import Engine, GateSpec
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     start = git(service, "rev-parse", "main")
     e = Engine.open(service, "main", promote=True, workdir=service.parent / "work",
@@ -429,7 +429,7 @@ def test_an_attempt_number_is_never_claimed_again_after_prune(
 ) -> None:
     """Pruning the newest attempts of a task frees their refs, not their numbers: a later
     attempt at the task gets the next number, so a number names one attempt for good."""
-    from pytest_agentgate import attempts
+    from pytest_agentgate.store import attempts
 
     for _ in range(3):
         land(service, {}, task="again", promote=False)

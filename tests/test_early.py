@@ -21,10 +21,11 @@ import pytest
 from helpers import fsck, git, wait_for
 from test_queue import GATE, KEY, LEADER, Bench, agent, logs
 
-from pytest_agentgate.attempts import list_attempts
 from pytest_agentgate.engine import _reusable
-from pytest_agentgate.queue import Entry, LandingQueue, Retested
-from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.land.queue import Entry, LandingQueue
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.store.attempts import list_attempts
 
 
 class Retests:
@@ -300,10 +301,11 @@ def test_an_early_retest_killed_half_way_leaves_nothing_to_wait_for(
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(Path(__file__).parent)!r})
-        from pytest_agentgate import oplog
-        from pytest_agentgate.queue import LandingQueue, Retested
-        from pytest_agentgate.repo import BaseRepo
-        from pytest_agentgate.target import LocalBranch
+        from pytest_agentgate.store import oplog
+        from pytest_agentgate.land.queue import LandingQueue
+        from pytest_agentgate.land.retest import Retested
+        from pytest_agentgate.git.repo import BaseRepo
+        from pytest_agentgate.land.target import LocalBranch
         from pathlib import Path
         repo = BaseRepo(Path({str(b.path)!r}), None)
         target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
@@ -468,7 +470,7 @@ def test_a_stopped_early_runner_does_not_stall_the_queue(
     """Found by the second trial reading the code: a leader waited, holding the target's
     lock, for as long as the early run's process lived; stopped (SIGSTOP) or stuck, forever.
     Now it waits a few gates' durations at most, then re-tests itself."""
-    from pytest_agentgate import early
+    from pytest_agentgate.land import early
 
     b = early_bench(service, tmp_path)
     first, x = b.attempt("first", {"first.txt": "0"}), b.attempt("x", {"x.txt": "x"})
@@ -477,10 +479,11 @@ def test_a_stopped_early_runner_does_not_stall_the_queue(
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from pytest_agentgate import oplog
-        from pytest_agentgate.queue import LandingQueue, Retested
-        from pytest_agentgate.repo import BaseRepo
-        from pytest_agentgate.target import LocalBranch
+        from pytest_agentgate.store import oplog
+        from pytest_agentgate.land.queue import LandingQueue
+        from pytest_agentgate.land.retest import Retested
+        from pytest_agentgate.git.repo import BaseRepo
+        from pytest_agentgate.land.target import LocalBranch
         repo = BaseRepo(Path({str(b.path)!r}), None)
         target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
         queue = LandingQueue(repo, target, early=True)
@@ -708,7 +711,7 @@ def test_early_retests_are_on_by_default_and_off_by_their_option(
     pytester.makepyfile(
         test_it="""
         def test_it(request):
-            from pytest_agentgate.settings import Settings
+            from pytest_agentgate.pytest_plugin.settings import Settings
             assert not Settings.from_config(request.config).early_retest
         """
     )
@@ -743,7 +746,7 @@ def test_a_zombie_process_is_dead() -> None:
     """Found by a trial: pytest-xdist keeps a SIGKILLed worker a zombie for a while (its
     locks already let go), ``kill(pid, 0)`` said alive, and the next leader landed the dead
     worker's queued attempt."""
-    from pytest_agentgate import pending
+    from pytest_agentgate.store import pending
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     wait_for(
@@ -782,7 +785,7 @@ def test_a_ctrl_c_during_a_batch_s_move_still_gives_every_waiter_its_verdict(
 
 
 def pending_open(b: Bench) -> list[object]:
-    from pytest_agentgate import pending
+    from pytest_agentgate.store import pending
 
     return list(pending.open_lines(b.target.log.read(), b.target.ref))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import git
 
-from pytest_agentgate.index import IndexEntry
-from pytest_agentgate.repo import ZERO, Author, BaseRepo
+from pytest_agentgate.git.index import IndexEntry
+from pytest_agentgate.git.repo import ZERO, Author, BaseRepo
 
 ODD_NAMES = ["a file\nwith a newline.txt", ":colon.txt", "star*.txt", "tab\there.txt", "ü.txt"]
 

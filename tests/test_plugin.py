@@ -534,9 +534,10 @@ def test_loading_the_plugin_is_cheap(
         import sys
 
         def test_nothing_heavy_loaded():
-            assert "pytest_agentgate.plugin" in sys.modules
-            light = {"pytest_agentgate", "pytest_agentgate.plugin", "pytest_agentgate.hookspecs",
-                     "pytest_agentgate._constants", "pytest_agentgate.options"}
+            assert "pytest_agentgate.pytest_plugin.hooks" in sys.modules
+            light = {"pytest_agentgate", "pytest_agentgate._constants"} | {
+                f"pytest_agentgate.pytest_plugin{m}" for m in ("", ".hooks", ".hookspecs", ".options")
+            }
             heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
                      or m.startswith("pytest_agentgate") and m not in light]
             assert heavy == []
@@ -713,7 +714,7 @@ def test_prune_never_removes_a_live_run(
 ) -> None:
     import fcntl
 
-    from pytest_agentgate.prune import old_runs
+    from pytest_agentgate.land.prune import old_runs
 
     root = tmp_path / "work"
     runs = []
@@ -785,8 +786,8 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
 
 
 def test_a_run_holds_its_directory_against_prune(tmp_path: Path) -> None:
-    from pytest_agentgate.prune import old_runs
-    from pytest_agentgate.rundirs import run_dir as _run_dir
+    from pytest_agentgate.land.prune import old_runs
+    from pytest_agentgate.pytest_plugin.rundirs import run_dir as _run_dir
 
     held: list[int] = []
     finished: list[int] = []

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 from helpers import alive, fsck, git, spawn_pytest, wait_for
 
-from pytest_agentgate import oplog
-from pytest_agentgate.attempts import list_attempts
-from pytest_agentgate.index import IndexEntry
-from pytest_agentgate.queue import Entry, LandingQueue, Outcome, Retested
-from pytest_agentgate.repo import Author, BaseRepo
-from pytest_agentgate.target import LocalBranch
+from pytest_agentgate.git.index import IndexEntry
+from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.land.queue import Entry, LandingQueue, Outcome
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.land.target import LocalBranch
+from pytest_agentgate.store import oplog
+from pytest_agentgate.store.attempts import list_attempts
 
 KEY = "same-gate"
 AUTHOR = Author("queue-test", "q@agentgate.invalid")
@@ -319,10 +320,11 @@ def test_a_run_ahead_that_lost_a_test_passing_on_its_top_is_run_again(
 LEADER = """
 import sys
 from pathlib import Path
-from pytest_agentgate import oplog
-from pytest_agentgate.queue import LandingQueue, Retested
-from pytest_agentgate.repo import BaseRepo
-from pytest_agentgate.target import LocalBranch
+from pytest_agentgate.store import oplog
+from pytest_agentgate.land.queue import LandingQueue
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.land.target import LocalBranch
 repo = BaseRepo(Path(sys.argv[1]), None)
 target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
 queue = LandingQueue(repo, target)
@@ -364,10 +366,11 @@ def test_a_leader_killed_mid_batch_loses_nothing(service: Path, tmp_path: Path, 
 WAITER = """
 import sys
 from pathlib import Path
-from pytest_agentgate import oplog
-from pytest_agentgate.queue import LandingQueue, Retested
-from pytest_agentgate.repo import BaseRepo
-from pytest_agentgate.target import LocalBranch
+from pytest_agentgate.store import oplog
+from pytest_agentgate.land.queue import LandingQueue
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.land.target import LocalBranch
 repo = BaseRepo(Path(sys.argv[1]), None)
 target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
 queue = LandingQueue(repo, target)
@@ -621,12 +624,15 @@ def test_an_entry_whose_process_is_gone_never_lands(service: Path, tmp_path: Pat
 AHEAD_LEADER = """
 import sys
 from pathlib import Path
-from pytest_agentgate import gate, oplog, sandbox
-from pytest_agentgate.gate import GateContext, GateSpec
-from pytest_agentgate.index import IndexEntry
-from pytest_agentgate.queue import Entry, LandingQueue, Retested
-from pytest_agentgate.repo import Author, BaseRepo
-from pytest_agentgate.target import LocalBranch
+from pytest_agentgate.judge import gate
+from pytest_agentgate.store import oplog
+from pytest_agentgate.sandbox import containment as sandbox
+from pytest_agentgate.judge.gate import GateContext, GateSpec
+from pytest_agentgate.git.index import IndexEntry
+from pytest_agentgate.land.queue import Entry, LandingQueue
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.land.target import LocalBranch
 
 repo = BaseRepo(Path(sys.argv[1]), None)
 marks, root = Path(sys.argv[2]), Path(sys.argv[3])
@@ -723,7 +729,7 @@ def test_re_testing_ahead_is_chosen_by_its_option(pytester: pytest.Pytester, ser
     pytester.makepyfile(
         test_it="""
         def test_it(request):
-            from pytest_agentgate.settings import Settings
+            from pytest_agentgate.pytest_plugin.settings import Settings
             assert Settings.from_config(request.config).retest_ahead
         """
     )

@@ -11,7 +11,7 @@ import pytest
 from helpers import git, land
 
 from pytest_agentgate import Engine, GateSpec
-from pytest_agentgate.workspace import RecycleFailed, fork, recycle, snapshot
+from pytest_agentgate.workspace.fork import RecycleFailed, fork, recycle, snapshot
 
 
 def describe(root: Path) -> dict[str, tuple[str, object]]:
@@ -175,7 +175,7 @@ def test_a_kept_gate_checkout_brought_to_the_next_tree_equals_a_fresh_one(
     left untracked things (bytecode, a FIFO, a nested ``.git``, a directory's mode) or an
     edit of the same size and time (then the checkout is reset whole instead)."""
     from pytest_agentgate import BaseRepo
-    from pytest_agentgate.checkouts import GateCheckouts
+    from pytest_agentgate.workspace.checkouts import GateCheckouts
 
     repo = BaseRepo.open(service)
     trees = [git(service, "rev-parse", "HEAD^{tree}")]

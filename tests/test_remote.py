@@ -256,7 +256,7 @@ def _diverged(tmp_path: Path, shared: int, on_main: int) -> Path:
 def _from_depth_1_clone(server: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     """An engine on a depth-1 clone of the server's feature branch, forking from its HEAD."""
     from pytest_agentgate import Engine, GateSpec
-    from pytest_agentgate.sandbox import Settings
+    from pytest_agentgate.sandbox.containment import Settings
 
     work = tmp_path / "work"
     git(
@@ -296,7 +296,7 @@ def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> 
 def test_a_shallow_clone_too_far_from_the_target_names_the_command_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentgate.target import RemoteBranch
+    from pytest_agentgate.land.target import RemoteBranch
 
     monkeypatch.setattr(RemoteBranch, "DEEPEN_STEPS", (1,))  # the merge base is 2 behind
     server = _diverged(tmp_path, shared=2, on_main=6)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from helpers import git, land
 
-from pytest_agentgate.cli import main
-from pytest_agentgate.repo import BaseRepo
-from pytest_agentgate.schema import LAYOUT_REF, RECORD_VERSION, REFS_LAYOUT, REPORT_VERSION
+from pytest_agentgate.cli.main import main
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.store.schema import LAYOUT_REF, RECORD_VERSION, REFS_LAYOUT, REPORT_VERSION
 
 AGENT = """
 import pytest

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import git
 
-from pytest_agentgate.cli import main
+from pytest_agentgate.cli.main import main
 
 AGENTS = """
 import sqlite3

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 from helpers import fsck, git
 
-from pytest_agentgate import oplog, pending
 from pytest_agentgate.errors import PushRefused
-from pytest_agentgate.repo import ZERO, Author, BaseRepo
-from pytest_agentgate.target import (
+from pytest_agentgate.git.repo import ZERO, Author, BaseRepo
+from pytest_agentgate.land.target import (
     DryRunRef,
     LocalBranch,
     MoveNote,
     RemoteBranch,
     Target,
 )
+from pytest_agentgate.store import oplog, pending
 
 AUTHOR = Author("contract", "contract@agentgate.invalid")
 
@@ -52,7 +52,7 @@ class World:
 
     def child(self, of: str, text: str) -> str:
         """A new commit on ``of`` whose tree adds one file."""
-        from pytest_agentgate.index import IndexEntry
+        from pytest_agentgate.git.index import IndexEntry
 
         index = self.repo.index(None, self.repo.private_dir / f"contract-{os.getpid()}")
         index.read_tree(of)

@@ -57,8 +57,8 @@ def test_a_forged_trailer_in_a_checkpoint_message_restores_nothing(
 def test_a_checkpoint_naming_a_state_that_is_not_its_parent_is_refused(
     service: Path, tmp_path: Path
 ) -> None:
-    from pytest_agentgate import checkpoints
-    from pytest_agentgate.repo import Author, BaseRepo
+    from pytest_agentgate.git.repo import Author, BaseRepo
+    from pytest_agentgate.store import checkpoints
 
     repo = BaseRepo(service / ".git", service)
     base = repo.resolve_commit("main")
@@ -74,7 +74,7 @@ def test_a_checkpoint_naming_a_state_that_is_not_its_parent_is_refused(
 def test_overlapping_state_paths_are_refused(tmp_path: Path) -> None:
     """``state=[S/sub/db, S]``: the agent replaced ``S/sub`` by a link to a host folder, and
     putting the inner path back deleted a host file through it (capture read one)."""
-    from pytest_agentgate.marker import gated
+    from pytest_agentgate.pytest_plugin.marker import gated
 
     outer = str(tmp_path / "S")
     with pytest.raises(TypeError, match="overlap: declare the outer one alone"):
@@ -114,7 +114,7 @@ def test_a_read_only_folder_an_agent_left_in_state_is_still_put_back(tmp_path: P
     os.chmod(state / "keep", 0o555)
     subprocess.run(["chown", "-R", "65534:65534", str(state)], check=True)
     script = (
-        "import sys; from pathlib import Path; from pytest_agentgate.removal import empty_dir; "
+        "import sys; from pathlib import Path; from pytest_agentgate.sandbox.removal import empty_dir; "
         f"empty_dir(Path({str(state)!r}))"
     )
     done = subprocess.run(
@@ -153,7 +153,7 @@ def test_notes_whose_sum_overflows_or_whose_kind_changes_are_refused(service: Pa
 
 def test_a_checkpoint_of_a_huge_agent_git_is_refused(service: Path) -> None:
     """An agent that fills its .git made each checkpoint copy gigabytes."""
-    from pytest_agentgate.checkpoints import CheckpointError
+    from pytest_agentgate.store.checkpoints import CheckpointError
 
     e = engine(service, max_bytes=100_000)
     ws = e.fork(task="huge")
@@ -166,7 +166,7 @@ def test_a_checkpoint_of_a_huge_agent_git_is_refused(service: Path) -> None:
 def test_overlap_is_found_whatever_the_spelling(tmp_path: Path) -> None:
     """Found by a second trial: ``/x/./state`` or ``/x//state`` beside ``/x/state/sub/db``
     passed the overlap check, and the put back deleted a host file through the agent's link."""
-    from pytest_agentgate.marker import gated
+    from pytest_agentgate.pytest_plugin.marker import gated
 
     outer = tmp_path / "state"
     for spelling in (f"{tmp_path}/./state", f"{tmp_path}//state", f"{outer}/."):
@@ -195,7 +195,7 @@ def test_land_holds_an_attempt_to_its_test_s_own_rules(
 ) -> None:
     """Found by a second trial: ``agentgate land`` of an attempt rejected by its marker's
     ``protect=`` landed it (land judged it by the run's rules alone)."""
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     e = engine(service)
     spec = GateSpec(commands=("true",), exit_code=("true",), protect=("ledger/api.py",))
@@ -216,7 +216,7 @@ def test_restore_sends_no_state_through_a_link_the_restored_code_holds(
 ) -> None:
     """Found by a second trial (with an allow-symlink glob matching it): the code restored
     first held ``.agentgate-state-root -> /``, and the state then went to the host's paths."""
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     host = tmp_path / "host-state"
     host.mkdir()
@@ -241,7 +241,7 @@ def test_land_refuses_what_it_cannot_judge_again(
 ) -> None:
     """Found by a third trial: land took any ``error`` verdict (an agent's timeout, a state
     problem) for one it could judge, and a Python check named ``gate_policy`` for the gate."""
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     e = engine(service)
     ws = e.fork(task="refused")

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from helpers import git
 
-from pytest_agentgate import Engine, GateSpec, GitTooOld, _git
+from pytest_agentgate import Engine, GateSpec, GitTooOld
+from pytest_agentgate.git import runner as _git
 
 GATED = """
 import pytest

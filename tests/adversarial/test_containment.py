@@ -23,7 +23,7 @@ import pytest
 from helpers import SERVICE, fsck, git, write
 
 from pytest_agentgate import Engine, GateSpec
-from pytest_agentgate.sandbox import Settings
+from pytest_agentgate.sandbox.containment import Settings
 
 GOOD_STORE = textwrap.dedent(SERVICE["ledger/store.py"]).lstrip("\n")
 BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
@@ -330,7 +330,7 @@ def test_recycling_never_deletes_through_a_swapped_symlink(service: Path, tmp_pa
     )
     try:
         for _ in range(25):
-            from pytest_agentgate import workspace
+            from pytest_agentgate.workspace import fork as workspace
 
             with contextlib.suppress(workspace.RecycleFailed):  # falling back is fine
                 workspace.recycle(ws, base)
@@ -357,7 +357,7 @@ def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Pat
 
     sleeper = Sleeper()
 
-    from pytest_agentgate._supervisor import Cgroup
+    from pytest_agentgate.sandbox.supervisor import Cgroup
 
     probe = Cgroup.create(8)
     if not probe.path:
@@ -375,7 +375,7 @@ def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Pat
 
 
 def test_removal_walks_without_following_links(tmp_path: Path) -> None:
-    from pytest_agentgate.removal import UnsafePath, remove_tree, remove_under
+    from pytest_agentgate.sandbox.removal import UnsafePath, remove_tree, remove_under
 
     victim = tmp_path / "victim"
     victim.mkdir()
@@ -434,7 +434,7 @@ def test_an_agent_name_with_a_newline_is_refused_everywhere(
 
 
 def test_a_task_with_a_forged_trailer_stays_rejected_in_the_listing(service: Path) -> None:
-    from pytest_agentgate import attempts
+    from pytest_agentgate.store import attempts
 
     e = engine(service, "none", commands=("false",))
     ws = e.fork(task="x")
@@ -629,8 +629,8 @@ def test_a_command_cannot_run_more_processes_than_the_cap(service: Path, bwrap: 
 def test_a_sandbox_that_cannot_start_is_an_error_or_a_warning(
     service: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentgate import sandbox
     from pytest_agentgate.errors import ConfigError
+    from pytest_agentgate.sandbox import containment as sandbox
 
     monkeypatch.setenv(sandbox.BWRAP_ENV, "/bin/false")
     sandbox.probe.cache_clear()
@@ -663,14 +663,14 @@ def test_a_misspelled_gate_program_is_the_harness_s_error(service: Path, sandbox
     e = engine(service, sandbox_mode, commands=("sh -c true",))
     ws = e.fork(task="gate program")
     (ws.path / "x.txt").write_text("x")
-    from pytest_agentgate import gate
+    from pytest_agentgate.judge import gate
 
     context = e.gate_context()
     result = gate.run_commands(
         e.repo, git(service, "rev-parse", "main^{tree}"), GateSpec(commands=()), context
     )
     assert result.ok
-    from pytest_agentgate.sandbox import run_contained
+    from pytest_agentgate.sandbox.containment import run_contained
 
     missing = run_contained(
         context.sandbox, context.role, ["no-such-gate-program"], cwd=ws.path,
@@ -684,8 +684,8 @@ def test_an_editable_install_from_the_base_repository_stays_hidden() -> None:
     """The gate must test its checkout: sources installed editable from the base's working
     tree are not bound into the sandbox, and a failing gate says why it may have failed."""
     import pytest_agentgate
-    from pytest_agentgate import sandbox
-    from pytest_agentgate.gate import _hidden_editable_note
+    from pytest_agentgate.judge.gate import _hidden_editable_note
+    from pytest_agentgate.sandbox import containment as sandbox
 
     source = Path(pytest_agentgate.__file__).resolve().parent
     if source not in sandbox.editable_sources():

@@ -84,7 +84,7 @@ def test_ctrl_c_during_promotion_finishes_it_first(suite: Path, service: Path) -
 def test_half_finished_file_update_is_completed(suite: Path, service: Path) -> None:
     """A file update cut off halfway (some files new, the index old) is finished, not refused."""
     from pytest_agentgate import BaseRepo
-    from pytest_agentgate.checkout import recover_worktree
+    from pytest_agentgate.git.worktree import recover_worktree
 
     base = git(service, "rev-parse", "main")
     result = run(suite, service, base, "worktree-sync")
@@ -161,7 +161,7 @@ def test_recovery_never_overwrites_an_ignored_file(service: Path) -> None:
     import json as json_
 
     from pytest_agentgate import BaseRepo, WorktreeBlocked
-    from pytest_agentgate.checkout import recover_worktree
+    from pytest_agentgate.git.worktree import recover_worktree
 
     old = git(service, "rev-parse", "main")
     git(service, "checkout", "-q", "-b", "side")

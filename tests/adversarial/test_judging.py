@@ -15,7 +15,7 @@ import pytest
 from helpers import SERVICE, git, write
 
 from pytest_agentgate import CheckResult, Engine, GateSpec
-from pytest_agentgate.sandbox import Settings
+from pytest_agentgate.sandbox.containment import Settings
 
 GOOD_STORE = textwrap.dedent(SERVICE["ledger/store.py"]).lstrip("\n")
 BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
@@ -266,7 +266,7 @@ def test_unchecked_bytecode_of_the_good_source_cannot_land(service: Path, tmp_pa
 
 def test_a_forged_runner_is_stopped_by_the_shadowing_rule(service: Path) -> None:
     """Results alone cannot see a pytest.py that writes a report of its own: the rule can."""
-    from pytest_agentgate.harness import DEFAULT_HARNESS
+    from pytest_agentgate.judge.harness import DEFAULT_HARNESS
 
     cheat = {
         "ledger/store.py": BROKEN_STORE,
@@ -364,7 +364,7 @@ def test_the_baseline_is_computed_once_and_kept_in_git(service: Path) -> None:
 
 
 def test_python_checks_take_ok_first() -> None:
-    from pytest_agentgate.gate import run_check
+    from pytest_agentgate.judge.gate import run_check
 
     def no_print(attempt: object) -> CheckResult:
         return CheckResult(False, "found print()")
@@ -545,7 +545,7 @@ def history(service: Path) -> tuple[str, str]:
 
 
 def _graded(repo: Path, fix: str, fail_to_pass: tuple[str, ...]) -> Engine:
-    from pytest_agentgate.grading import Grading
+    from pytest_agentgate.judge.grading import Grading
 
     gate = GateSpec(commands=(GATE,), timeout=120, grading=Grading(fail_to_pass, None, fix))
     return Engine.open(
@@ -849,7 +849,7 @@ def test_gate_commands_run_at_once_with_gate_jobs(service: Path, tmp_path: Path)
         sandbox=Settings(mode="none"),
     )  # fmt: skip
     assert attempt(e, {"x.txt": "x\n"}, task="together").verdict.status == "promoted"  # type: ignore[attr-defined]
-    from pytest_agentgate import gate as gate_module
+    from pytest_agentgate.judge import gate as gate_module
 
     spec = GateSpec(commands=("sh -c 'exit 3'", "sh -c 'exit 4'"), jobs=2, results_mode="exit-code")
     tree = git(service, "rev-parse", "main^{tree}")
@@ -912,9 +912,10 @@ def test_an_interrupt_ends_gate_commands_running_at_once(service: Path, tmp_path
             f"""
             import sys
             from pathlib import Path
-            from pytest_agentgate import gate, sandbox
-            from pytest_agentgate.gate import GateContext, GateSpec
-            from pytest_agentgate.repo import BaseRepo
+            from pytest_agentgate.judge import gate
+            from pytest_agentgate.sandbox import containment as sandbox
+            from pytest_agentgate.judge.gate import GateContext, GateSpec
+            from pytest_agentgate.git.repo import BaseRepo
 
             repo = BaseRepo(Path({str(service / ".git")!r}), None)
             tree = repo.tree_of("main")

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from helpers import git
 
-from pytest_agentgate import gate, sandbox
-from pytest_agentgate.checkouts import GateCheckouts
-from pytest_agentgate.gate import GateSpec
-from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.judge import gate
+from pytest_agentgate.judge.gate import GateSpec
+from pytest_agentgate.sandbox import containment as sandbox
+from pytest_agentgate.workspace.checkouts import GateCheckouts
 
 FILES = {
     "pkg/__init__.py": "",
@@ -156,7 +157,7 @@ os.setxattr('pkg', 'system.posix_acl_default', acl)
 import os, time, signal
 p = os.getpid()
 while p > 1:
-    if b'_super' + b'visor.py' in open('/proc/%d/cmdline' % p, 'rb').read(): break
+    if b'/super' + b'visor.py' in open('/proc/%d/cmdline' % p, 'rb').read(): break
     p = int(open('/proc/%d/stat' % p).read().rsplit(')', 1)[1].split()[1])
 if os.fork() == 0:
     os.setsid()
@@ -217,7 +218,7 @@ def test_a_checkout_whose_command_lost_its_status_is_not_reused(
     kill = f"""{PY} -c "
 import os, signal
 p = os.getpid()
-while b'_super' + b'visor.py' not in open('/proc/%d/cmdline' % p, 'rb').read():
+while b'/super' + b'visor.py' not in open('/proc/%d/cmdline' % p, 'rb').read():
     p = int(open('/proc/%d/stat' % p).read().rsplit(')', 1)[1].split()[1])
 os.kill(p, signal.SIGKILL)
 " """

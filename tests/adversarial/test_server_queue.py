@@ -19,8 +19,9 @@ import pytest
 from helpers import fsck, git, git_daemon
 
 from pytest_agentgate import Engine, GateSpec
-from pytest_agentgate.queue import Entry, Outcome, Retested
-from pytest_agentgate.server_queue import POSTED_TITLE, VERDICT_TITLE
+from pytest_agentgate.land.queue import Entry, Outcome
+from pytest_agentgate.land.retest import Retested
+from pytest_agentgate.remote.server_queue import POSTED_TITLE, VERDICT_TITLE
 
 KEY = "ab" * 12
 
@@ -585,9 +586,9 @@ def test_a_rejection_written_over_a_landing_is_not_believed(daemon: str, tmp_pat
 def test_each_clone_is_a_machine_of_its_own_and_stays_one(daemon: str, tmp_path: Path) -> None:
     """The machine name is drawn once per clone and kept: the same hostname and path (two
     containers) would otherwise make two machines one, each deleting the other's posts."""
-    from pytest_agentgate import oplog
-    from pytest_agentgate.repo import BaseRepo
-    from pytest_agentgate.target import RemoteBranch
+    from pytest_agentgate.git.repo import BaseRepo
+    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.store import oplog
 
     names = []
     for who in ("one", "two", "one"):
@@ -609,9 +610,9 @@ def test_a_machine_waiting_for_the_lease_keeps_its_heartbeat(daemon: str, tmp_pa
     posted attempts (waiting behind it for the lock) were dropped as a dead machine's."""
     import threading
 
-    from pytest_agentgate import oplog
-    from pytest_agentgate.repo import BaseRepo
-    from pytest_agentgate.target import RemoteBranch
+    from pytest_agentgate.git.repo import BaseRepo
+    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.store import oplog
 
     work = _clone(daemon, tmp_path / "waiter")
     repo = BaseRepo(work / ".git", work)
@@ -780,9 +781,9 @@ def test_the_same_uid_under_another_folder_never_hides_a_poster_s_own_post(
 def test_a_machine_id_cut_short_is_drawn_again(daemon: str, tmp_path: Path, left: str) -> None:
     """Found by attack: a machine-id file a kill or a full disk cut short made every queued
     landing of the clone fail with RecursionError, run after run."""
-    from pytest_agentgate import oplog
-    from pytest_agentgate.repo import BaseRepo
-    from pytest_agentgate.target import RemoteBranch
+    from pytest_agentgate.git.repo import BaseRepo
+    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.store import oplog
 
     work = _clone(daemon, tmp_path / "work")
     repo = BaseRepo(work / ".git", work)
@@ -801,7 +802,7 @@ def test_a_heartbeat_renewed_between_listing_and_reading_is_alive(
     """Found as a rare failure of two machines at once (1 in 3 CI runs): a heartbeat renewed
     just after the leader listed it could no longer be fetched (the server holds the newer
     one), was read as no time, and the waiting machine's attempt was refused as stopped."""
-    from pytest_agentgate.server_queue import Listing
+    from pytest_agentgate.remote.server_queue import Listing
 
     leader = Leader(daemon, tmp_path)
     shared = leader.engine.target.server_queue()

@@ -17,9 +17,9 @@ import pytest
 from helpers import AGENTS, fsck, git, make_service
 from test_faults import run
 
-from pytest_agentgate import attempts, oplog
-from pytest_agentgate.pending import open_lines
-from pytest_agentgate.repo import BaseRepo
+from pytest_agentgate.git.repo import BaseRepo
+from pytest_agentgate.store import attempts, oplog
+from pytest_agentgate.store.pending import open_lines
 
 
 def assert_consistent(service: Path, base: str) -> list[attempts.AttemptInfo]:
@@ -168,7 +168,7 @@ def test_a_really_full_disk(tmp_path: Path) -> None:
 def test_an_agentgate_command_completes_a_record_the_run_could_not_write(
     suite: Path, service: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_agentgate.cli import main
+    from pytest_agentgate.cli.main import main
 
     base = git(service, "rev-parse", "main")
     result = run(suite, service, base, "moved")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from pytest_agentgate import Attempt, BaseRepo, EngineSettings, Move
-from pytest_agentgate.attempts import AttemptInfo
-from pytest_agentgate.sandbox import Settings
-from pytest_agentgate.workspace import Workspace
+from pytest_agentgate.sandbox.containment import Settings
+from pytest_agentgate.store.attempts import AttemptInfo
+from pytest_agentgate.workspace.fork import Workspace
 
 
 def attempt() -> Attempt:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytest_agentgate.marker import MarkerSpec, gated
+from pytest_agentgate.pytest_plugin.marker import MarkerSpec, gated
 
 
 def test_a_valid_marker() -> None:

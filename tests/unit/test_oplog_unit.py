@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_agentgate import oplog, pending
+from pytest_agentgate.store import oplog, pending
 
 
 def test_append_stamps_and_reads_back(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_agentgate import records
 from pytest_agentgate.errors import ConfigError
+from pytest_agentgate.store import records
 
 
 def message(**overrides: object) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_agentgate import report
+from pytest_agentgate.pytest_plugin import report
 
 
 def row(**overrides: object) -> dict[str, object]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_agentgate.marker import GatedMarker
-from pytest_agentgate.settings import OPTIONS, Settings
+from pytest_agentgate.pytest_plugin.marker import GatedMarker
+from pytest_agentgate.pytest_plugin.settings import OPTIONS, Settings
 
 
 def settings(pytester: pytest.Pytester, *args: str) -> Settings:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_agentgate.errors import GitError
-from pytest_agentgate.transport import PushResult, RefStatus, parse_porcelain
+from pytest_agentgate.git.transport import PushResult, RefStatus, parse_porcelain
 
 MAIN = "refs/heads/main"
 

@@ -1,0 +1,750 @@
+"""The ``agentgate`` command: read what agents did, undo what landed, keep things tidy.
+
+``main(argv)`` parses with one argparse parser and dispatches to one function per
+subcommand. Errors print one line naming the bad value and return non-zero (2 for usage).
+Read-only subcommands (attempts, show, log) take no lock, unless an earlier run left a move
+whose record it could not write: every subcommand that opens a repository settles those first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import __version__
+
+if TYPE_CHECKING:
+    # Loaded when a subcommand runs, not to print --help.
+    from ..git.repo import Author, BaseRepo
+    from ..land.prune import PruneReport
+    from ..land.target import RemoteBranch
+
+EXIT_USAGE = 2
+
+
+class UsageProblem(Exception):
+    """A bad argument value (exit code 2)."""
+
+
+def _duration(text: str) -> timedelta:
+    match = re.fullmatch(r"(\d+)\s*([smhdw])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number and a unit, like 30d, 12h, 2w"
+        )
+    unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}[match[2]]
+    return timedelta(**{unit: int(match[1])})
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+REMOTE_HELP = (
+    "read the records on this remote's server (every machine's), fetched into this clone, "
+    "instead of this clone's own"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaration per option
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--repo",
+        default=".",
+        help="the base repository (default: the one around the current directory)",
+    )
+    parser = argparse.ArgumentParser(
+        prog="agentgate", description="Read, undo and tidy what gated agents did."
+    )
+    parser.add_argument("--version", action="version", version=f"agentgate {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("attempts", parents=[common], help="list recorded attempts, newest first")
+    p.add_argument("--task", help="only attempts whose task contains this text")
+    p.add_argument("--agent", help="only this agent's attempts")
+    p.add_argument("--verdict", choices=["promoted", "passed", "rejected", "conflict", "error"])
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
+    p.set_defaults(func=cmd_attempts)
+
+    p = sub.add_parser("show", parents=[common], help="an attempt's message, trailers and diff")
+    p.add_argument("attempt", help="a ref, a unique prefix of <slug>/<n>, or a commit id")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("log", parents=[common], help="the operations log, newest first")
+    p.add_argument("--agent", help="only this agent's operations")
+    p.add_argument("--limit", type=_positive, default=None, help="at most N records")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.set_defaults(func=cmd_log)
+
+    target_args = argparse.ArgumentParser(add_help=False)
+    target_args.add_argument("--target", help="the branch (default: the one checked out)")
+    target_args.add_argument("--expect", help="refuse unless the target is at this commit")
+    target_args.add_argument("--agent", default="person", help="who is doing this (for the log)")
+    target_args.add_argument(
+        "--dry-run", action="store_true", help="say what would happen; change nothing"
+    )
+    target_args.add_argument(
+        "--remote", metavar="NAME",
+        help="move the branch on this remote's server (by its compare-and-swap), not here",
+    )  # fmt: skip
+
+    p = sub.add_parser(
+        "rollback",
+        parents=[common, target_args],
+        help="a new commit whose tree is exactly REV's tree",
+    )
+    p.add_argument("--to", required=True, metavar="REV", help="the commit whose tree to restore")
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser(
+        "revert",
+        parents=[common, target_args],
+        help="undo one promoted attempt, keeping later ones",
+    )
+    p.add_argument("attempt", help="the promoted attempt to undo")
+    p.add_argument(
+        "--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable"
+    )
+    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_revert)
+
+    p = sub.add_parser("prune", parents=[common], help="remove old attempt refs, rotate the log")
+    p.add_argument("--older-than", type=_duration, default=timedelta(days=30), metavar="AGE",
+                   help="remove attempts older than this (default 30d)")  # fmt: skip
+    p.add_argument("--keep-last", type=_positive, default=0, metavar="N",
+                   help="always keep the newest N attempts")  # fmt: skip
+    p.add_argument("--rotate-bytes", type=_positive, default=1 << 20, metavar="BYTES",
+                   help="rotate the operations log when it is larger (default 1 MiB)")  # fmt: skip
+    p.add_argument("--workspaces", type=Path, metavar="DIR",
+                   help="also remove old run directories under this --agentgate-workdir")  # fmt: skip
+    p.add_argument("--keep-runs", type=_positive, default=None, metavar="N",
+                   help="with --workspaces: keep the newest N runs (default 3)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    p.add_argument("--agent", default="person", help="who is doing this (for the log)")
+    p.add_argument(
+        "--remote", metavar="NAME",
+        help="prune the records on this remote's server (every machine's) by the same rules, "
+        "keeping each task's highest number",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_prune)
+
+    p = sub.add_parser(
+        "restore", parents=[common],
+        help="write an attempt's or a checkpoint's code (and its state) to a directory",
+    )  # fmt: skip
+    p.add_argument("attempt", help="the attempt or checkpoint (a ref, <slug>/<n>, or an id)")
+    p.add_argument("--to", required=True, type=Path, metavar="DIR", help="where to write the files")
+    p.add_argument(
+        "--state", action="store_true", help="also write its declared state (state=[...])"
+    )
+    p.add_argument(
+        "--state-root", type=Path, metavar="DIR",
+        help="where state declared at absolute paths goes (default: DIR/.agentgate-state-root)",
+    )  # fmt: skip
+    p.add_argument("--force", action="store_true", help="write over files that exist there")
+    p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP + " (an attempt, not a checkpoint)")
+    p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser(
+        "audit", parents=[common], help="commits on a branch whose tree no passing gate judged"
+    )
+    p.add_argument("--target", help="the branch (default: the one checked out)")
+    p.add_argument("--since", metavar="REV", help="only commits after REV (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser(
+        "land", parents=[common],
+        help="judge a recorded attempt again (gate, preflight, re-test) and promote it, "
+        "without running its agent",
+    )  # fmt: skip
+    p.add_argument("attempt", help="the attempt (a ref, <slug>/<n>, a prefix, or its commit)")
+    p.add_argument("--target", help="the branch to land on (default: the one checked out)")
+    p.add_argument(
+        "--gate", action="append", default=[], metavar="CMD",
+        help="a gate command, as --agentgate-gate; repeatable (this or --gate-exit-code)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gate-exit-code", action="append", default=[], metavar="CMD",
+        help="a gate command judged by its exit code, as --agentgate-gate-exit-code; repeatable",
+    )  # fmt: skip
+    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument(
+        "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+        help="where the gate runs (default: bwrap when it works here)",
+    )  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="judge and report, but move nothing")
+    p.set_defaults(func=cmd_land)
+
+    p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    from ..errors import AgentgateError, ConfigError
+
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except (UsageProblem, ConfigError) as exc:
+        print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except AgentgateError as exc:
+        print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _open(args: argparse.Namespace) -> BaseRepo:
+    """The repository, with whatever moves a killed or failing run left unrecorded settled."""
+    from ..git.repo import BaseRepo
+    from ..store.pending import settle_all
+
+    repo = BaseRepo.open(args.repo, "--repo")
+    for note in settle_all(repo):
+        print(f"agentgate: {note}", file=sys.stderr)
+    return repo
+
+
+def _target(repo: BaseRepo, args: argparse.Namespace) -> str:
+    from ..errors import ConfigError
+    from ..git.repo import check_branch_name
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    if repo.ref_value(f"refs/heads/{branch}") is None:
+        raise ConfigError(
+            f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target"
+        )
+    return str(branch)
+
+
+def _moved(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteBranch | None]:
+    """The branch a rollback or revert moves: here, or with ``--remote`` on that server
+    (fetched now, so that its history is here to read)."""
+    if not args.remote:
+        return _target(repo, args), None
+    from ..errors import ConfigError
+    from ..git.repo import check_branch_name
+    from ..land.target import RemoteBranch
+    from ..store.oplog import OpLog
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    target = RemoteBranch(repo, args.remote, branch, OpLog(repo.common_dir))
+    target.check("--remote")
+    if target.tip() is None:
+        raise ConfigError(
+            f"branch {branch!r} does not exist on remote {args.remote!r}",
+            value=branch,
+            source="--target",
+        )
+    return branch, target
+
+
+def _expect(repo: BaseRepo, args: argparse.Namespace) -> str | None:
+    return repo.resolve_commit(args.expect, "--expect") if args.expect else None
+
+
+def _author(agent: str) -> Author:
+    from ..git.repo import Author
+
+    return Author.for_agent(agent)
+
+
+#: The ref moved, but the checked-out files did not follow (yet): not an error, not done.
+EXIT_FILES_LAG = 3
+
+
+def _lagging(args: argparse.Namespace, problem: str) -> int:
+    print(f"agentgate {args.command}: warning: the branch moved, but {problem}", file=sys.stderr)
+    return EXIT_FILES_LAG
+
+
+# -- subcommands ------------------------------------------------------------------------
+
+
+def _records(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = False) -> str:
+    """Where the records to read are: this clone's, or with ``--remote`` the server's,
+    fetched now."""
+    from ..remote import server_records
+    from ..store.attempts import PREFIX
+
+    if not getattr(args, "remote", None):
+        return PREFIX
+    server = server_records.for_remote(repo, args.remote)
+    return server_records.fetch_records(repo, server, with_state=with_state)
+
+
+def cmd_attempts(args: argparse.Namespace) -> int:
+    from ..store.attempts import list_attempts
+    from ..store.records import one_line
+
+    repo = _open(args)
+    rows = list_attempts(repo, _records(repo, args))
+    if args.task:
+        rows = [a for a in rows if args.task.lower() in a.task.lower()]
+    if args.agent:
+        rows = [a for a in rows if a.agent == args.agent]
+    if args.verdict:
+        rows = [a for a in rows if a.verdict == args.verdict]
+    if args.json:
+        print(json.dumps([a.as_dict() for a in rows], indent=2))
+        return 0
+    if not rows:
+        filtered = args.task or args.agent or args.verdict
+        print("no attempts match" if filtered else "no attempts recorded")
+        return 0
+    print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
+    for a in rows:
+        ref, record = a.record_ref[len("refs/agentgate/attempts/") :], a.record_commit[:12]
+        # What a record says is data, never terminal control: one line of printable text.
+        ref, verdict, agent, base, date, task = (
+            one_line(v) for v in (ref, a.verdict, a.agent[:12], a.base[:12], a.date, a.task)
+        )
+        print(f"{ref:<44} {verdict:<9} {agent:<12} {base:<12} {record:<12} {date:<25} {task}")
+        folder = a.trailers.get("Checkpoints")
+        if folder and not args.remote and re.fullmatch(r"[a-z0-9][a-z0-9-]*/[0-9a-f]{12}", folder):
+            from ..store.checkpoints import PREFIX, read
+
+            made = repo.ref_names(f"{PREFIX}{folder}/")
+            for point_ref in sorted(made, key=lambda r: int(r.rsplit("/", 1)[1] or 0)):
+                point = read(repo, point_ref)
+                name = point_ref[len(PREFIX) :]
+                print(f"  checkpoint {name:<42} {point.commit[:12]}  {point.message}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from ..store.attempts import find
+
+    repo = _open(args)
+    attempt = find(repo, args.attempt, _records(repo, args), readable=False)
+    print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
+    # Printable text and line breaks only: a record's message is data, never terminal control.
+    shown = repo.show_commit(attempt.record_commit)
+    sys.stdout.write(re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", shown))
+    return 0
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from ..store.oplog import read
+
+    records = list(read(_open(args).common_dir))
+    if args.agent:
+        records = [r for r in records if r.agent == args.agent]
+    records.reverse()
+    if args.limit is not None:
+        records = records[: args.limit]
+    if args.json:
+        for r in records:
+            print(json.dumps(asdict(r), sort_keys=True))
+        return 0
+    if not records:
+        filtered = args.agent or args.limit is not None
+        print("no records match" if filtered else "the operations log is empty")
+        return 0
+    for r in records:
+        old = (r.old or "-")[:12]
+        new = (r.new or "-")[:12]
+        print(
+            f"{r.time}  {r.op:<12} {r.ref}  {old} -> {new}  agent={r.agent or '-'} "
+            f"objects={r.objects} bytes={r.bytes} {r.duration_ms:.1f}ms"
+            + (f"  [{r.note}]" if r.note else "")
+            + (f"  {r.task}" if r.task else "")
+        )
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from ..land import promote
+
+    repo = _open(args)
+    branch, target = _moved(repo, args)
+    to = repo.resolve_commit(args.to, "--to")
+    expect = _expect(repo, args)
+    ref = f"refs/heads/{branch}"
+    tip_tree = repo.tree_of(target.ref if target is not None else ref)
+    begin = time.perf_counter()
+    move = promote.rollback(
+        repo,
+        ref,
+        to,
+        expect=expect,
+        author=_author(args.agent),
+        agent=args.agent,
+        dry_run=args.dry_run,
+        target=target,
+    )
+    if target is not None:
+        branch = target.label
+    ms = (time.perf_counter() - begin) * 1000
+    if args.dry_run:
+        print(
+            f"would roll {branch} back from {move.old[:12]} to the tree of {to[:12]} ({move.tree})"
+        )
+        return 0
+    print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (rollback to {to[:12]}, {ms:.0f} ms)")
+    if move.problem:
+        return _lagging(args, move.problem)
+    print(f"tree before rollback: {tip_tree}")
+    print(f"tree of {to[:12]}:    {move.tree}")
+    print(f"tree now:             {repo.tree_of(move.new)}")
+    return 0
+
+
+def cmd_revert(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from ..judge.gate import GateSpec, run_commands
+    from ..land import promote
+    from ..store.attempts import find
+
+    repo = _open(args)
+    branch, target = _moved(repo, args)
+    attempt = find(repo, args.attempt, _records(repo, args))
+    if attempt.verdict != "promoted":
+        raise UsageProblem(
+            f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
+            "only a promoted attempt can be reverted"
+        )
+    # (find has refused a record whose Base trailer is not its own parent.)
+    landed_ref = target.ref if target is not None else f"refs/heads/{branch}"
+    if not attempt.landed or not repo.is_ancestor(attempt.landed, landed_ref):
+        raise UsageProblem(
+            f"{attempt.record_ref} did not land on {target.label if target else branch} "
+            "(its Landed commit is not in that branch's history); nothing was changed"
+        )
+    expect = _expect(repo, args)
+    retest = None
+    if args.gate:
+        spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
+
+        def retest(tree: str, tip: str) -> tuple[bool, str, str]:
+            from ..judge.gate import GateContext
+            from ..sandbox.containment import Settings, resolve
+
+            contained = resolve(Settings()).with_hidden(
+                *(p for p in (repo.worktree, repo.git_dir, repo.common_dir) if p is not None)
+            )
+            with tempfile.TemporaryDirectory(prefix="agentgate-revert-") as tmp:
+                context = GateContext(Path(tmp), contained)
+                result = run_commands(repo, tree, spec, context, label="revert")
+            return result.ok, result.message, result.output
+
+    move = promote.revert(
+        repo,
+        f"refs/heads/{branch}",
+        attempt.record_commit,
+        attempt.base,
+        expect=expect,
+        author=_author(args.agent),
+        agent=args.agent,
+        task=f"revert {attempt.task}",
+        retest=retest,
+        dry_run=args.dry_run,
+        target=target,
+    )
+    if target is not None:
+        branch = target.label
+    if args.dry_run:
+        print(
+            f"would revert {attempt.record_ref} on {branch} ({move.old[:12]}), giving tree {move.tree}"
+        )
+    else:
+        print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.record_ref})")
+        if move.problem:
+            return _lagging(args, move.problem)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from ..land import prune
+
+    if args.keep_runs is not None and args.workspaces is None:
+        raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")
+    repo = _open(args)
+    cutoff = datetime.now(UTC) - args.older_than
+    if args.remote:
+        from ..remote.server_records import for_remote
+
+        report = prune.prune_remote(
+            repo,
+            for_remote(repo, args.remote),
+            cutoff=cutoff,
+            keep_last=args.keep_last,
+            dry_run=args.dry_run,
+            agent=args.agent,
+        )
+        verb = _print_pruned(report, args.dry_run, f" on {args.remote}")
+        for ref in report.leftovers:
+            print(f"{verb} {ref} on {args.remote} (the shared queue's, older than the cutoff)")
+        return 0
+    report = prune.prune(
+        repo,
+        cutoff=cutoff,
+        keep_last=args.keep_last,
+        rotate_bytes=args.rotate_bytes,
+        workspaces=args.workspaces,
+        keep_runs=3 if args.keep_runs is None else args.keep_runs,
+        dry_run=args.dry_run,
+        agent=args.agent,
+    )
+    verb = _print_pruned(report, args.dry_run, "")
+    for ref in report.scratch:
+        print(f"{verb} {ref} (an old dry run's scratch ref)")
+    for path in report.workspaces:
+        print(f"{verb} workspace run {path}")
+    if report.rotated:
+        print(
+            f"{'would rotate' if args.dry_run else 'rotated'} the operations log to {report.rotated}"
+        )
+    return 0
+
+
+def _print_pruned(report: PruneReport, dry_run: bool, where: str) -> str:
+    """What prune removed and kept (``where``: on which server, or here); its verb."""
+    verb = "would remove" if dry_run else "removed"
+    for ref in report.removed:
+        print(f"{verb} {ref}{where}")
+    for ref, why in report.kept_landed:
+        print(f"kept {ref}{where} ({why})")
+    print(f"{verb} {len(report.removed)} attempt(s){where}; kept {report.kept} attempt(s)")
+    return verb
+
+
+def _real_state_root(root: Path) -> Path:
+    """``root``, unless it is reached through a link (the state must go nowhere else)."""
+    if os.path.realpath(root) != os.path.normpath(root):
+        raise UsageProblem(
+            f"the state root {str(root)!r} is reached through a symbolic link: nothing of the "
+            "state was written; choose another --state-root"
+        )
+    return root
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Write an attempt's or a checkpoint's code (and with ``--state`` its declared state)
+    into a directory, for a person to inspect or to start from."""
+    import tempfile
+
+    from ..errors import AgentgateError
+    from ..store import checkpoints
+    from ..store.attempts import find
+    from ..workspace import state
+
+    repo = _open(args)
+    try:
+        if args.remote:
+            raise AgentgateError("a server's attempt, not a checkpoint here")
+        point = checkpoints.read(repo, args.attempt)
+        tree, commit, what = point.code_tree, point.state, f"checkpoint {point.commit[:12]}"
+    except AgentgateError:
+        attempt = find(repo, args.attempt, _records(repo, args, with_state=args.state))
+        tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
+        what = attempt.record_ref + (f" (on {args.remote})" if args.remote else "")
+        if args.state and commit and not repo.has_object(commit):
+            raise UsageProblem(
+                f"{what} carries state, but its state is not on {args.remote}: its run "
+                "pushed no state (--agentgate-push-state)"
+            ) from None
+    if args.state and not commit:
+        raise UsageProblem(f"{what} carries no state (its test declared no state=[...])")
+    dest = args.to.resolve()
+    if dest.exists() and not dest.is_dir():
+        raise UsageProblem(f"--to {str(args.to)!r} is a file, not a directory")
+    if dest.is_dir() and any(dest.iterdir()) and not args.force:
+        raise UsageProblem(
+            f"--to {str(args.to)!r} is not empty: nothing was written (--force writes over "
+            "the files there)"
+        )
+    if args.state and args.state_root is not None:
+        _real_state_root(Path(os.path.abspath(args.state_root)))  # before anything is written
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="agentgate-restore-") as tmp:
+        index = repo.index(Path(tmp), Path(tmp) / "index")
+        index.read_tree(tree)
+        index.check_out_all(dest)
+    print(f"restored the code of {what} to {args.to}")
+    if args.state and commit:
+        # State declared outside the workspace goes under --state-root: never to its real
+        # absolute path unless that is asked for (--state-root /).
+        # Checked again now: the code just written may hold a link by the default's name.
+        root = _real_state_root(
+            Path(os.path.abspath(args.state_root or args.to / ".agentgate-state-root"))
+        )
+        names = state.restore(repo, commit, dest, overwrite=args.force, outside_root=root)
+        for name in names:
+            shown = (
+                root / name[len(state.ABS) + 1 :]
+                if name.startswith(f"{state.ABS}/")
+                else args.to / name
+            )
+            print(f"restored {shown}")
+    return 0
+
+
+#: The checks whose verdict ``agentgate land`` can judge again, by exact name (a Python
+#: check named ``gate_policy`` is not the gate): the gate's, its baseline's and the merge's.
+LANDABLE = ("gate", "baseline", "retest", "preflight", "conflict")
+
+
+def cmd_land(args: argparse.Namespace) -> int:
+    """Judge a recorded attempt again and promote it: for one that failed through a flaky
+    gate, or on a base that has since been fixed. Its code is judged against its own base
+    (protection, the harness, the limits and the baseline stay that base's), merged onto the
+    target as it is now, re-tested and moved by compare-and-swap, as in a run; the result is
+    a new attempt record."""
+    import tempfile
+
+    from ..engine import Engine
+    from ..judge.gate import GateSpec
+    from ..sandbox.containment import Settings
+    from ..store.attempts import find
+
+    if not args.gate and not args.gate_exit_code:
+        raise UsageProblem("land needs a gate: --gate CMD or --gate-exit-code CMD")
+    repo = _open(args)
+    earlier = find(repo, args.attempt)
+    check = earlier.trailers.get("Check", "")
+    landable = check in LANDABLE or check.startswith(tuple(f"{c}: " for c in LANDABLE))
+    if (
+        earlier.verdict in ("promoted", "passed")
+        or not landable
+        or earlier.trailers.get("Graded-Tree")
+    ):
+        raise UsageProblem(
+            f"{earlier.record_ref} ({earlier.verdict}, by {check or 'its test'!r}) is not one "
+            "land judges again: land runs the gate, the harness, the protection and the "
+            "limits, not the test body, its checks, its grading, its agent or its state; "
+            "run its test again instead"
+        )
+    protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
+    limit = earlier.trailers.get("Max-Changed-Lines")
+    target = _target(repo, args)
+    with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
+        engine = Engine.open(
+            repo.worktree or repo.git_dir,
+            target,
+            promote=not args.dry_run,
+            workdir=Path(workdir),
+            gate=GateSpec(
+                commands=(*args.gate, *args.gate_exit_code),
+                exit_code=tuple(args.gate_exit_code),
+                timeout=args.gate_timeout,
+                protect=protect,
+                max_changed_lines=int(limit) if limit else None,
+            ),
+            sandbox=Settings(mode=args.sandbox),
+        )
+        try:
+            ws = engine.fork(task=earlier.task, resume_from=earlier.record_ref, mode="code")
+            attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
+        finally:
+            engine.close()
+    verdict = attempt.verdict
+    print(
+        f"{earlier.record_ref} judged again: {verdict.status}"
+        + (f": {verdict.reason}" if verdict.reason else "")
+    )
+    if attempt.record_ref:
+        print(f"recorded as {attempt.record_ref}")
+    if attempt.move is not None:
+        print(f"{target}: {attempt.move.old[:12]} -> {attempt.move.new[:12]} ({attempt.move.kind})")
+    return 0 if verdict.accepted else 1
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """List each commit on the target whose tree no passing gate judged; exit 1 if any.
+
+    A tree counts as judged when an attempt record says it landed there (a fast-forward to
+    the gated snapshot, or a merge whose record says its re-test passed), or it is such a
+    tree again (a rollback restores one byte for byte). A person's push, a merge landed
+    without a re-test, a move outside the plugin: each is listed.
+    """
+    from ..errors import AgentgateError
+    from ..store.attempts import list_attempts
+
+    repo = _open(args)
+    branch = _target(repo, args)
+    judged: set[str] = set()
+    for attempt in list_attempts(repo):
+        if attempt.verdict != "promoted" or not attempt.landed:
+            continue
+        try:
+            landed_tree = repo.tree_of(attempt.landed)
+            # A fast-forward landed the gated snapshot itself; a merge counts only when its
+            # record says its re-test passed (a merge of checks alone ran no gate on it).
+            if (
+                landed_tree == repo.tree_of(attempt.record_commit)
+                or attempt.trailers.get("Retest") == "passed"
+            ):
+                judged.add(landed_tree)
+        except AgentgateError:  # a landed commit pruned or gone: nothing to count
+            continue
+    span = (
+        f"{repo.resolve_commit(args.since, '--since')}..refs/heads/{branch}"
+        if args.since
+        else f"refs/heads/{branch}"
+    )
+    history = repo.first_parent_log(span)
+    untested = [
+        {"commit": e.commit, "tree": e.tree, "author": e.author, "subject": e.subject}
+        for e in history
+        if e.tree not in judged
+    ]
+    if args.json:
+        print(json.dumps(untested, indent=2))
+    else:
+        for row in untested:
+            print(
+                f"{row['commit'][:12]}  {row['author']:<20}  {row['subject']}  (no passing gate record)"
+            )
+        total = len(history)
+        print(
+            f"{total - len(untested)} of {total} commits on {branch} have a tree a passing gate judged"
+        )
+    return 1 if untested else 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.keep)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""Baselines: the gate's per-test results on a base tree, computed once and kept in git.
+
+An attempt is judged against what its base's tests did under the very same gate. That is
+computed once per (tree, gate commands, interpreter, sandbox settings), under a lock so that
+concurrent processes (pytest-xdist workers, other CI jobs) compute it once, and stored as a
+commit under ``refs/agentgate/results/<key>`` holding ``results.json``; every attempt forked
+from that tree reuses it, and so does the next run. A merged tree that passed its re-test is
+stored the same way, so it is a baseline at no extra cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import AgentgateError
+from ..git.repo import Author, BaseRepo, TreeEntry
+from . import results
+
+if TYPE_CHECKING:
+    from ..sandbox.containment import Role
+    from .gate import CheckResult, GateContext, GateSpec
+
+PREFIX = "refs/agentgate/results/"
+#: Part of every key: a change to how results are named or judged starts new baselines.
+FORMAT = "results-3 (the collector's node ids, fingerprints)"
+_AUTHOR = Author("agentgate", "agentgate@localhost")
+
+
+def key(
+    tree: str, commands: Sequence[object], results_file: str | None, context: Sequence[str]
+) -> str:
+    """What the results depend on, hashed: the tree, the gate, the interpreter, the sandbox."""
+    material = json.dumps(
+        [FORMAT, tree, list(commands), results_file, os.path.realpath(sys.executable),
+         sys.version, list(context)]
+    )  # fmt: skip
+    return hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+_INSTALLED: tuple[str, ...] | None = None
+
+
+def installed() -> tuple[str, ...]:
+    """``name==version`` of every distribution in this environment, read once per process:
+    an upgraded dependency makes new baselines, as a changed tree does."""
+    global _INSTALLED
+    if _INSTALLED is None:
+        from importlib.metadata import distributions
+
+        _INSTALLED = tuple(sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()}))
+    return _INSTALLED
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A baseline as kept: per-test results (None: no command reported any), what the
+    gate's pytest loaded (see :meth:`.channel.Report.fingerprint`), and the commands from
+    which no results came back (judged by exit code)."""
+
+    tests: dict[str, str] | None
+    fingerprint: frozenset[str] = frozenset()
+    by_exit_code: tuple[str, ...] = ()
+
+
+def load(repo: BaseRepo, name: str) -> Stored | None:
+    """The baseline ``name`` as stored, or None when there is none (or it cannot be read)."""
+    found = repo.read_blob(f"{PREFIX}{name}:results.json")
+    if found is None:
+        return None
+    try:
+        data = json.loads(found)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "tests" not in data:
+        return None
+    tests = data["tests"]
+    if tests is not None and not isinstance(tests, dict):
+        return None
+    return Stored(
+        {str(k): str(v) for k, v in tests.items()} if tests is not None else None,
+        frozenset(str(e) for e in data.get("fingerprint") or ()),
+        tuple(str(c) for c in data.get("by_exit_code") or ()),
+    )
+
+
+def store(repo: BaseRepo, name: str, tree: str, found: Stored) -> None:
+    """Keep ``found`` as the baseline ``name`` (first writer wins; a lost race is fine)."""
+    payload = json.dumps(
+        {
+            "tree": tree,
+            "tests": dict(sorted(found.tests.items())) if found.tests is not None else None,
+            "fingerprint": sorted(found.fingerprint),
+            "by_exit_code": list(found.by_exit_code),
+        },
+        indent=1,
+    )
+    blob = repo.hash_blob(payload.encode())
+    holder = repo.mktree([TreeEntry("100644", "blob", blob, "results.json")])
+    from ..store.records import baseline_message
+
+    commit = repo.commit_tree(holder, [], baseline_message(tree), _AUTHOR)
+    repo.update_ref(f"{PREFIX}{name}", commit, None, "agentgate baseline")
+
+
+def get_or_compute(repo: BaseRepo, name: str, tree: str, compute: Callable[[], Stored]) -> Stored:
+    """The baseline ``name``, computed by ``compute`` under its lock when nobody has yet."""
+    from ..store.locks import ref_lock
+
+    found = load(repo, name)
+    if found is not None:
+        return found
+    with ref_lock(repo, f"{PREFIX}{name}"):
+        found = load(repo, name)
+        if found is not None:
+            return found
+        computed = compute()
+        store(repo, name, tree, computed)
+        return computed
+
+
+# -- the engine's view: which results an attempt is held to -----------------------------
+
+
+class HarnessBroken(AgentgateError):
+    """The gate cannot judge anything: it does not run on the base, or runs no test there."""
+
+    def __init__(self, base: str, reason: str, output: str = "") -> None:
+        self.base = base
+        self.reason = reason
+        self.output = output
+        super().__init__(f"the gate cannot run on the base {base[:12]}: {reason}")
+
+
+def judged_by_results(spec: GateSpec) -> bool:
+    """Whether any command of the gate may report per-test results (not every one was
+    declared to be judged by its exit code)."""
+    return any(not spec.by_exit_code(c) for c in spec.commands)
+
+
+def either_passed(
+    base: Mapping[str, str] | None, tip: Mapping[str, str] | None
+) -> dict[str, str] | None:
+    """One baseline from two: a test is required when it passed on either."""
+    if base is None or tip is None:
+        return dict(base) if base is not None else (dict(tip) if tip is not None else None)
+    merged = {**tip, **base}
+    for test in set(base) | set(tip):
+        if results.PASSED in (base.get(test), tip.get(test)):
+            merged[test] = results.PASSED
+    return merged
+
+
+class Baselines:
+    """The baselines of one run: keyed by everything the results depend on, cached in the
+    process, kept in git, computed in the sandbox the gate runs in."""
+
+    def __init__(
+        self, repo: BaseRepo, context: Callable[[], GateContext], sandbox_label: str, role: Role
+    ) -> None:
+        self.repo = repo
+        self.context = context
+        self.sandbox_label = sandbox_label
+        self.role = role
+        self._known: dict[str, Stored] = {}
+
+    def key(self, tree: str, spec: GateSpec) -> str:
+        from .gate import environment_plugins
+
+        named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
+        return key(
+            tree,
+            spec.commands,
+            spec.results_file,
+            [self.sandbox_label, str(self.role.network), *named, *environment_plugins(),
+             *installed()],
+        )  # fmt: skip
+
+    def of_commit(self, base: str, spec: GateSpec) -> dict[str, str] | None:
+        """The gate's per-test results on ``base``'s tree: from git, or computed once now.
+
+        None when the gate reports no per-test results. Raises :class:`HarnessBroken` when
+        the gate cannot run on the base at all, or runs no test there: no attempt can be
+        judged against that.
+        """
+        found = self.stored_of_commit(base, spec)
+        return found.tests if found is not None else None
+
+    def stored_of_commit(self, base: str, spec: GateSpec) -> Stored | None:
+        """The whole baseline of ``base``'s tree (None: the gate is judged by exit code)."""
+        if not spec.commands or not judged_by_results(spec):
+            return None
+        return self.of_tree(self.repo.tree_of(base), base, spec)
+
+    def of_tree(self, tree: str, base: str, spec: GateSpec) -> Stored:
+        name = self.key(tree, spec)
+        found = self._known.get(name)
+        if found is not None:
+            return found
+
+        def compute() -> Stored:
+            from .gate import run_commands
+
+            run = run_commands(self.repo, tree, spec, self.context(), "baseline", collect=True)
+            if not run.ok:
+                raise HarnessBroken(base, run.message, run.output)
+            if run.tests is not None and not run.tests:
+                raise HarnessBroken(base, "the gate ran no test on the base", run.output)
+            return Stored(
+                dict(run.tests) if run.tests is not None else None,
+                run.fingerprint,
+                run.by_exit_code,
+            )
+
+        found = get_or_compute(self.repo, name, tree, compute)
+        self._known[name] = found
+        return found
+
+    def of_tip(self, tip: str, spec: GateSpec) -> Stored | None:
+        """The baseline of a target's tip: stored by the landing that made it, else now."""
+        if not judged_by_results(spec):
+            return None
+        try:
+            return self.of_tree(self.repo.tree_of(tip), tip, spec)
+        except HarnessBroken:
+            return None  # the tip cannot run this gate (a graded command): the base decides
+
+    def keep(self, tree: str, spec: GateSpec, run: CheckResult) -> None:
+        """Store what a passing gate run already produced as ``tree``'s baseline (best
+        effort)."""
+        if run.tests is None:
+            return
+        found = Stored(dict(run.tests), run.fingerprint, run.by_exit_code)
+        with contextlib.suppress(AgentgateError, OSError):
+            store(self.repo, self.key(tree, spec), tree, found)

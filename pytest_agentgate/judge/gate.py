@@ -1,0 +1,724 @@
+"""The checks that decide an attempt, and the verdict they make.
+
+Order matters and is fixed: the test's own outcome, the protected harness and the diff limits,
+checks written in Python, then gate commands, each in a clean checkout of the exact tree being
+judged, judged by their per-test results against the base's where they report any. The first
+check that fails decides; later ones are not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import functools
+import os
+import secrets
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..sandbox.containment import ALLOWED_ENV, UNCONTAINED, Role, Sandbox, run_contained
+from ..sandbox.process import CommandResult, Running
+from ..sandbox.removal import remove_tree
+from ..workspace.fork import checkout_tree
+from . import harness, results
+from .channel import CHANNEL_ENV, Channel, Report, unexpected
+from .grading import Grading
+
+if TYPE_CHECKING:
+    from ..git.repo import BaseRepo
+    from ..workspace.checkouts import GateCheckouts
+    from ..workspace.fork import Snapshot
+
+Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
+DEFAULT_GATE_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's answer: ``ok`` first, as people write it (``CheckResult(False, "why")``).
+
+    ``message`` says why it failed, ``name`` which check (filled in from the check's function
+    name when empty), ``output`` the evidence. ``ok`` must be a ``bool``: a non-empty string
+    is true, so ``CheckResult("name", False)`` in the old order would silently pass.
+    """
+
+    ok: bool
+    message: str = ""
+    _: dataclasses.KW_ONLY
+    name: str = ""
+    output: str = ""
+    #: The harness failed (a gate that could not start, a lost exit status), not the agent.
+    harness_error: bool = False
+    #: Per-test outcomes the gate reported (test id -> passed, failed, error, skipped, xfail).
+    tests: Mapping[str, str] | None = None
+    #: The comparison with the base's results, when the gate reported any.
+    comparison: results.Comparison | None = None
+    #: Tests (or commands) that failed and then passed when run again.
+    flaky: tuple[str, ...] = ()
+    #: What the gate's pytest sessions loaded (see :meth:`.channel.Report.fingerprint`).
+    fingerprint: frozenset[str] = frozenset()
+    #: The commands from which no per-test results came back: judged by exit code.
+    by_exit_code: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ok, bool):
+            raise TypeError(
+                f"CheckResult(ok, message='', *, name=..., output=...): ok must be True or False, "
+                f"got {self.ok!r}"
+            )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision on an attempt: a status, the check that decided, and the evidence."""
+
+    status: Status
+    reason: str = ""
+    check: str = ""
+    output: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.status in ("promoted", "passed")
+
+
+#: A check written in Python: given the attempt, returns a bool or a :class:`CheckResult`.
+Check = Callable[[Any], "bool | CheckResult"]
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    """Everything that judges one attempt."""
+
+    commands: tuple[results.Command, ...] = ()
+    checks: tuple[Check, ...] = ()
+    #: Globs of paths no attempt may change, beyond the harness.
+    protect: tuple[str, ...] = ()
+    #: The harness rules in force (see :mod:`pytest_agentgate.judge.harness`); () protects nothing.
+    harness: tuple[str, ...] = harness.DEFAULT_HARNESS
+    #: Tests (ids or globs) this task may remove on purpose.
+    allow_removed: tuple[str, ...] = ()
+    #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.
+    results_file: str | None = None
+    #: How many times a failing gate command runs again on the same tree.
+    rerun: int = 0
+    #: What a test that fails and then passes does: "reject" (the default) or "accept".
+    flaky: str = "reject"
+    #: A graded task's fail-to-pass and pass-to-pass tests (see :mod:`.grading`).
+    grading: Grading | None = None
+    max_changed_lines: int | None = None
+    timeout: float = DEFAULT_GATE_TIMEOUT
+    #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
+    outcome_is_enough: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    #: How many gate commands of one attempt run at once, each in its own checkout.
+    jobs: int = 1
+    #: Commands declared to be judged by their exit code (they run no pytest).
+    exit_code: tuple[results.Command, ...] = ()
+    #: "tests" (every command must report per-test results when promoting) or "exit-code"
+    #: (every command may be judged by its exit code).
+    results_mode: str = "tests"
+
+    @property
+    def has_gate(self) -> bool:
+        return bool(self.commands or self.checks or self.outcome_is_enough)
+
+    def by_exit_code(self, command: results.Command) -> bool:
+        """Whether ``command`` was declared to be judged by its exit code."""
+        return self.results_mode == "exit-code" or command in self.exit_code
+
+
+@dataclass(frozen=True)
+class GateContext:
+    """Where and how gate commands run: contained, as the gate role, in private checkouts.
+
+    ``private_root`` is a directory of the run that is not beside any workspace (mode 0700);
+    each checkout in it gets an unguessable name.
+    """
+
+    private_root: Path
+    sandbox: Sandbox = UNCONTAINED
+    role: Role = field(default_factory=lambda: Role("gate"))
+    #: Checkouts kept from earlier gate runs (None: a fresh checkout for every command).
+    checkouts: GateCheckouts | None = None
+    #: A command from which no per-test results come back is an error unless declared so
+    #: (a promoting run); else it is judged by its exit code, and the record says so.
+    require_results: bool = False
+
+
+def check_limits(
+    repo: BaseRepo, snap: Snapshot, spec: GateSpec, allow_symlinks: Sequence[str] = ()
+) -> CheckResult:
+    """The protected harness, protected paths and the changed-line budget."""
+    changed = snap.changed_paths
+    broken = harness.violations(
+        spec.harness, changed, snap.base_tree, snap.tree, _Trees(repo), allow_symlinks,
+        [results.display(c) for c in spec.commands],
+    )  # fmt: skip
+    touched = [p for p in changed if any(fnmatch.fnmatchcase(p, g) for g in spec.protect)]
+    if broken or touched:
+        what = [*broken, *(p for p in touched if not any(b.startswith(p) for b in broken))]
+        note = (
+            "; the test harness is the base's (lift a rule with --agentgate-unprotect NAME)"
+            if broken
+            else ""
+        )
+        return CheckResult(
+            False, f"changes protected paths: {', '.join(what)}{note}", name="protect"
+        )
+    if spec.max_changed_lines is not None:
+        lines = repo.changed_lines(snap.base_tree, snap.tree)
+        if lines > spec.max_changed_lines:
+            return CheckResult(
+                False,
+                f"changes {lines} lines, over max_changed_lines={spec.max_changed_lines}",
+                name="max_changed_lines",
+            )
+    return CheckResult(True, name="limits")
+
+
+@dataclass(frozen=True)
+class _Trees:
+    """The harness rules' view of the repository's trees (see :class:`.harness.Trees`)."""
+
+    repo: BaseRepo
+
+    def read(self, tree: str, path: str) -> bytes | None:
+        return self.repo.read_blob(f"{tree}:{path}")
+
+    def paths(self, tree: str) -> Sequence[str]:
+        return self.repo.tree_paths(tree)
+
+    def links(self, tree: str, paths: Sequence[str]) -> set[str]:
+        found = (self.repo.tree_entry(tree, p) for p in paths)
+        return {e.path for e in found if e is not None and e.is_link}
+
+    def attributes(
+        self, tree: str, paths: Sequence[str], names: Sequence[str]
+    ) -> Mapping[str, tuple[str, ...]]:
+        return self.repo.attributes(tree, paths, names)
+
+
+def run_check(check: Check, attempt: Any) -> CheckResult:
+    """Run one Python check; an exception it raises is a failed check, not a crash.
+
+    A check that answers anything but a bool or a :class:`CheckResult` (or builds a
+    CheckResult wrongly) is the harness's error, named, never a pass.
+    """
+    name = getattr(check, "__name__", repr(check))
+    try:
+        answer = check(attempt)
+    except TypeError as exc:
+        if "CheckResult(ok" in str(exc):
+            return CheckResult(False, f"check {name}: {exc}", name=name, harness_error=True)
+        return CheckResult(False, f"check {name} raised TypeError: {exc}", name=name)
+    except Exception as exc:
+        return CheckResult(False, f"check {name} raised {type(exc).__name__}: {exc}", name=name)
+    if isinstance(answer, CheckResult):
+        return answer if answer.name else dataclasses.replace(answer, name=name)
+    if isinstance(answer, bool):
+        return CheckResult(answer, "" if answer else f"check {name} returned False", name=name)
+    return CheckResult(
+        False,
+        f"check {name} returned {answer!r}; return a bool or a CheckResult",
+        name=name,
+        harness_error=True,
+    )
+
+
+#: Plugins found in the environment when the run started: the only ones a pytest gate loads.
+_PLUGINS: tuple[str, ...] | None = None
+
+
+def environment_plugins() -> tuple[str, ...]:
+    """The pytest11 entry points of this environment, read once per process.
+
+    A pytest gate runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and ``-p`` for each of these,
+    so an entry point planted in the checkout (a ``*.dist-info`` beside the code) loads nothing.
+    """
+    global _PLUGINS
+    if _PLUGINS is None:
+        from importlib.metadata import entry_points
+
+        _PLUGINS = tuple(sorted({ep.name for ep in entry_points(group="pytest11")}))
+    return _PLUGINS
+
+
+def run_commands(
+    repo: BaseRepo,
+    tree: str,
+    spec: GateSpec,
+    context: GateContext | Path,
+    label: str = "gate",
+    baseline: Mapping[str, str] | None = None,
+    collect: bool = False,
+    harness_fault: bool | None = None,
+    running: Running | None = None,
+    expected: frozenset[str] | None = None,
+) -> CheckResult:
+    """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
+
+    Each command runs in the sandbox when there is one, with the gate's environment, and
+    nothing it started outlives it. A simple command is exec'd by the plugin, so a program
+    that cannot start (or an exit status that was lost) is a harness error, never the agent's
+    failure. Every pytest a command starts, however it is wrapped, reports per-test results
+    on the command's channel (:mod:`.channel`), which decide with ``baseline``: exit 1 with
+    only the base's own failures still passes; exit 0 with a test lost does not; and what
+    pytest loaded must be what it loaded on the base (``expected``, the base's
+    fingerprint). A command from which no results came back is judged by its exit code:
+    under ``context.require_results`` that is an error unless the command was declared so
+    (:meth:`GateSpec.by_exit_code`). ``collect`` runs every command to the end and returns
+    what they reported (for a baseline, or a graded run); a command that fails is then the
+    harness's fault unless ``harness_fault`` says otherwise (an attempt's graded run).
+
+    A failing command runs again on the same tree up to ``spec.rerun`` times. A test that
+    failed and then passed is flaky: under ``spec.flaky == "reject"`` that rejects, under
+    ``"accept"`` the passing run counts; either way it is named. On a baseline, a flaky test
+    is kept as ``flaky``: not required of attempts, not blamed on them.
+
+    With ``running``, another thread can end the commands (:meth:`Running.end_all`): the
+    queue's leader does, for an early re-test that is no longer wanted.
+    """
+    if isinstance(context, Path):
+        context = GateContext(context)
+    fault = collect if harness_fault is None else harness_fault
+    run = _Run(repo, tree, spec, context, label, baseline, collect, fault, expected)
+
+    def judge_command(command: results.Command, running: Running | None = None) -> _Judged:
+        """One command, run again while it fails (``spec.rerun``)."""
+        history: dict[str, list[str]] = {}
+        runs = 0
+        while True:
+            if running is not None and running.ended:
+                raise KeyboardInterrupt  # the gate was interrupted: start nothing more
+            runs += 1
+            ran = run.one(spec.commands.index(command), command, running)
+            for test, outcome in (ran.tests or {}).items():
+                history.setdefault(test, []).append(outcome)
+            if runs > spec.rerun:
+                break
+            if collect:  # a baseline runs again while tests fail, to tell flaky from broken
+                if ran.failure is not None or not ran.tests or not results.failing(ran.tests):
+                    break
+            elif ran.failure is None or ran.failure.harness_error:
+                break
+        now_flaky = sorted(
+            t for t, seen in history.items()
+            if seen[-1] == results.PASSED and any(o in (results.FAILED, results.ERROR) for o in seen)
+        )  # fmt: skip
+        if ran.failure is None and runs > 1 and not now_flaky and not collect:
+            now_flaky = [f"{label}: {results.display(command)}"]  # it failed, then passed
+        return ran, now_flaky
+
+    if spec.jobs > 1 and len(spec.commands) > 1:
+        # At once, each in its own checkout; judged below in the commands' order, so the
+        # first failing command decides, as when they run one after another.
+        outcomes = _at_once(judge_command, spec.commands, spec.jobs, running or Running())
+    else:
+        outcomes = []
+        for command in spec.commands:
+            outcomes.append(judge_command(command, running))
+            if outcomes[-1][0].failure is not None:
+                break
+    tests: dict[str, str] = {}
+    flaky: list[str] = []
+    fingerprint: set[str] = set()
+    by_exit_code: list[str] = []
+    reported = False
+    for command, (ran, now_flaky) in zip(spec.commands, outcomes, strict=False):
+        fingerprint |= ran.fingerprint
+        if ran.tests is not None:
+            reported = True
+            tests.update(ran.tests)
+            if collect:
+                tests.update({t: results.FLAKY for t in now_flaky})
+        else:
+            by_exit_code.append(results.display(command))
+        flaky += now_flaky
+        if ran.failure is not None:
+            return dataclasses.replace(
+                ran.failure,
+                tests=tests if reported else None,
+                flaky=tuple(flaky),
+                fingerprint=frozenset(fingerprint),
+                by_exit_code=tuple(by_exit_code),
+            )
+        if now_flaky and spec.flaky == "reject" and not collect:
+            return CheckResult(
+                False,
+                f"flaky: {', '.join(now_flaky[:5])} failed, then passed when run again "
+                "(--agentgate-flaky=reject)",
+                name=f"{label}: {results.display(command)}",
+                tests=tests,
+                flaky=tuple(flaky),
+            )
+    comparison = results.compare(tests, baseline, spec.allow_removed) if reported else None
+    return CheckResult(
+        True,
+        name="gate",
+        tests=tests if reported else None,
+        comparison=comparison,
+        flaky=tuple(flaky),
+        fingerprint=frozenset(fingerprint),
+        by_exit_code=tuple(by_exit_code),
+    )
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """One run of one gate command: its failure (None: it passed), the per-test results it
+    reported (None: none came back, it was judged by its exit code), and its fingerprint."""
+
+    failure: CheckResult | None
+    tests: dict[str, str] | None
+    fingerprint: frozenset[str] = frozenset()
+
+
+_Judged = tuple[_Ran, list[str]]
+
+
+def _at_once(
+    judge: Callable[[results.Command, Running], _Judged],
+    commands: Sequence[results.Command],
+    jobs: int,
+    running: Running,
+) -> list[_Judged]:
+    """Judge ``commands`` at once, ``jobs`` at a time, each in its own thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="agentgate-gate")
+    try:
+        outcomes = list(pool.map(lambda c: judge(c, running), commands))
+    except BaseException:
+        # Ctrl-C, a timeout of the test: end the commands still running (each sweeps its
+        # processes) rather than wait for each to finish, and start no more.
+        running.end_all()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return outcomes
+
+
+#: What stops pytest's search for a configuration at the folder that holds the checkouts:
+#: a ``pytest.ini`` is a configuration even when it sets nothing.
+_BOUNDARY_INI = (
+    "# Written by pytest-agentgate: a gate reads only its checkout's configuration.\n[pytest]\n"
+)
+
+
+def _write_boundary(checkout: Path) -> None:
+    """A boundary ``pytest.ini`` in the checkouts' folder, rewritten before each run.
+
+    pytest looks for an ini file, and loads ``conftest.py`` files, in every folder up from
+    its arguments: when the tree has no configuration at its root, whatever lies above the
+    checkout (written there by an uncontained agent, or a user's own project) would be the
+    gate's. The boundary ends that search for a pytest however it is started. Replaced,
+    never opened: a link left in its place is not followed, and a gate running beside this
+    one (--agentgate-gate-jobs) never finds the file missing or half written.
+    """
+    fresh = checkout.parent / f".pytest.ini.{secrets.token_hex(8)}"
+    fresh.write_text(_BOUNDARY_INI, encoding="utf-8")
+    os.replace(fresh, checkout.parent / "pytest.ini")
+
+
+def _confined_to(checkout: Path, argv: Sequence[str]) -> list[str]:
+    """The options that keep a pytest the plugin starts itself to its checkout: ``--rootdir``
+    keeps node ids relative to the checkout when the boundary is what pytest found, and
+    ``--confcutdir`` loads no ``conftest.py`` above it. A gate that names its own keeps them."""
+    given = {arg.split("=", 1)[0] for arg in argv}
+    extra = []
+    if "--rootdir" not in given:
+        extra.append(f"--rootdir={checkout}")
+    if "--confcutdir" not in given:
+        extra.append(f"--confcutdir={checkout}")
+    return extra
+
+
+@contextlib.contextmanager
+def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) -> Iterator[Path]:
+    """A clean checkout of exactly ``tree`` for one command: a kept one reset to it (see
+    :mod:`.checkouts`), or a fresh one removed afterwards."""
+    if context.checkouts is not None:
+        with context.checkouts.checkout(tree, name) as path:
+            yield path
+        return
+    path = checkout_tree(repo, tree, context.private_root, name=name)
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
+    """A pytest the plugin starts itself: only this environment's plugins (an entry point
+    planted in the checkout loads nothing), no colour, kept to its checkout."""
+    argv = list(argv)
+    for plugin in environment_plugins():
+        argv += ["-p", plugin]
+    # Naming a plugin and its submodule (xdist, xdist.looponfail) warns that the module was
+    # imported before it could be rewritten: a base with filterwarnings=error would then
+    # fail its own gate for the plugin's way of loading, not for its tests.
+    argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning", "--color=no"]
+    return argv + _confined_to(checkout, argv)
+
+
+def _would_have(env: Mapping[str, str], role: Role) -> dict[str, str]:
+    """What of ``PYTHONPATH`` and ``PYTEST_PLUGINS`` the command's environment would hold."""
+    found = {}
+    for name in ("PYTHONPATH", "PYTEST_PLUGINS"):
+        if name in env:
+            found[name] = env[name]
+        elif name in os.environ and (name in ALLOWED_ENV or name in role.env_names):
+            found[name] = os.environ[name]
+    return found
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How every command of one gate run is run and judged (see :func:`run_commands`)."""
+
+    repo: BaseRepo
+    tree: str
+    spec: GateSpec
+    context: GateContext
+    label: str
+    baseline: Mapping[str, str] | None
+    collect: bool
+    fault: bool
+    expected: frozenset[str] | None
+
+    def one(self, index: int, command: results.Command, running: Running | None) -> _Ran:
+        """One run of one gate command in a clean checkout."""
+        context, spec = self.context, self.spec
+        name = secrets.token_hex(16)
+        with _checkout_for(self.repo, self.tree, context, name) as checkout:
+            private = context.private_root / f"{name}.private"
+            private.mkdir(mode=0o700)
+            channel = Channel(private / "results").open()
+            report: Report | None = None
+            try:
+                argv = results.argv_of(command)
+                assigned: dict[str, str] = {}
+                if argv is not None:
+                    assigned, argv = results.split_assignments(argv)
+                    if argv and results.is_pytest(argv):
+                        argv = _pytest_argv(argv, checkout)
+                        assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+                _write_boundary(checkout)
+                env = {**spec.env, **assigned}
+                env.update(channel.environment(_would_have(env, context.role)))
+                # What the gate runs is the agent's code: give its git no inherited
+                # repository to reach, and no way up out of the checkout (no .git there).
+                env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
+                env["AGENTGATE_CHECKOUT"] = str(checkout)
+                env["AGENTGATE_ACTIVE"] = "1"
+                env.setdefault("NO_COLOR", "1")
+                result = run_contained(
+                    context.sandbox,
+                    context.role,
+                    argv if argv else results.display(command),
+                    cwd=checkout,
+                    private=private,
+                    timeout=spec.timeout,
+                    env=env,
+                    running=running,
+                    extra_ro=(channel.folder,),
+                )
+                report = channel.close()
+                declared = self._read_declared(checkout)
+                if context.checkouts is not None and (result.launch_error or result.timed_out):
+                    # Its status lost (its supervisor killed: the sweep may not have run) or
+                    # cut short: something may still write there. (Processes the sweep ended
+                    # are gone; bwrap's own always counts as one.)
+                    context.checkouts.spoil(checkout)
+            finally:
+                if report is None:
+                    channel.close()
+                remove_tree(private)
+        return self._judge(index, command, result, report, declared)
+
+    def _read_declared(self, checkout: Path) -> dict[str, str] | str | None:
+        """The JUnit file a gate that is not pytest declared, read never through a link:
+        its results, why it cannot be read, or None when none was declared."""
+        if not self.spec.results_file:
+            return None
+        try:
+            return results.parse_junit(results.read_inside(checkout, self.spec.results_file))
+        except FileNotFoundError:
+            return "wrote no results file"
+        except (OSError, ET.ParseError) as exc:
+            return f"left a results file that cannot be read ({exc})"
+
+    def _judge(
+        self,
+        index: int,
+        command: results.Command,
+        result: CommandResult,
+        report: Report,
+        declared: dict[str, str] | str | None,
+    ) -> _Ran:
+        spec, shown = self.spec, results.display(command)
+        where = f"{self.label}: {shown}"
+        fail = functools.partial(CheckResult, False, name=where, output=result.tail())
+        if result.launch_error:
+            message = f"{result.launch_error} ({shown})" + _outside_view_note(self.context, result)
+            return _Ran(fail(message, harness_error=True), None)
+        found: dict[str, str] | None = None
+        fingerprint: frozenset[str] = frozenset()
+        if report.sessions:
+            found, fingerprint = report.tests, report.fingerprint(index)
+        elif isinstance(declared, dict):
+            found = declared
+        if result.timed_out:
+            return _Ran(fail(f"gate timed out after {spec.timeout:g} s: {shown}"), found)
+        if report.problem:
+            return _Ran(fail(report.problem, harness_error=self.fault), None, fingerprint)
+        if isinstance(declared, str) and not report.sessions:
+            return _Ran(fail(f"gate command {declared}: {shown}", harness_error=self.fault), None)
+        if found is None:
+            return self._by_exit_code(command, result, fail)
+        if self.expected is not None:
+            odd = unexpected(fingerprint, self.expected, spec.harness)
+            if odd:
+                why = "the gate's pytest loaded what the base's run of it did not: "
+                why += "; ".join(odd) + " (the test harness is the base's)"
+                return _Ran(fail(why), found, fingerprint)
+        return self._by_results(found, fingerprint, report, result, shown, fail)
+
+    def _by_results(
+        self,
+        found: dict[str, str],
+        fingerprint: frozenset[str],
+        report: Report,
+        result: CommandResult,
+        shown: str,
+        fail: Callable[..., CheckResult],
+    ) -> _Ran:
+        """Per-test results came back: they decide, with the exit statuses."""
+        statuses = report.statuses if report.sessions else [result.returncode]
+        # pytest's exit 1 means "some tests failed": the results say whether that is the
+        # attempt's doing. Other codes (interrupted, internal or usage error, no tests) fail
+        # whatever the results say. A wrapper that fails while its pytest passed failed.
+        odd_status = next((c for c in statuses if c not in (0, 1)), None)
+        wrapper_failed = result.returncode != 0 and all(c == 0 for c in statuses)
+        if self.collect and odd_status is None and not wrapper_failed:
+            return _Ran(None, found, fingerprint)
+        verdict = results.compare(found, self.baseline, self.spec.allow_removed)
+        accepted = odd_status is None and not wrapper_failed
+        if accepted and 1 in statuses:
+            accepted = _only_old_failures(found, self.baseline)
+        if verdict.ok and accepted:
+            return _Ran(None, found, fingerprint)
+        reason = "" if self.collect else verdict.reason()
+        if odd_status is not None:
+            why = reason or f"the gate's pytest exited {odd_status}: {shown}"
+            if reason:
+                why += f" (the gate's pytest exited {odd_status})"
+        elif wrapper_failed:
+            why = f"gate command exited {result.returncode} after its pytest passed: {shown}"
+        else:
+            why = reason or f"gate command exited {result.returncode}: {shown}"
+        failure = fail(why, comparison=verdict, harness_error=self.collect and self.fault)
+        return _Ran(failure, found, fingerprint)
+
+    def _by_exit_code(
+        self, command: results.Command, result: CommandResult, fail: Callable[..., CheckResult]
+    ) -> _Ran:
+        """A command from which no per-test results came back: its exit code decides, unless
+        results were required of it."""
+        shown = results.display(command)
+        if not self.spec.by_exit_code(command) and self.context.require_results:
+            return _Ran(fail(no_results(shown), harness_error=True), None)
+        if result.returncode != 0:
+            note = _hidden_editable_note(self.context.sandbox)
+            note += _outside_view_note(self.context, result)
+            why = f"gate command exited {result.returncode}: {shown}{note}"
+            return _Ran(fail(why, harness_error=self.fault), None)
+        return _Ran(None, None)
+
+
+def no_results(shown: str) -> str:
+    """Why a command from which no per-test results came back cannot be judged."""
+    return (
+        f"gate reported no per-test results (judged by exit code only): {shown}; declare a "
+        "gate that runs no pytest with --agentgate-gate-exit-code CMD (or results='exit-code' "
+        "on the marker), or let the pytest it wraps keep the environment (tox: pass_env = "
+        f"{CHANNEL_ENV} PYTEST_PLUGINS PYTHONPATH)"
+    )
+
+
+def _outside_view_note(context: GateContext, result: CommandResult) -> str:
+    """Why a contained command may have failed: a path it named lies outside the sandbox's
+    read view (it exists here, the command could not see it)."""
+    if not context.sandbox.active:
+        return ""
+    missing = context.sandbox.outside_view(result.output)
+    if not missing:
+        return ""
+    shown = ", ".join(str(p) for p in missing[:3])
+    return (
+        f" (note: {shown} exists but lies outside the sandbox's read view; widen it with "
+        "--agentgate-sandbox-read=PATH)"
+    )
+
+
+def _only_old_failures(found: Mapping[str, str], baseline: Mapping[str, str] | None) -> bool:
+    """Whether every failing test also fails on the base (so exit 1 is not the attempt's)."""
+    if not baseline:
+        return False
+    return all(
+        baseline.get(t) in (results.FAILED, results.ERROR, results.FLAKY)
+        for t in results.failing(found)
+    )
+
+
+def _hidden_editable_note(contained: Sandbox) -> str:
+    """Why a contained gate may fail to import the project: an editable install of it from
+    the base repository's working tree, which the sandbox hides on purpose."""
+    if not contained.active or contained.base_tree is None:
+        return ""
+    from ..sandbox.containment import hidden_editable_sources
+
+    hidden = hidden_editable_sources(contained.base_tree)
+    if not hidden:
+        return ""
+    return (
+        f" (note: {', '.join(map(str, hidden))} is installed in editable mode from the base "
+        "repository, which the sandbox hides so that the gate tests its checkout, not the working "
+        "tree; run the gate so that it imports the checkout (python -m pytest from its root), or "
+        "install the project without -e)"
+    )
+
+
+def judge(
+    repo: BaseRepo,
+    snap: Snapshot,
+    spec: GateSpec,
+    attempt: Any,
+    context: GateContext | Path,
+    extra_checks: Sequence[Check] = (),
+    baseline: Mapping[str, str] | None = None,
+    *,
+    expected: frozenset[str] | None = None,
+    allow_symlinks: Sequence[str] = (),
+) -> list[CheckResult]:
+    """Run the checks in order and return them up to and including the first failure."""
+    found: list[CheckResult] = []
+    limits = check_limits(repo, snap, spec, allow_symlinks)
+    found.append(limits)
+    if not limits.ok:
+        return found
+    for check in (*spec.checks, *extra_checks):
+        outcome = run_check(check, attempt)
+        found.append(outcome)
+        if not outcome.ok:
+            return found
+    if spec.commands:
+        found.append(
+            run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
+        )
+    return found

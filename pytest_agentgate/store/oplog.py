@@ -1,0 +1,141 @@
+"""The append-only operations log: one JSON line per ref the plugin or the command moves.
+
+It lives at ``<git-dir>/agentgate/oplog.jsonl``. Each record is written with a single
+``write(2)`` on a descriptor opened with ``O_APPEND``, so records from many processes
+(pytest-xdist workers, a CI job and a person at once) never interleave. A crash can at
+worst leave a partial last line; the next writer starts its record on a new line and the
+reader skips what does not parse, so no complete record is ever lost or misread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+FILE_NAME = "oplog.jsonl"
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One ref move."""
+
+    op: str
+    ref: str
+    old: str | None
+    new: str | None
+    agent: str = ""
+    task: str = ""
+    objects: int = 0
+    bytes: int = 0
+    duration_ms: float = 0.0
+    note: str = ""
+    time: str = ""
+    user: str = ""
+    host: str = ""
+    #: For ``pending`` lines and the lines that settle them: which move in flight.
+    pending: str = ""
+    #: For ``pending`` lines: what the attempt record will say, to write it later if need be.
+    record: dict[str, object] = field(default_factory=dict)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def log_path(git_dir: Path) -> Path:
+    """The log of a repository: ``git_dir`` is its common git directory (worktrees share it)."""
+    return git_dir / "agentgate" / FILE_NAME
+
+
+def append(git_dir: Path, record: OpRecord, fault: str = "oplog") -> OpRecord:
+    """Append ``record`` (time, user and host filled in) and return what was written.
+
+    Raises ``OSError`` when the line cannot be written whole (a full disk, an I/O error);
+    whatever part of it reached the file is closed off as a torn line that readers skip.
+    """
+    stamped = OpRecord(
+        **{
+            **asdict(record),
+            "time": record.time or datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "user": record.user or _user(),
+            "host": record.host or socket.gethostname(),
+        }
+    )
+    line = json.dumps(asdict(stamped), sort_keys=True, ensure_ascii=True)
+    path = log_path(git_dir)
+    path.parent.mkdir(exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        # A leading newline closes a line a crashed writer left open; readers skip blanks.
+        data = (
+            ("\n" + line + "\n").encode("ascii")
+            if _ends_open(fd)
+            else (line + "\n").encode("ascii")
+        )
+        from .. import _faults
+
+        _faults.fail(fault)
+        written = os.write(fd, data)
+        if written != len(data):  # disk full: never leave half a record without a newline
+            with contextlib.suppress(OSError):
+                os.write(fd, b"\n")
+            raise OSError(28, f"the operations log took {written} of {len(data)} bytes")
+    finally:
+        os.close(fd)
+    return stamped
+
+
+def _ends_open(fd: int) -> bool:
+    """Whether the file's last byte is not a newline (a crashed writer's torn line)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return False
+    return os.pread(fd, 1, size - 1) != b"\n"
+
+
+def read(git_dir: Path) -> Iterator[OpRecord]:
+    """Every complete record, oldest first; torn or foreign lines are skipped."""
+    fields = set(OpRecord.__dataclass_fields__)
+    for path in (*sorted(log_path(git_dir).parent.glob(FILE_NAME + ".*")), log_path(git_dir)):
+        try:
+            text = path.read_text(encoding="ascii", errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and {"op", "ref"} <= data.keys():
+                yield OpRecord(**{k: v for k, v in data.items() if k in fields})
+
+
+class OpLog:
+    """One repository's operations log, as an object to hand to whoever moves refs.
+
+    A :class:`~pytest_agentgate.land.target.Target` is given one when it is made (as dulwich gives
+    its refs container a reflog writer), so every move it makes is logged by construction.
+    """
+
+    def __init__(self, git_dir: Path) -> None:
+        self.git_dir = git_dir
+
+    @property
+    def path(self) -> Path:
+        return log_path(self.git_dir)
+
+    def append(self, record: OpRecord, fault: str = "oplog") -> OpRecord:
+        return append(self.git_dir, record, fault)
+
+    def read(self) -> Iterator[OpRecord]:
+        return read(self.git_dir)

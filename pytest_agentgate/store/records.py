@@ -1,0 +1,204 @@
+"""Messages and trailers: every commit message the plugin writes, and reading them back.
+
+One module writes and reads them all, so what a record says and what ``agentgate attempts``
+reads from it cannot drift apart. Everything agent-named that enters a message is made one
+line first (:func:`one_line`): a task or an agent name is data, never message syntax, and no
+newline in one can forge a trailer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .schema import RECORD_VERSION
+
+#: Characters that would end a line (or a trailer) in a commit message.
+_LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line of plain words: control characters and line breaks become
+    spaces, runs of whitespace one space. What enters a trailer or a subject is data, never
+    message syntax."""
+    return " ".join(_LINE_BREAKING.sub(" ", text).split())
+
+
+def check_name(name: str, what: str = "agent name", source: str = "") -> str:
+    """Refuse a name with a control character (a newline would forge trailers)."""
+    from ..errors import ConfigError
+
+    if _LINE_BREAKING.search(name):
+        raise ConfigError(
+            f"{what} {name!r} contains a control character (a newline, a tab...); use a plain name",
+            value=name,
+            source=source,
+        )
+    return name
+
+
+def trailer_lines(trailers: dict[str, str | None]) -> str:
+    """``Agentgate-<Key>: <value>`` lines, each value made :func:`one_line`, empty ones left out."""
+    lines = []
+    for key, value in trailers.items():
+        clean = one_line(value or "")
+        if clean:
+            lines.append(f"Agentgate-{key}: {clean}\n")
+    return "".join(lines)
+
+
+def slugify(task: str, limit: int = 60) -> str:
+    """Lowercase letters, digits and dashes, from the task text."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:limit].strip("-")
+    return slug or "task"
+
+
+def format_message(
+    *,
+    task: str,
+    status: str,
+    reason: str,
+    check: str,
+    output: str,
+    agent: str,
+    test: str,
+    base: str,
+    landed: str | None,
+    excluded: Sequence[str] = (),
+    state: str | None = None,
+    sandbox: str = "",
+    uid: str = "",
+    results: Mapping[str, Any] | None = None,
+    retest: str = "",
+    graded_tree: str = "",
+    batch: str = "",
+    try_number: int = 1,
+    checkpoints: str = "",
+    protect: Sequence[str] = (),
+    max_changed_lines: int | None = None,
+) -> str:
+    """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
+    subject = one_line(f"agentgate {status}: {task}")[:200]
+    body = [subject, ""]
+    if reason:
+        body += [f"Reason: {one_line(reason)}", ""]
+    if excluded:
+        names = ", ".join(one_line(name) for name in excluded)
+        body += [f"Left out of the snapshot (secrets): {names}", ""]
+    if results and results.get("grade"):
+        body += [f"Grade: {results['grade']}"]
+        for kind in ("fail_to_pass", "pass_to_pass"):
+            for graded, outcome in dict(results.get(kind) or {}).items():
+                body += [f"  {kind}: {one_line(str(graded))} {outcome}"]
+        body += [""]
+    if results and "passed" in results:
+        counts = ", ".join(
+            f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
+        )
+        body += [f"Tests: {counts}"]
+        for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
+            if results.get(key):
+                body += [f"{label}: " + ", ".join(one_line(str(t)) for t in results[key][:50])]
+        body += [""]
+    if results and results.get("judged_by_exit_code"):
+        shown = ", ".join(one_line(str(c)) for c in results["judged_by_exit_code"][:10])
+        body += [f"Judged by exit code: {shown}", ""]
+    if output.strip():
+        body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
+    # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
+    # orders attempts recorded within one second.
+    trailers: dict[str, str | None] = {
+        "Verdict": status,
+        "Agent": agent,
+        "Task": task,
+        "Test": test,
+        "Base": base,
+        "Check": check,
+        "Landed": landed,
+        "State": state,
+        "Sandbox": sandbox,
+        "Id": uid,
+        "Retest": retest,
+        "Graded-Tree": graded_tree,
+        "Batch": batch,
+        "Try": str(try_number) if try_number > 1 else None,
+        "Checkpoints": checkpoints,
+        # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
+        "Protect": json.dumps(list(protect)) if protect else None,
+        "Max-Changed-Lines": str(max_changed_lines) if max_changed_lines is not None else None,
+        "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
+        "Schema": str(RECORD_VERSION),
+    }
+    return "\n".join(body) + "\n" + trailer_lines(trailers)
+
+
+def parse_trailers(text: str) -> dict[str, str]:
+    """The ``Agentgate-*`` trailers of a message's final trailer block (the first of a key
+    wins: the plugin writes each once, and writes the verdict before anything agent-named)."""
+    paragraphs = [p for p in text.strip("\n").split("\n\n") if p.strip()]
+    found: dict[str, str] = {}
+    for line in (paragraphs[-1] if paragraphs else "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.startswith("Agentgate-"):
+            found.setdefault(key[len("Agentgate-") :], value.strip())
+    return found
+
+
+# -- the commits a landing writes -------------------------------------------------------
+
+
+def change_message(task: str, agent: str) -> str:
+    """The message of an attempt's change commit (what lands on a fast-forward)."""
+    return f"{one_line(task)}\n\n" + trailer_lines({"Agent": agent, "Task": task})
+
+
+def merge_message(task: str, agent: str) -> str:
+    """The message of the merge commit that lands an attempt onto a moved target."""
+    return f"agentgate: merge {one_line(task)}\n\n" + trailer_lines({"Agent": agent, "Task": task})
+
+
+def landing_reflog(task: str, agent: str, *, dry_run: bool) -> str:
+    """The target's reflog message for a landing (the kind is appended by the move)."""
+    verb = "dry-run promote" if dry_run else "promote"
+    return f"agentgate {verb}: {one_line(task)[:80]} by {agent}"
+
+
+def rollback_message(to: str, tree: str, agent: str) -> str:
+    return (
+        f"agentgate rollback to {to[:12]}\n\n"
+        f"Restores the tree of {to} ({tree}).\n\n"
+        + trailer_lines({"Agent": agent, "Rollback-To": to})
+    )
+
+
+def rollback_reflog(to: str, agent: str) -> str:
+    return f"agentgate rollback to {to[:12]} by {agent}"
+
+
+def revert_reflog(attempt_commit: str, agent: str) -> str:
+    return f"agentgate revert {attempt_commit[:12]} by {agent}"
+
+
+#: The messages of the three helper commits a revert merges through (never on any branch).
+REVERT_PIVOT = "revert pivot\n"
+REVERT_OURS = "revert ours\n"
+REVERT_THEIRS = "revert theirs\n"
+
+
+def state_message(task: str) -> str:
+    """The message of the commit holding an attempt's declared state."""
+    return f"agentgate state: {one_line(task)}\n"
+
+
+def baseline_message(tree: str) -> str:
+    return f"agentgate baseline of tree {tree}\n"
+
+
+def revert_message(task: str, attempt_commit: str, agent: str) -> str:
+    return (
+        f"agentgate revert: {one_line(task)}\n\nReverts the change of attempt {attempt_commit}.\n\n"
+        + trailer_lines({"Agent": agent, "Reverts": attempt_commit})
+    )
