@@ -84,10 +84,10 @@ def write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
 
 
-def make_service(path: Path, branch: str = "main") -> Path:
+def make_service(path: Path, branch: str = "main", object_format: str = "sha1") -> Path:
     """A repository with the ledger service and its tests, one commit on ``branch``."""
     path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", branch)
+    git(path, "init", "-q", "-b", branch, f"--object-format={object_format}")
     write(path, SERVICE)
     git(path, "add", "-A")
     git(path, "commit", "-q", "-m", "ledger service")

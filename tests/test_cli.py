@@ -475,3 +475,31 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
     on_main = git(service, "ls-tree", "--name-only", "main").splitlines()
     assert {"notes.txt", "other.txt"} <= set(on_main)
     git(service, "fsck", "--strict", "--no-progress")
+
+
+def test_land_dry_run_writes_nothing(
+    capsys: pytest.CaptureFixture[str], service: Path, tmp_path: Path
+) -> None:
+    """``land --dry-run`` wrote a record and a scratch ref and printed a fast-forward: it
+    says what would land, and no ref of the repository changes."""
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=("false",), exit_code=("false",)), sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    ws = e.fork(task="add notes")
+    (ws.path / "notes.txt").write_text("notes\n")
+    first = e.run_attempt(ws, task="add notes")
+    assert first.verdict.status == "rejected"
+    before = git(service, "for-each-ref", "--format=%(refname) %(objectname)")
+    code, out, _ = agentgate(
+        capsys, "land", "--repo", str(service), first.record_ref, "--gate-exit-code", "true",
+        "--sandbox", "none", "--dry-run",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "would land on main (fast-forward); nothing was written" in out
+    after = git(service, "for-each-ref", "--format=%(refname) %(objectname)")
+    assert [r for r in after.splitlines() if "refs/agentgate/results/" not in r] == [
+        r for r in before.splitlines() if "refs/agentgate/results/" not in r
+    ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -961,3 +962,60 @@ def test_a_run_without_a_gated_test_checks_no_setting(
     result.assert_outcomes(passed=1)
     assert result.ret == 0
     assert json.loads(report.read_text())["attempts"] == []  # what it does use still works
+
+
+def test_a_retry_that_lands_after_a_first_try_that_raised_passes(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    """retries=1: the first try's body raises (an agent that ran out of time part way), the
+    second lands. The test passed then crashed with UnboundLocalError in the plugin, the
+    target moved and the test reported a failure."""
+    body = (
+        "    import pathlib\n"
+        "    mark = pathlib.Path(agent_workspace.path).parent / 'tried-once'\n"
+        "    if not mark.exists():\n"
+        "        mark.write_text('x')\n"
+        "        raise RuntimeError('ran out of time')\n"
+        "    (agent_workspace.path / 'done.txt').write_text('done')\n"
+    )
+    pytester.makepyfile(test_agent=gated_test(body, 'task="Retry after a raise", retries=1'))
+    before = git(service, "rev-parse", "main")
+    result = run(pytester, service, "--agentgate-gate-exit-code=true", "--agentgate-promote")
+    result.assert_outcomes(passed=1)
+    assert result.ret == 0
+    assert git(service, "rev-parse", "main") != before
+    assert git(service, "show", "main:done.txt") == "done"
+
+
+def test_colours_never_reach_a_record_or_the_feedback(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    """A gate that prints in colour: its tail in the record and the report has no escape."""
+    pytester.makepyfile(test_agent=gated_test())
+    gate = "printf '\\033[31mred failure\\033[0m \\033]0;title\\007done\\n'; exit 1"
+    result = run(pytester, service, f"--agentgate-gate-exit-code=sh -c \"{gate}\"")
+    result.assert_outcomes(failed=1)
+    [row] = rows(pytester)
+    record = git(service, "log", "-1", "--format=%B", row["attempt_ref"])
+    assert "red failure" in record and "\x1b" not in record
+    assert "\x1b" not in result.stdout.str()
+
+
+def test_a_sha256_repository_is_gated_and_promoted(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """``git init --object-format=sha256``: the run stopped with an INTERNALERROR, the refs
+    layout check passing a 40-zero old value to update-ref. The null id is the object
+    format's."""
+    from helpers import make_service
+
+    repo = make_service(tmp_path / "sha256", object_format="sha256")
+    pytester.makepyfile(test_agent=gated_test())
+    before = git(repo, "rev-parse", "main")
+    assert len(before) == 64
+    gate = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+    result = run(pytester, repo, f"--agentgate-gate={gate}", "--agentgate-promote")
+    result.assert_outcomes(passed=1)
+    after = git(repo, "rev-parse", "main")
+    assert after != before and git(repo, "rev-parse", "main^") == before
+    git(repo, "fsck", "--strict", "--no-progress")

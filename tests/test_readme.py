@@ -37,3 +37,16 @@ def test_quick_start_commands_are_what_ci_runs() -> None:
     assert commands[0] == "python -m pip install . && agentgate demo"
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci.splitlines()  # .ci/run runs exactly the README's test command
+
+
+def test_the_attributes_the_readme_names_in_prose_exist() -> None:
+    """``run_agent()`` returns ``returncode``; the README said ``exit_code``. Every name
+    written as a backquoted attribute of what run_agent() returns must be one."""
+    from pytest_agentgate.sandbox.process import CommandResult
+
+    text = README.read_text(encoding="utf-8")
+    said = text[text.index("run_agent") :].split("returns what it did (", 1)[1].split(")", 1)[0]
+    names = re.findall(r"`(\w+)`", said)
+    assert names and all(
+        hasattr(CommandResult, n) or n in CommandResult.__dataclass_fields__ for n in names
+    ), names

@@ -22,10 +22,14 @@ from typing import TYPE_CHECKING
 from .. import __version__
 
 if TYPE_CHECKING:
+    from ..engine import Engine
+
     # Loaded when a subcommand runs, not to print --help.
     from ..git.repo import Author, BaseRepo
     from ..land.prune import PruneReport
     from ..land.target import RemoteBranch
+    from ..store.attempts import AttemptInfo
+    from ..workspace.fork import Workspace
 
 EXIT_USAGE = 2
 
@@ -659,7 +663,9 @@ def cmd_land(args: argparse.Namespace) -> int:
         engine = Engine.open(
             repo.worktree or repo.git_dir,
             target,
-            promote=not args.dry_run,
+            # A dry run moves nothing either way; the real target is what it is judged on
+            # (a dry run's engine would make a scratch ref of its own).
+            promote=True,
             workdir=Path(workdir),
             gate=GateSpec(
                 commands=(*args.gate, *args.gate_exit_code),
@@ -672,6 +678,8 @@ def cmd_land(args: argparse.Namespace) -> int:
         )
         try:
             ws = engine.fork(task=earlier.task, resume_from=earlier.record_ref, mode="code")
+            if args.dry_run:
+                return _would_land(engine, ws, earlier, target)
             attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
         finally:
             engine.close()
@@ -685,6 +693,35 @@ def cmd_land(args: argparse.Namespace) -> int:
     if attempt.move is not None:
         print(f"{target}: {attempt.move.old[:12]} -> {attempt.move.new[:12]} ({attempt.move.kind})")
     return 0 if verdict.accepted else 1
+
+
+def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str | None) -> int:
+    """``land --dry-run``: the gate's word and the merge preview, and nothing written (no
+    record, no ref moved, no scratch ref; baselines are kept as any gate run keeps them)."""
+    from ..attempt import Attempt
+    from ..git.repo import Author
+
+    attempt = Attempt(task=earlier.task, agent=earlier.agent, workspace=ws)
+    attempt.snapshot = engine.snapshot(ws)
+    failed = next((c for c in engine.judge(attempt, engine.gate) if not c.ok), None)
+    if failed is not None:
+        print(f"{earlier.record_ref} would not land: {failed.message} ({failed.name})")
+        return 1
+    attempt.change_commit = engine.repo.commit_tree(
+        attempt.snapshot.tree, [attempt.base], "agentgate: land --dry-run",
+        Author.for_agent(earlier.agent),
+    )  # fmt: skip
+    tip = engine.target.tip()
+    if tip is not None and tip != attempt.base:
+        conflicts = engine.repo.merge_preview(tip, attempt.change_commit).conflicts
+        if conflicts:
+            shown = ", ".join(conflicts)
+            print(f"{earlier.record_ref} would not land: merge conflicts in {shown}")
+            return 1
+    how = "fast-forward" if tip == attempt.base else "merge, then re-tested"
+    where = target or engine.target.label
+    print(f"{earlier.record_ref} would land on {where} ({how}); nothing was written")
+    return 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

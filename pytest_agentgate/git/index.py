@@ -110,6 +110,21 @@ class Index:
             (others if tag == "?" else changed)[rel] = None
         return Differences(tuple(others), tuple(changed))
 
+    def attributes(self, paths: Sequence[str], names: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Each path's values of the attributes ``names`` as git reads the ``.gitattributes``
+        files this index holds (``check-attr --cached``), so no parser of ours can read a line
+        otherwise than git does."""
+        if not paths:
+            return {}
+        data = "".join(f"{p}\0" for p in paths).encode("utf-8", "surrogateescape")
+        out = self._run("check-attr", "--cached", "-z", "--stdin", *names, input=data).stdout
+        items = _git.split_z(out)
+        found: dict[str, list[str]] = {}
+        for at in range(0, len(items) - 2, 3):
+            path, name, value = items[at : at + 3]
+            found.setdefault(path, []).append(f"{name}={value}")
+        return {path: tuple(values) for path, values in found.items()}
+
     def changed_since(self, rev: str) -> list[str]:
         """Tracked paths whose staged or checked-out content differs from ``rev``."""
         return _git.split_z(self._run("diff-index", "--name-only", "-z", rev, "--").stdout)

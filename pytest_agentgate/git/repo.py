@@ -167,6 +167,12 @@ class BaseRepo:
     # -- running git ------------------------------------------------------------------
 
     @property
+    def null_oid(self) -> str:
+        """The all-zero object id of this repository's object format (40 hex digits for
+        sha1, 64 for sha256): what ``update-ref`` and a push's lease take for "none"."""
+        return "0" * self._oid_length
+
+    @property
     def bare(self) -> bool:
         return self.worktree is None
 
@@ -596,30 +602,6 @@ class BaseRepo:
         entry = _tree_entry(items[0])
         return entry if entry.path == path else None
 
-    def attributes(
-        self, tree: str, paths: Sequence[str], names: Sequence[str]
-    ) -> dict[str, tuple[str, ...]]:
-        """Each path's values of the attributes ``names`` as git reads ``tree``'s
-        ``.gitattributes`` files (``check-attr --cached`` on a private index of ``tree``),
-        so no parser of ours can read a line otherwise than git does."""
-        if not paths:
-            return {}
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="agentgate-attr-") as tmp:
-            index = Path(tmp) / "index"
-            self._run("read-tree", "--end-of-options", tree, index=index)
-            data = "".join(f"{p}\0" for p in paths).encode("utf-8", "surrogateescape")
-            out = self._run(
-                "check-attr", "--cached", "-z", "--stdin", *names, index=index, input=data
-            ).stdout
-        items = _git.split_z(out)
-        found: dict[str, list[str]] = {}
-        for at in range(0, len(items) - 2, 3):
-            path, name, value = items[at : at + 3]
-            found.setdefault(path, []).append(f"{name}={value}")
-        return {path: tuple(values) for path, values in found.items()}
-
     def diff_tree(self, old: str, new: str, *, trees: bool = False) -> list[TreeChange]:
         """The paths that differ between two trees or commits, recursively, no renames.
 
@@ -686,7 +668,7 @@ class BaseRepo:
         ``rev-list --objects`` would walk all of ``old``'s trees). Without ``old``, every
         object of ``new`` not reachable from a ref is counted.
         """
-        if old is None or old == ZERO:
+        if old is None or not old.strip("0"):
             oids = self._run(
                 "rev-list", "--objects", "--no-object-names", new, "--not", "--all"
             ).out.split()
@@ -752,7 +734,7 @@ class BaseRepo:
         args = ["update-ref"]
         if reflog:
             args.append("--create-reflog")
-        args += ["-m", message, "--end-of-options", ref, new, old or ZERO]
+        args += ["-m", message, "--end-of-options", ref, new, old or self.null_oid]
         result = self._run(*args, ok=(0, 1, 128))
         if result.returncode == 0:
             return True

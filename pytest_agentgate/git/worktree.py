@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import DirtyWorktree, GitError, WorktreeBlocked
 from .index import IndexEntry
-from .repo import ZERO, BaseRepo
+from .repo import BaseRepo
 
 
 def checked_out(repo: BaseRepo, ref: str) -> bool:
@@ -224,7 +224,7 @@ def _stage_finished_paths(repo: BaseRepo, old: str, new: str) -> set[str]:
         target = repo.worktree / rel
         if change.status == "D":
             if not os.path.lexists(target):
-                entries.append(IndexEntry("0", ZERO, rel))
+                entries.append(IndexEntry("0", repo.null_oid, rel))
                 done.add(rel)
             continue
         if new_mode == "120000" and target.is_symlink():

@@ -35,6 +35,9 @@ MODULE = _collector.NAME
 CHANNEL_ENV = _collector.CHANNEL_ENV
 #: The most a command's sessions may send (beyond, the report is refused, not cut).
 MAX_BYTES = 64 << 20
+#: Where a contained command sees the channel's folder: in the sandbox's read-only root, so
+#: that nothing there can rename it, or a folder above it, out of the way.
+INSIDE = Path("/run/agentgate")
 #: How long the channel waits, once the command ended, for its sessions' last words.
 _DRAIN_S = 2.0
 _RANK = {"passed": 1, "skipped": 2, "xfail": 2, "failed": 3, "error": 3}
@@ -69,6 +72,8 @@ class Session:
     ended: bool = False
     #: Why part of what it sent could not be read (a broken line, too much, after its end).
     garbled: str = ""
+    #: Why its interpreter cannot be trusted to report (the collector's own word).
+    tainted: str = ""
 
     def read(self, line: bytes) -> None:
         try:
@@ -87,6 +92,7 @@ class Session:
             pid = message.get("pid")
             self.pid = pid if isinstance(pid, int) else None
             self.argv = tuple(str(a) for a in message.get("argv") or ())
+            self.tainted = str(message.get("tainted") or "")
         elif kind == "config":
             self.rootdir = str(message.get("rootdir", ""))
             self.inifile = str(message.get("inifile", ""))
@@ -138,6 +144,8 @@ class Report:
     def problem(self) -> str:
         """Why the report cannot be believed ("" when it can)."""
         for session in self.sessions:
+            if session.tainted:
+                return f"the gate's {session.label} cannot report: {session.tainted}"
             if session.garbled:
                 return f"the gate's {session.label} sent {session.garbled}"
             if not session.ended:
@@ -165,16 +173,24 @@ class Report:
 
 
 def unexpected(found: Iterable[str], expected: Iterable[str], rules: Sequence[str]) -> list[str]:
-    """What of ``found`` (a fingerprint) the base's run did not have, as sentences.
+    """What of ``found`` (a fingerprint) the base's run did not have, and the plugins it had
+    that ``found`` lacks, as sentences.
 
     Conftest files count only while their rule stands, the configuration only while every
     configuration rule does (a person who lifted one lets the tree's own differ).
     """
-    known = set(expected)
+    known, seen = set(expected), set(found)
     lifted_conftest = "conftest.py" not in rules
     lifted_config = not set(rules) >= _CONFIG_RULES
     said: dict[str, list[str]] = {}
-    for element in sorted(set(found) - known):
+    # What the base's run loaded and this one did not counts too: a session that never said
+    # what it loaded, or a plugin gone, is not the base's harness either.
+    for element in sorted(known - seen):
+        _, kind, *rest = element.split("|")
+        if kind == "plugin" and not (lifted_conftest and rest[0].endswith("conftest.py")):
+            what = rest[0].removeprefix("module ").removeprefix("object ")
+            said.setdefault(f"no plugin {what}, which the base's run loaded", [])
+    for element in sorted(seen - known):
         _, kind, *rest = element.split("|")
         if kind == "plugin":
             name, hook = rest[0], rest[1] if len(rest) > 1 else ""
@@ -222,14 +238,18 @@ class Channel:
         self._thread.start()
         return self
 
-    def environment(self, would_have: Mapping[str, str]) -> dict[str, str]:
+    def environment(
+        self, would_have: Mapping[str, str], seen_at: Path | None = None
+    ) -> dict[str, str]:
         """What the command's environment gets so that its pytest sessions report here:
         the collector first on the ``PYTHONPATH`` and in the ``PYTEST_PLUGINS`` the command
-        would have had (``would_have``)."""
-        path = (str(self.folder), would_have.get("PYTHONPATH", ""))
+        would have had (``would_have``); ``seen_at`` is where the command sees the folder
+        (a fixed, read-only place in the sandbox), when not at its own path."""
+        folder = seen_at or self.folder
+        path = (str(folder), would_have.get("PYTHONPATH", ""))
         plugins = (MODULE, would_have.get("PYTEST_PLUGINS", ""))
         return {
-            CHANNEL_ENV: str(self.socket_path),
+            CHANNEL_ENV: str(folder / self.socket_path.name),
             "PYTEST_PLUGINS": ",".join(p for p in plugins if p),
             "PYTHONPATH": os.pathsep.join(p for p in path if p),
         }

@@ -19,12 +19,32 @@ start (pytester, a subprocess) does not report as a session of the gate.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import socket
 import sys
-from typing import Any
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path or os.curdir)
+    return bool(root) and (real == root or real.startswith(root + os.sep))
+
+
+# What the collector itself needs comes from past the checkout: a module of the tree's named
+# like one (json.py beside the code, src/socket.py on PYTHONPATH=src) is never what it runs.
+_CHECKOUT = (
+    os.path.realpath(os.environ.get("AGENTGATE_CHECKOUT", ""))
+    if os.environ.get("AGENTGATE_CHECKOUT")
+    else ""
+)
+_SAVED_PATH = sys.path[:]
+sys.path[:] = [p for p in sys.path if not _inside(p, _CHECKOUT)]
+try:
+    import _socket
+    import contextlib
+    import ctypes
+    import socket
+    from typing import Any
+finally:
+    sys.path[:] = _SAVED_PATH
 
 CHANNEL_ENV = "AGENTGATE_RESULTS"
 CHECKOUT_ENV = "AGENTGATE_CHECKOUT"
@@ -51,6 +71,51 @@ def _take_environment() -> str:
     else:
         os.environ.pop("PYTHONPATH", None)
     return path
+
+
+def _encode(value: Any) -> str:
+    """JSON of what the collector sends (objects, lists, strings, numbers, booleans, None),
+    written here: the ``json`` module is one that code of the tree could have replaced
+    before the collector loads."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, str):
+        out = ['"']
+        for ch in value:
+            code = ord(ch)
+            if ch in '"\\':
+                out.append("\\" + ch)
+            elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_encode(str(k))}:{_encode(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_encode(v) for v in value) + "]"
+    return _encode(str(value))
+
+
+def _untouchable() -> None:
+    """No other process of the gate reads this one's memory or takes its descriptors (the
+    results socket: ``pidfd_getfd``, ``/proc/<pid>/fd``): it is not dumpable. Processes it
+    starts are dumpable again once they exec, as any program is."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _tainted() -> str:
+    """Why this interpreter cannot be trusted to report: a module the collector uses comes
+    from the checkout (it ran before the collector, and may have changed what it sends)."""
+    for module in (socket, _socket, contextlib, ctypes):
+        where = getattr(module, "__file__", None) or ""
+        if where and _inside(where, _CHECKOUT):
+            return f"{module.__name__} was loaded from the checkout ({where})"
+    return ""
 
 
 def _connect(path: str) -> socket.socket:
@@ -82,15 +147,19 @@ class _Session:
     def send(self, **message: Any) -> None:
         # A send that fails leaves a session that never ended: an error, never a pass.
         with contextlib.suppress(OSError):
-            self.sock.sendall(json.dumps(message).encode("utf-8") + b"\n")
+            self.sock.sendall(_encode(message).encode("utf-8", "surrogatepass") + b"\n")
 
     def relative(self, path: str) -> str:
-        """A path as the checkout names it (absolute when it lies outside)."""
+        """A path as the checkout names it: relative inside it or directly in the folder
+        above it (the boundary ``pytest.ini`` lies there, in a folder of each run's own),
+        absolute elsewhere."""
         real = os.path.realpath(path)
         if real == self.checkout:
             return "."
         if real.startswith(self.checkout + os.sep):
             return os.path.relpath(real, self.checkout).replace(os.sep, "/")
+        if os.path.dirname(real) == os.path.dirname(self.checkout):
+            return "../" + os.path.basename(real)
         return real
 
     def test_id(self, nodeid: str) -> str:
@@ -106,8 +175,12 @@ class _Session:
         module = getattr(plugin, "__file__", None)
         if isinstance(module, str):
             where = self.relative(module)
-            inside = not where.startswith("/")
-            return f"module {where}" if inside else f"module {getattr(plugin, '__name__', name)}"
+            if not where.startswith("/"):
+                return f"module {where}"
+            named = getattr(plugin, "__name__", name)
+            if sys.modules.get(str(named)) is not plugin:  # a module object of its own making
+                return f"module {named} (not the module imported as {named})"
+            return f"module {named}"
         kind = type(plugin)
         return f"object {kind.__module__}.{kind.__qualname__}"
 
@@ -127,8 +200,9 @@ def _start() -> None:
         raise RuntimeError(
             f"agentgate: the results channel {path!r} is unreachable: {exc}"
         ) from None
+    _untouchable()
     _SESSION = _Session(sock)
-    _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv))
+    _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv), tainted=_tainted())
 
 
 if __name__ == NAME:  # as the gate's pytest loads it; imported by the plugin, it does nothing

@@ -25,7 +25,7 @@ from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_tree
 from ..workspace.fork import checkout_tree
 from . import harness, results
-from .channel import CHANNEL_ENV, Channel, Report, unexpected
+from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
 from .grading import Grading
 
 if TYPE_CHECKING:
@@ -200,7 +200,12 @@ class _Trees:
     def attributes(
         self, tree: str, paths: Sequence[str], names: Sequence[str]
     ) -> Mapping[str, tuple[str, ...]]:
-        return self.repo.attributes(tree, paths, names)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="agentgate-attr-") as tmp:
+            index = self.repo.index(None, Path(tmp) / "index")
+            index.read_tree(tree)
+            return index.attributes(paths, names)
 
 
 def run_check(check: Check, attempt: Any) -> CheckResult:
@@ -425,6 +430,19 @@ def _write_boundary(checkout: Path) -> None:
     os.replace(fresh, checkout.parent / "pytest.ini")
 
 
+def _above(checkout: Path, private: Path) -> Path:
+    """What a contained command sees in the folder above its checkout: the boundary
+    ``pytest.ini`` and nothing else, read-only (the places its checkout and its ``$HOME``
+    are bound at, empty): no process of the gate can leave a configuration or a conftest
+    there for a pytest it starts later, nor move the folder away."""
+    view = private / "above"
+    (view / checkout.name).mkdir(parents=True)
+    if private.parent == checkout.parent:
+        (view / private.name / "home").mkdir(parents=True)
+    (view / "pytest.ini").write_text(_BOUNDARY_INI, encoding="utf-8")
+    return view
+
+
 def _confined_to(checkout: Path, argv: Sequence[str]) -> list[str]:
     """The options that keep a pytest the plugin starts itself to its checkout: ``--rootdir``
     keeps node ids relative to the checkout when the boundary is what pytest found, and
@@ -509,8 +527,13 @@ class _Run:
                         argv = _pytest_argv(argv, checkout)
                         assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
                 _write_boundary(checkout)
+                contained = context.sandbox.active
                 env = {**spec.env, **assigned}
-                env.update(channel.environment(_would_have(env, context.role)))
+                env.update(
+                    channel.environment(
+                        _would_have(env, context.role), INSIDE if contained else None
+                    )
+                )
                 # What the gate runs is the agent's code: give its git no inherited
                 # repository to reach, and no way up out of the checkout (no .git there).
                 env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
@@ -526,7 +549,8 @@ class _Run:
                     timeout=spec.timeout,
                     env=env,
                     running=running,
-                    extra_ro=(channel.folder,),
+                    extra_ro_at=((channel.folder, INSIDE),) if contained else (),
+                    above=_above(checkout, private) if contained else None,
                 )
                 report = channel.close()
                 declared = self._read_declared(checkout)
@@ -667,8 +691,10 @@ def _outside_view_note(context: GateContext, result: CommandResult) -> str:
 
 
 def _only_old_failures(found: Mapping[str, str], baseline: Mapping[str, str] | None) -> bool:
-    """Whether every failing test also fails on the base (so exit 1 is not the attempt's)."""
-    if not baseline:
+    """Whether every failing test also fails on the base (so exit 1 is not the attempt's).
+    An exit 1 with no failing test reported is nobody's: pytest said some test failed, the
+    report says none did, so the report is not the run's."""
+    if not baseline or not results.failing(found):
         return False
     return all(
         baseline.get(t) in (results.FAILED, results.ERROR, results.FLAKY)

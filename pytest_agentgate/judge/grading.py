@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..git.index import IndexEntry
-from ..git.repo import ZERO
 from . import results
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]
         index.read_tree(tree)
         # A path the source lacks leaves the graded tree (mode 0 removes it).
         index.stage_entries(
-            [source.get(path, IndexEntry("0", ZERO, path)) for path in sorted(paths)]
+            [source.get(path, IndexEntry("0", repo.null_oid, path)) for path in sorted(paths)]
         )
         return index.write_tree()
 

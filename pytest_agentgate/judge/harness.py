@@ -32,6 +32,7 @@ import fnmatch
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import iniconfig
@@ -178,7 +179,7 @@ def violations(
     if "wrappers" in rules and commands:
         found += _wrapper_files(commands, changed, base_tree, tree, read)
     if "shadowing" in rules:
-        found += _shadowing(changed, base_tree, tree, trees.paths, read)
+        found += _shadowing(changed, base_tree, tree, trees.paths, read, commands)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -260,33 +261,122 @@ def _shadowing(
     tree: str,
     all_paths: Callable[[str], Sequence[str]],
     read: Reader,
+    commands: Sequence[str] = (),
 ) -> list[str]:
-    """New modules or packages that shadow the standard library or an installed distribution,
-    where Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
-    ``sys.path``) and every test directory (pytest's default import mode puts those on it
-    too). Any file Python imports counts: ``x.py``, ``x.pyc``, ``x.cpython-311-x86_64-linux-gnu.so``,
-    a package ``x/``. Names the base already has at that place are the base's."""
+    """New modules or packages that shadow a module Python or the test runner imports, where
+    Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
+    ``sys.path``), every test directory (pytest's default import mode puts those on it too),
+    the folders the configuration's ``pythonpath`` and the gate's own ``PYTHONPATH=`` name.
+    A name counts when it is one of the standard library's or of an installed distribution,
+    or one the standard library or the test runner imports when it is there (``org``, which
+    ``copy`` tries; ``setproctitle``, which pytest-xdist's workers try): such a module would
+    run at the runner's start, before any test. Any file Python imports counts: ``x.py``,
+    ``x.pyc``, ``x.cpython-311-x86_64-linux-gnu.so``, a package ``x/``. Names the base
+    already has at that place are the base's."""
     shadowable = _shadowable()
-    suspects: dict[str, tuple[str, str]] = {}  # place -> (folder, module)
+    candidates: dict[str, tuple[str, str]] = {}  # place -> (folder, module)
     for path in changed:
         parts = path.split("/")
         for depth in range(len(parts)):
             module = _module_name(parts[depth])
-            if module in shadowable:
-                folder = "/".join(parts[:depth])
-                suspects["/".join(parts[: depth + 1])] = (folder, module)
+            if module.isidentifier():
+                candidates["/".join(parts[: depth + 1])] = ("/".join(parts[:depth]), module)
+    suspects = {k: v for k, v in candidates.items() if v[1] in shadowable}
+    base_paths: Sequence[str] | None = None
+    if len(suspects) < len(candidates):
+        # Only places new to the tree can shadow: the names the runner may import are read
+        # (once per process) only when the attempt adds one.
+        base_paths = all_paths(base_tree)
+        existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
+        new = {k: v for k, v in candidates.items() if k not in existing and k not in suspects}
+        if new:
+            optional = optional_imports()
+            suspects.update({k: v for k, v in new.items() if v[1] in optional})
     if not suspects:
         return []
-    base_paths = all_paths(base_tree)
+    base_paths = all_paths(base_tree) if base_paths is None else base_paths
     new_paths = all_paths(tree)
     on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
-    on_path |= _configured_paths(base_tree, read)
+    on_path |= _configured_paths(base_tree, read) | command_paths(commands)
     existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
     return [
         f"{place} (shadows the module {module!r})"
         for place, (folder, module) in sorted(suspects.items())
         if folder in on_path and place not in existing
     ]
+
+
+_PYTHONPATH = re.compile(r"\bPYTHONPATH=(?P<value>\"[^\"]*\"|'[^']*'|[^\s;&|)]+)")
+
+
+def command_paths(commands: Sequence[str]) -> set[str]:
+    """The folders of the checkout that gate commands put on ``PYTHONPATH`` (``PYTHONPATH=src
+    python -m pytest``, ``env PYTHONPATH=src:lib ...``, in a shell string too)."""
+    found: set[str] = set()
+    for command in commands:
+        for match in _PYTHONPATH.finditer(command):
+            for entry in match["value"].strip("'\"").split(":"):
+                folder = entry.strip().strip("/")
+                while folder.startswith("./"):
+                    folder = folder[2:]
+                if folder and not folder.startswith(("$", "/", "..")):
+                    found.add("" if folder == "." else folder)
+    return found
+
+
+_OPTIONAL: frozenset[str] | None = None
+_IMPORTED = re.compile(
+    rb"^[ \t]*(?:import[ \t]+(\w+)[ \t]*(?:[.,#\n]|as\b|$)|from[ \t]+(\w+)(?:\.\w+)*[ \t]+import\b)",
+    re.M,
+)
+
+
+def optional_imports() -> frozenset[str]:
+    """Top-level names that the standard library, pytest and the installed pytest plugins
+    (and what they require) import, read from their sources once per process: each is a
+    module the runner may import at its start, present or not."""
+    global _OPTIONAL
+    if _OPTIONAL is None:
+        import os
+        import sysconfig
+        from importlib import metadata
+
+        names: set[str] = set()
+
+        def scan(data: bytes) -> None:
+            names.update((a or b).decode() for a, b in _IMPORTED.findall(data))
+
+        skipped = {"test", "tests", "idlelib", "site-packages", "__pycache__", "lib2to3",
+                   "tkinter", "turtledemo", "ensurepip"}  # fmt: skip
+        for folder, dirs, files in os.walk(sysconfig.get_paths()["stdlib"]):
+            dirs[:] = [d for d in dirs if d not in skipped]
+            for name in files:
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        scan(f.read())
+        wanted = {"pytest", "pluggy", "iniconfig"}
+        for entry in metadata.entry_points(group="pytest11"):
+            if entry.dist is not None and entry.dist.name != "pytest-agentgate":
+                wanted.add(entry.dist.name)  # (this plugin imports nothing of a tree's)
+        for dist_name in list(wanted):
+            try:
+                dist = metadata.distribution(dist_name)
+            except metadata.PackageNotFoundError:
+                continue
+            wanted |= {re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or ()}
+        for dist_name in wanted:
+            try:
+                files_of = metadata.distribution(dist_name).files or []
+            except metadata.PackageNotFoundError:
+                continue
+            for file in files_of:
+                if str(file).endswith(".py") and not skipped & set(Path(str(file)).parts):
+                    try:
+                        scan(file.locate().read_bytes())  # type: ignore[attr-defined]
+                    except OSError:
+                        continue
+        _OPTIONAL = frozenset(n for n in names if n.isidentifier())
+    return _OPTIONAL
 
 
 def _configured_paths(base_tree: str, read: Reader) -> set[str]:

@@ -34,7 +34,7 @@ from .. import _faults
 from ..errors import AgentgateError, ConfigError, GitError, PushRefused, WorktreeBlocked
 from ..git import transport
 from ..git import worktree as checkout
-from ..git.repo import ZERO, BaseRepo
+from ..git.repo import BaseRepo
 from ..store import locks, oplog
 
 if TYPE_CHECKING:
@@ -265,7 +265,7 @@ class _LogsMoves:
                 oplog.OpRecord(
                     op=note.op,
                     ref=self.moved_ref,
-                    old=old if old != ZERO else None,
+                    old=old if old and old.strip("0") else None,
                     new=new,
                     agent=note.agent,
                     task=note.task,
@@ -442,7 +442,7 @@ class DryRunRef(LocalBranch):
                 raise ConfigError(f"branch {self.branch!r} is gone from {self.source.label}")
             result = self.move(
                 tip,
-                ZERO,
+                self.repo.null_oid,
                 "agentgate dry run starts",
                 MoveNote("dryrun-reset", agent=self.agent, measure=False),
             )

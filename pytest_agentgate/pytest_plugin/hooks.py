@@ -456,6 +456,7 @@ def _gated_call(
     item: pytest.Item, ws: Workspace, marker: GatedMarker
 ) -> Generator[None, None, None]:
     failure: BaseException | None = None
+    result = None  # a body that raised yields none: a retry that lands returns this
     try:
         result = yield
     except pytest.skip.Exception:

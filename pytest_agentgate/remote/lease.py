@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AgentgateError, NotNeeded
 from ..git import transport
-from ..git.repo import ZERO, Author
+from ..git.repo import Author
 
 if TYPE_CHECKING:
     from ..git.repo import BaseRepo
@@ -187,7 +187,7 @@ class Lease:
                 new = self._commit()
                 pushed = transport.push(
                     self.repo, self.url,
-                    [transport.RefUpdate(self.ref, new, there or ZERO)], name=self.name,
+                    [transport.RefUpdate(self.ref, new, there or self.repo.null_oid)], name=self.name,
                 )  # fmt: skip
                 if pushed.ok:
                     self.held = new

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AgentgateError
 from ..git import transport
-from ..git.repo import ZERO, Author
+from ..git.repo import Author
 from ..store import locks
 
 if TYPE_CHECKING:
@@ -349,7 +349,7 @@ class ServerQueue:
             signing_key=self.trust.signing_key,
         )  # fmt: skip
         ref = f"{self.queue_prefix}{key}/{uid}"
-        updates = [transport.RefUpdate(ref, commit, ZERO), *self.heartbeats()]
+        updates = [transport.RefUpdate(ref, commit, self.repo.null_oid), *self.heartbeats()]
         try:
             pushed = transport.push(
                 self.repo, self.server.push_url, updates, name=self.server.remote

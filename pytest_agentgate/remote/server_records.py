@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..errors import AgentgateError
 from ..git import transport
-from ..git.repo import ZERO, BaseRepo
+from ..git.repo import BaseRepo
 from ..store import attempts, locks, oplog
 from ..workspace import state
 
@@ -62,11 +62,11 @@ def publish(repo: BaseRepo, server: Server, ref: str, commit: str) -> tuple[str,
     """
     try:
         for _ in range(MAX_CLAIMS):
-            updates = [transport.RefUpdate(ref, commit, ZERO)]
+            updates = [transport.RefUpdate(ref, commit, repo.null_oid)]
             state_ref = state.ref_for(ref)
             state_commit = repo.ref_value(state_ref) if server.push_state else None
             if state_commit:
-                updates.append(transport.RefUpdate(state_ref, state_commit, ZERO))
+                updates.append(transport.RefUpdate(state_ref, state_commit, repo.null_oid))
             pushed = transport.push(repo, server.push_url, updates, name=server.remote)
             if pushed.ok:
                 _unlist(repo, server, ref)
@@ -100,7 +100,10 @@ def publish_ref(repo: BaseRepo, server: Server, ref: str, commit: str) -> str | 
     with the lease "must not exist"; a problem or None. Never raises."""
     try:
         pushed = transport.push(
-            repo, server.push_url, [transport.RefUpdate(ref, commit, ZERO)], name=server.remote
+            repo,
+            server.push_url,
+            [transport.RefUpdate(ref, commit, repo.null_oid)],
+            name=server.remote,
         )
         if pushed.ok:
             return None

@@ -164,8 +164,14 @@ class Sandbox:
         extra_ro: Iterable[Path] = (),
         extra_rw: Iterable[Path] = (),
         path_dirs: Iterable[Path] = (),
+        extra_ro_at: Iterable[tuple[Path, Path]] = (),
+        above: Path | None = None,
     ) -> list[str]:
-        """The bwrap command line that runs ``argv`` in ``writable``, contained."""
+        """The bwrap command line that runs ``argv`` in ``writable``, contained.
+
+        ``extra_ro_at`` binds folders read-only at another place (source, where seen);
+        ``above`` is what the folder above ``writable`` shows, read-only (it must hold an
+        empty folder for each place bound below it)."""
         if self.program is None:
             return list(argv)
         args = [
@@ -206,6 +212,10 @@ class Sandbox:
             args += ["--ro-bind", str(objects), str(objects)]
         for path in extra_rw:  # declared state outside the workspace: this command's only
             args += ["--bind", str(path), str(path)]
+        for source, seen in extra_ro_at:
+            args += ["--ro-bind", str(source), str(seen)]
+        if above is not None:
+            args += ["--ro-bind", str(above), str(writable.parent)]
         args += ["--bind", str(writable), str(writable), "--bind", str(home), str(home)]
         for mask in masks:
             args += ["--remount-ro", str(mask)]
@@ -446,6 +456,8 @@ def run_contained(
     running: Running | None = None,
     extra_ro: Sequence[Path] = (),
     extra_rw: Sequence[Path] = (),
+    extra_ro_at: Sequence[tuple[Path, Path]] = (),
+    above: Path | None = None,
 ) -> CommandResult:
     """Run ``command`` in ``cwd`` as ``role``: contained when the sandbox is active.
 
@@ -475,6 +487,8 @@ def run_contained(
                 extra_ro=extra_ro,
                 extra_rw=extra_rw,
                 path_dirs=path_dirs,
+                extra_ro_at=extra_ro_at,
+                above=above,
             )
 
     return _proc.run_command(

@@ -33,6 +33,14 @@ SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+#: Terminal control sequences (colours, cursor moves, titles): never kept in a tail, a
+#: record or an agent's feedback, where they are noise to a reader and to an agent alike.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal control sequences."""
+    return _ANSI.sub("", text)
 
 
 @dataclass(frozen=True)
@@ -237,7 +245,7 @@ def run_command(
     return CommandResult(
         label,
         code,
-        mask_secrets(output),
+        mask_secrets(plain(output)),
         duration,
         bool(report.get("timed_out")),
         problem,

@@ -834,10 +834,10 @@ def test_gate_commands_run_at_once_with_gate_jobs(service: Path, tmp_path: Path)
 
     def waits_for(me: str, other: str) -> str:
         return (
-            f"{sys.executable} -c \"import pathlib, time, sys; d = pathlib.Path({str(meet)!r}); "
+            f'{sys.executable} -c "import pathlib, time, sys; d = pathlib.Path({str(meet)!r}); '
             f"(d / {me!r}).touch(); end = time.monotonic() + 20\n"
             f"while not (d / {other!r}).exists() and time.monotonic() < end: time.sleep(0.01)\n"
-            f"sys.exit(0 if (d / {other!r}).exists() else 1)\""
+            f'sys.exit(0 if (d / {other!r}).exists() else 1)"'
         )
 
     e = Engine.open(
@@ -903,8 +903,8 @@ def test_an_interrupt_ends_gate_commands_running_at_once(service: Path, tmp_path
     marks = tmp_path / "marks"
     marks.mkdir()
     sleeper = (
-        f"{sys.executable} -c \"import os, pathlib, time; "
-        f"pathlib.Path({str(marks)!r}, str(os.getpid())).touch(); time.sleep(120)\""
+        f'{sys.executable} -c "import os, pathlib, time; '
+        f'pathlib.Path({str(marks)!r}, str(os.getpid())).touch(); time.sleep(120)"'
     )
     script = tmp_path / "interrupted.py"
     script.write_text(
@@ -1073,10 +1073,14 @@ def test_a_plugin_the_base_did_not_load_is_named(service: Path) -> None:
     assert "plugin helpers.py (pytest_runtest_makereport)" in verdict.reason, verdict.reason
 
 
-FORGED = "<testsuites><testsuite>" + "".join(
-    f'<testcase classname="tests.test_ledger" name="{n}" file="tests/test_ledger.py"/>'
-    for n in ("test_handle", "test_build")
-) + "</testsuite></testsuites>"
+FORGED = (
+    "<testsuites><testsuite>"
+    + "".join(
+        f'<testcase classname="tests.test_ledger" name="{n}" file="tests/test_ledger.py"/>'
+        for n in ("test_handle", "test_build")
+    )
+    + "</testsuite></testsuites>"
+)
 #: Left running by the gate's own tests: once the gate's pytest wrote its results file, a
 #: link to the all-pass file in the agent's workspace takes its place.
 WATCHER = """
@@ -1125,3 +1129,230 @@ def test_a_gate_s_makefile_is_harness(with_makefile: Path) -> None:
     verdict = attempt(e, {"Makefile": "test:\n\t@echo all good\n"}).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected"
     assert "Makefile (wrappers: the gate runs make)" in verdict.reason, verdict.reason
+
+
+# -- a second round, by someone who had read the new code ------------------------------------
+
+ORG = """
+import json, os, atexit
+_orig = json.dumps
+def dumps(obj, *a, **k):
+    if isinstance(obj, dict):
+        if obj.get("kind") == "test" and obj.get("outcome") in ("failed", "error"):
+            obj = {**obj, "outcome": "passed"}
+        if obj.get("kind") == "end" and obj.get("exitstatus") == 1:
+            obj = {**obj, "exitstatus": 0}
+            atexit.register(os._exit, 0)
+    return _orig(obj, *a, **k)
+json.dumps = dumps
+raise ImportError("no Jython here")  # copy.py carries on as usual
+"""
+SPOOF = """
+import gc, sys, types
+if "pytest" in sys.modules:
+    import pytest
+    from _pytest.config import Config
+    config = next(o for o in gc.get_objects() if isinstance(o, Config))
+    import _pytest.skipping as real
+    fake = types.ModuleType("_pytest.skipping")  # named as a plugin the base loads
+    fake.__file__ = real.__file__
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item, call):
+        report = yield
+        report.outcome = "passed"
+        return report
+
+    fake.pytest_runtest_makereport = pytest_runtest_makereport
+    config.pluginmanager.register(fake, "spoof")
+"""
+
+
+@pytest.mark.parametrize(
+    ("cheat", "files", "why"),
+    [
+        (
+            "a top-level org/ package, which copy.py tries as pytest starts",
+            {"org/__init__.py": ORG},
+            "org (shadows the module 'org')",
+        ),
+        (
+            "a plugin registered under the name of one the base's run loads",
+            {"ledger/__init__.py": SPOOF},
+            "not the module imported as _pytest.skipping",
+        ),
+    ],
+)
+def test_a_second_round_cheat_is_rejected(
+    service: Path, cheat: str, files: dict[str, str], why: str
+) -> None:
+    verdict = attempt(engine(service), {"ledger/store.py": BROKEN_STORE, **files}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", (cheat, verdict)
+    assert why in verdict.reason, verdict.reason
+
+
+CLI = """
+import json, sys
+from ledger.api import handle
+print(json.dumps(handle([int(a) for a in sys.argv[1:]])))
+"""
+SUBPROCESS_TESTS = """
+import json, subprocess, sys
+
+def run(*args):
+    out = subprocess.run([sys.executable, "-m", "ledger.cli", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+def test_handle():
+    assert run("1", "2") == [1, 2, 0]
+
+def test_empty():
+    assert run() == [0]
+"""
+STEAL = """
+import ctypes, os, socket, json
+
+def _forge():
+    if not os.environ.get("AGENTGATE_ACTIVE") or os.path.exists("/tmp/.forged"):
+        return
+    open("/tmp/.forged", "w").close()
+    ppid = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(ppid)
+    for name in os.listdir(f"/proc/{ppid}/fd"):
+        try:
+            if not os.readlink(f"/proc/{ppid}/fd/{name}").startswith("socket:"):
+                continue
+        except OSError:
+            continue
+        fd = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
+        if fd < 0:
+            continue
+        s = socket.socket(fileno=fd)
+        lines = [{"kind": "test", "id": f"tests/test_ledger.py::{t}", "outcome": "passed"}
+                 for t in ("test_handle", "test_empty")]
+        lines.append({"kind": "end", "exitstatus": 1})
+        s.sendall(b"".join(json.dumps(l).encode() + b"\\\\n" for l in lines))
+        s.shutdown(socket.SHUT_WR)
+        s.close()
+
+_forge()
+"""
+
+
+def test_a_child_process_cannot_take_the_gate_s_results_socket(service: Path, bwrap: str) -> None:
+    """The tests are protected and never import the agent's code: they run it in a child
+    process. That child took the results socket out of its parent pytest (pidfd_getfd, same
+    uid), wrote a forged end of the session (every base test passed, exit status 1) and shut
+    it down: it landed. Now the gate's pytest is not dumpable (its descriptors cannot be
+    taken), an exit 1 with no failing test is no pass, and a session that never said what it
+    loaded is not the base's."""
+    write(service, {"ledger/cli.py": CLI, "tests/test_ledger.py": SUBPROCESS_TESTS})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "tests that run the code as a process")
+    e = engine(service, protect=("tests/*",))
+    before = git(service, "rev-parse", "main")
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, "ledger/__init__.py": STEAL}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_a_module_shadowed_on_the_gate_s_pythonpath_is_refused(service: Path) -> None:
+    """A gate spelled ``PYTHONPATH=src python -m pytest``: ``src/json.py`` shadowed the
+    standard json, for the collector too, and rewrote what it sent. The folders a gate
+    command puts on PYTHONPATH are where Python looks first, as the top of the tree is."""
+    (service / "src").mkdir()
+    git(service, "mv", "ledger", "src/ledger")
+    git(service, "commit", "-qm", "src layout")
+    gate = f"PYTHONPATH=src {sys.executable} -m pytest -q -p no:cacheprovider tests"
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,), timeout=120),
+    )  # fmt: skip
+    fake = "import os\nos._exit(0)\n"
+    verdict = attempt(e, {"src/ledger/store.py": BROKEN_STORE, "src/json.py": fake}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "src/json.py (shadows the module 'json')" in verdict.reason, verdict.reason
+
+
+def test_a_module_xdist_workers_try_is_refused(service: Path) -> None:
+    """Under ``-n 2`` every worker tries ``import setproctitle``: a top-level setproctitle.py
+    ran in the workers, where the controller's collector never looks."""
+    gate = f"{sys.executable} -m pytest -q -p no:cacheprovider -n 2 tests"
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,), timeout=120),
+    )  # fmt: skip
+    planted = (
+        "import os\nos.environ['PYTEST_PLUGINS'] = 'helpers'\ndef setproctitle(t):\n    pass\n"
+    )
+    verdict = attempt(
+        e,
+        {
+            "ledger/store.py": BROKEN_STORE,
+            "setproctitle.py": planted,
+            "helpers.py": PASS_EVERY_REPORT,
+        },
+    ).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "setproctitle.py (shadows the module 'setproctitle')" in verdict.reason
+
+
+PROBE = """
+import os, sys
+
+results = os.path.dirname(os.environ["AGENTGATE_RESULTS"])
+above = os.path.dirname(os.getcwd())
+done = []
+for what, act in [
+    ("moved the results folder", lambda: os.rename(results, results + ".moved")),
+    ("moved the folder above it", lambda: os.rename(os.path.dirname(results), "/tmp/moved")),
+    ("moved the folder above the checkout", lambda: os.rename(above, above + ".moved")),
+    ("wrote a pytest.ini above the checkout", lambda: open(os.path.join(above, "pytest.ini"), "w")),
+    ("wrote a conftest.py above the checkout", lambda: open(os.path.join(above, "conftest.py"), "w")),
+    ("wrote into the results folder", lambda: open(os.path.join(results, "x.py"), "w")),
+]:
+    try:
+        act()
+        done.append(what)
+    except OSError:
+        pass
+print("; ".join(done))
+sys.exit(1 if done else 0)
+"""
+
+
+def test_the_results_folder_and_the_folder_above_a_checkout_stay_put(
+    service: Path, bwrap: str
+) -> None:
+    """Found by the second round: the folder holding the collector and the socket was a
+    plain folder of the sandbox's /tmp, so a process of the gate moved it away and left a
+    collector of its own in its place for any pytest started later in the command (after a
+    wrapper's step of the agent's, say), and the folder above the checkout, where the
+    boundary ``pytest.ini`` should be, was an empty folder it could write. Now the results
+    folder lies in the sandbox's read-only root and the folder above the checkout is
+    read-only, holding only the boundary."""
+    from pytest_agentgate.judge import gate as gate_module
+
+    write(service, {"probe.py": PROBE})
+    git(service, "add", "probe.py")
+    git(service, "commit", "-qm", "a probe")
+    e = engine(service)
+    spec = GateSpec(commands=(f"{sys.executable} probe.py",), results_mode="exit-code")
+    found = gate_module.run_commands(e.repo, e.repo.tree_of("main"), spec, e.gate_context())
+    assert found.ok, found.message + "\n" + found.output
+
+
+def test_an_uncontained_base_without_configuration_is_the_same_base_in_every_run(
+    service: Path,
+) -> None:
+    """Without a sandbox, on a base with no pytest configuration, the fingerprint kept with
+    the baseline held the boundary ini's path in one run's private folder: every honest
+    attempt of a later run was rejected for loading another ini file."""
+    for run in ("one", "two"):
+        e = Engine.open(
+            service, "main", promote=True, workdir=service.parent / f"work-{run}",
+            gate=GateSpec(commands=(GATE,), timeout=120), sandbox=Settings(mode="none"),
+        )  # fmt: skip
+        honest = attempt(e, {f"ledger/notes_{run}.py": "X = 1\n"}, task=f"honest {run}")
+        assert honest.verdict.status == "promoted", honest.verdict  # type: ignore[attr-defined]
