@@ -55,6 +55,7 @@ from .land.queue import LandingQueue, Outcome
 from .land.retest import BatchRetest, Retested
 from .land.target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .pool import ISOLATIONS, WorkspacePool
+from .posted import posted_checks
 from .remote import server_records
 from .remote.server_queue import Trust
 from .sandbox import containment as sandbox
@@ -132,18 +133,7 @@ class EngineSettings:
 
     @classmethod
     def of(cls, **options: Any) -> EngineSettings:
-        """Settings from keyword options, with the names of 0.1 (``sandbox_settings``)."""
-        if "sandbox_settings" in options:
-            import warnings
-
-            warnings.warn(
-                "sandbox_settings= is deprecated and will be removed in 0.3; use sandbox=",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            found = options.pop("sandbox_settings")
-            if found is not None:
-                options["sandbox"] = found
+        """Settings from keyword options (the fields of this class)."""
         if options.get("workdir") is None:
             options.pop("workdir", None)
         for name in ("exclude", "allow_symlinks"):
@@ -207,23 +197,12 @@ class Engine:
     def __init__(
         self,
         repo: BaseRepo,
-        settings: EngineSettings | str,
+        settings: EngineSettings,
         *,
         pinned_base: str | None = None,
         **options: Any,
     ) -> None:
-        if isinstance(settings, str):  # Engine(repo, "main", promote=True, ...) of 0.1
-            import warnings
-
-            warnings.warn(
-                "Engine(repo, branch, **options) is deprecated and will be removed in 0.3; use "
-                "Engine(repo, EngineSettings(target=branch, ...)) or Engine.open(...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            pinned_base = pinned_base or options.pop("base", None)
-            settings = EngineSettings.of(target=settings, **options)
-        elif options:
+        if options:
             raise TypeError(f"unknown argument(s): {', '.join(sorted(options))}")
         if settings.target is None:
             raise ConfigError("the engine needs a target branch", source="target")
@@ -268,6 +247,9 @@ class Engine:
         self._started = False
         #: Told each step an attempt enters (snapshot, gate, queue...); None: nobody listens.
         self.on_step: Callable[[str], None] | None = None
+        #: The Python checks of each test of this run, by its id: a leader runs them on
+        #: another machine's posted attempt of the same test.
+        self.checks_by_test: dict[str, tuple[Check, ...]] = {}
 
     @classmethod
     def open(
@@ -358,11 +340,6 @@ class Engine:
     @property
     def workdir(self) -> Path:
         return self.pool.workdir
-
-    @property
-    def promote_enabled(self) -> bool:
-        """Whether a landing moves a branch (False: a dry run)."""
-        return self.target.promotes
 
     @property
     def ref(self) -> str:
@@ -1050,7 +1027,11 @@ class Engine:
                                      max_changed_lines=limit),
             s.allow_symlinks,
         )  # fmt: skip
-        return None if found.ok else found.message
+        if not found.ok:
+            return found.message
+        test = str(declared.get("test") or "")
+        return posted_checks(self.repo, snap, test, self.checks_by_test.get(test, ()),
+                             self.private_root())  # fmt: skip
 
     def _batch_key(self, spec: GateSpec) -> str:
         """Which attempts may share a re-test: the same gate, environment and sandbox."""
@@ -1074,6 +1055,7 @@ class Engine:
             "excluded": [*(snap.excluded if snap else ()), *attempt.state_excluded],
             "state": attempt.state,
             "sandbox": attempt.sandbox,
+            "transcript": attempt.workspace.output_tail(),
             "results": attempt.results,
             "graded_tree": attempt.graded_tree or "",
             "try": attempt.try_number,

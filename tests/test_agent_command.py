@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -321,3 +322,43 @@ def test_a_recycled_workspace_carries_no_notes_of_the_last_test(
     result.assert_outcomes(passed=2)
     rows = json.loads(report.read_text())["attempts"]
     assert [r["notes"] for r in rows] == [{"tokens": 5}, {}]
+
+
+def test_the_agent_s_transcript_is_in_its_record(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    """What the agent printed, on stdout and on stderr, is in its attempt's record (agentgate
+    show), for a rejected attempt and a promoted one: only the gate's output was there."""
+    agent = tmp_path / "talking-agent.py"
+    agent.write_text(
+        "import pathlib, sys\n"
+        "print('agent says: working on', sys.argv[1])\n"
+        "print('agent warns: on stderr', file=sys.stderr)\n"
+        "pathlib.Path(sys.argv[2], sys.argv[1] + '.txt').write_text('x')\n"
+    )
+    pytester.makepyfile(
+        test_agents="""
+        import pytest
+
+        @pytest.mark.gated(task="good", gate=["true"], results="exit-code")
+        def test_good(agent_workspace):
+            agent_workspace.run_agent()
+
+        @pytest.mark.gated(task="bad", gate=["false"], results="exit-code")
+        def test_bad(agent_workspace):
+            agent_workspace.run_agent()
+        """
+    )
+    result = pytester.runpytest(
+        f"--agentgate-repo={service}", "--agentgate-promote", "-p", "no:cacheprovider",
+        f"--agentgate-agent-command={sys.executable} {agent} {{task}} {{workspace}}",
+        f"--agentgate-sandbox-bind={agent}",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, failed=1)
+    for ref in ("refs/agentgate/attempts/good/1", "refs/agentgate/attempts/bad/1"):
+        shown = subprocess.run(
+            [sys.executable, "-m", "pytest_agentgate", "show", "--repo", str(service), ref],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+        assert "agent says: working on" in shown, (ref, shown)
+        assert "agent warns: on stderr" in shown, (ref, shown)

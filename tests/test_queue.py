@@ -94,7 +94,9 @@ def test_a_batch_shares_one_retest_and_lands_one_commit_per_attempt(
     assert len(b.retests) == 1  # one gate run for seven merges
     assert [o.batch.split(" ", 1)[1] for o in outcomes] == [f"({k} of 7)" for k in range(1, 8)]
     # One merge commit per attempt, in arrival order: git log and revert stay per attempt.
-    assert b.first_parents() == [f"agentgate: merge task a{i}" for i in range(7, 0, -1)] + ["a0"]
+    assert b.first_parents() == [
+        f"agentgate: merge task a{i} (by a{i})" for i in range(7, 0, -1)
+    ] + ["a0"]
     assert outcomes[-1].new == b.repo.ref_value("refs/heads/main")
     records = {a.task: a for a in list_attempts(b.repo)}
     assert records["task a7"].trailers["Batch"].endswith("(7 of 7)")
@@ -255,7 +257,10 @@ def test_attempts_queued_during_a_retest_are_retested_ahead_at_the_same_time(
     (_, _, _, ended0), (tree1, _, began1, _) = retest.runs
     assert began1 < ended0, "the run ahead did not overlap the batch's own re-test"
     assert b.repo.tree_of("refs/heads/main") == tree1  # what landed is what was tested
-    assert b.first_parents()[:2] == ["agentgate: merge task a4", "agentgate: merge task a3"]
+    assert b.first_parents()[:2] == [
+        "agentgate: merge task a4 (by a4)",
+        "agentgate: merge task a3 (by a3)",
+    ]
     fsck(b.path)
 
 
@@ -353,7 +358,9 @@ def test_a_leader_killed_mid_batch_loses_nothing(service: Path, tmp_path: Path, 
     on_main = git(b.path, "ls-tree", "--name-only", "main").splitlines()
     assert {"k0.txt", "k1.txt", "k2.txt"} <= set(on_main)
     merges = [s for s in b.first_parents() if s.startswith("agentgate: merge task k")]
-    assert sorted(merges) == [f"agentgate: merge task k{i}" for i in range(3)]  # once each
+    assert sorted(merges) == [
+        f"agentgate: merge task k{i} (by k{i})" for i in range(3)
+    ]  # once each
     recorded = [a.task for a in list_attempts(b.repo)]
     assert sorted(t for t in recorded if t.startswith("task k")) == [
         "task k0",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import selectors
 import shutil
 import socket
@@ -214,6 +215,9 @@ class Channel:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.socket_path = folder / "results.sock"
+        # A name of this command's own: no tree can hold a module by that name where Python
+        # looks before the collector's folder (a PYTHONPATH a Makefile or a script sets).
+        self.module = f"{MODULE}_{secrets.token_hex(8)}"
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_r, self._stop_w = -1, -1
@@ -222,8 +226,8 @@ class Channel:
 
     def open(self) -> Channel:
         self.folder.mkdir(mode=0o755)
-        shutil.copyfile(_collector.__file__, self.folder / f"{MODULE}.py")
-        os.chmod(self.folder / f"{MODULE}.py", 0o444)
+        shutil.copyfile(_collector.__file__, self.folder / f"{self.module}.py")
+        os.chmod(self.folder / f"{self.module}.py", 0o444)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         where = os.open(self.folder, os.O_PATH | os.O_CLOEXEC)
         try:  # through the folder's descriptor: a socket's path is at most 108 bytes
@@ -247,7 +251,7 @@ class Channel:
         (a fixed, read-only place in the sandbox), when not at its own path."""
         folder = seen_at or self.folder
         path = (str(folder), would_have.get("PYTHONPATH", ""))
-        plugins = (MODULE, would_have.get("PYTEST_PLUGINS", ""))
+        plugins = (self.module, would_have.get("PYTEST_PLUGINS", ""))
         return {
             CHANNEL_ENV: str(folder / self.socket_path.name),
             "PYTEST_PLUGINS": ",".join(p for p in plugins if p),

@@ -58,7 +58,7 @@ def _take_environment() -> str:
     """This session's channel; the collector's variables leave the environment."""
     path = os.environ.pop(CHANNEL_ENV, "")
     plugins = [p.strip() for p in os.environ.get("PYTEST_PLUGINS", "").split(",")]
-    kept = [p for p in plugins if p and p != NAME]
+    kept = [p for p in plugins if p and p != __name__]
     if kept:
         os.environ["PYTEST_PLUGINS"] = ",".join(kept)
     else:
@@ -172,6 +172,8 @@ class _Session:
 
     def identity(self, plugin: Any, name: str | None) -> str:
         """A name for a plugin that is the same in every checkout and every run."""
+        if plugin is sys.modules.get(__name__):  # this collector, by its name of every run
+            return f"module {NAME}"
         module = getattr(plugin, "__file__", None)
         if isinstance(module, str):
             where = self.relative(module)
@@ -205,7 +207,8 @@ def _start() -> None:
     _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv), tainted=_tainted())
 
 
-if __name__ == NAME:  # as the gate's pytest loads it; imported by the plugin, it does nothing
+if __name__.startswith(NAME + "_"):  # as the gate's pytest loads it (a name of its command's
+    # own); imported by the plugin itself, it does nothing
     _start()
 
 

@@ -63,13 +63,19 @@ DEFAULT_HARNESS = (
 #: What a gate's wrapper reads to decide what it runs (rule ``wrappers``): for a gate that runs
 #: one of these programs, those files are harness too (a recipe the agent could edit runs
 #: before pytest, with the gate's results channel in its environment).
+_MAKEFILES = (
+    # GNU make remakes a makefile from any of these by its built-in rules (Makefile.sh,
+    # RCS and SCCS masters) before it reads it.
+    "Makefile", "makefile", "GNUmakefile", "*.mk", "Makefile.*", "makefile.*", "GNUmakefile.*",
+    "*,v", "s.*", "RCS", "SCCS",
+)  # fmt: skip
 WRAPPER_FILES = {
-    "make": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
-    "gmake": ("Makefile", "makefile", "GNUmakefile", "*.mk"),
-    "tox": ("tox.ini",),
+    "make": _MAKEFILES,
+    "gmake": _MAKEFILES,
+    "tox": ("tox.ini", "tox.toml"),
     "nox": ("noxfile.py",),
     "hatch": ("hatch.toml",),
-    "just": ("justfile", "Justfile", ".justfile"),
+    "just": ("justfile", ".justfile"),  # matched whatever their case, as just finds them
 }
 #: The sections of shared files those wrappers read.
 WRAPPER_SECTIONS = {
@@ -201,18 +207,40 @@ def wrappers_of(commands: Sequence[str]) -> list[str]:
 def _wrapper_files(
     commands: Sequence[str], changed: Sequence[str], base_tree: str, tree: str, read: Reader
 ) -> list[str]:
+    """The files a gate's wrapper reads, and every file of the base the gate's commands
+    name (``sh scripts/test.sh``, ``python run_tests.py``, ``./ci``): each runs before
+    pytest, with the results channel in its environment."""
     found = []
     for wrapper in wrappers_of(commands):
+        globs = [g.lower() for g in WRAPPER_FILES[wrapper]]
         for path in changed:
-            if any(fnmatch.fnmatchcase(path.split("/")[-1], g) for g in WRAPPER_FILES[wrapper]):
+            parts = [part.lower() for part in path.split("/")]
+            if any(fnmatch.fnmatchcase(part, g) for g in globs for part in parts):
                 found.append(f"{path} (wrappers: the gate runs {wrapper})")
+        if wrapper in ("make", "gmake"):
+            included = _make_includes(read(base_tree, "Makefile") or b"")
+            found += [
+                f"{p} (wrappers: the base's Makefile includes it)" for p in changed if p in included
+            ]
         for name, section in WRAPPER_SECTIONS.get(wrapper, ()):
             for path in changed:
                 if path.split("/")[-1] == name and _section(
                     name, read(base_tree, path), section
                 ) != _section(name, read(tree, path), section):
                     found.append(f"{path}:[{section}] (wrappers: the gate runs {wrapper})")
+    named = {w.removeprefix("./") for c in commands for w in re.split(r"[\s;&|()'\"`=:]+", c)}
+    found += [f"{p} (wrappers: the gate runs it)" for p in changed if p in named]
     return sorted(set(found))
+
+
+def _make_includes(makefile: bytes) -> set[str]:
+    """The files a Makefile's ``include``, ``-include`` and ``sinclude`` lines name."""
+    found: set[str] = set()
+    for line in makefile.decode("utf-8", "replace").splitlines():
+        words = line.split()
+        if words and words[0] in ("include", "-include", "sinclude"):
+            found.update(w.removeprefix("./") for w in words[1:] if "$" not in w)
+    return found
 
 
 def _linked_configs(
@@ -488,7 +516,9 @@ def plugin_writes(content: bytes | None) -> list[str]:
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             if node.func.id in ("globals", "vars", "locals") and not node.args:
                 found.append(f"{node.func.id}()")
-            elif node.func.id == "setattr" and node.args and _names_a_module(node.args[0]):
+            elif node.func.id in ("exec", "eval", "compile") or (
+                node.func.id == "setattr" and node.args and _names_a_module(node.args[0])
+            ):  # code no reader can follow
                 found.append(ast.dump(node))
     return sorted(found)
 

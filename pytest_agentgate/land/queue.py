@@ -854,10 +854,8 @@ class LandingQueue:
                     self._unpost(entry.uid)
                     self._write_verdict(entry, outcome(i, result.problem or ""))
                 else:  # told in this leader's summary: every landing it made is named
-                    self.landed_for_others.append(
-                        {"task": entry.task, "agent": entry.agent, "machine": entry.machine,
-                         "uid": entry.uid, "new": top}
-                    )  # fmt: skip
+                    told = {"task": entry.task, "agent": entry.agent, "machine": entry.machine}
+                    self.landed_for_others.append({**told, "uid": entry.uid, "new": top})
         return top
 
     def _longest_passing(
@@ -1471,6 +1469,7 @@ def _posting(entry: Entry) -> dict[str, object]:
         "base": entry.base,
         "agent": entry.agent,
         "task": entry.task,
+        "test": entry.record.get("test", ""),
         "began": entry.began,
         "protect": entry.record.get("protect", []),
         "max_changed_lines": entry.record.get("max_changed_lines"),

@@ -164,6 +164,8 @@ class AgentgateRun:
                 "--agentgate-protect none: nothing is protected; an attempt may change the test "
                 "harness (conftest.py, the pytest configuration) that judges it"
             )
+        for item in items:  # a leader runs them on other machines' posts of these tests
+            engine.checks_by_test[item.nodeid] = tuple(item.stash[MARKER_KEY].checks)
         gates = (self.gate_for(item, item.stash[MARKER_KEY], []) for item in items)
         specs = list({spec.commands: spec for spec in gates}.values())
         try:

@@ -13,6 +13,7 @@ import marshal
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -174,7 +175,7 @@ def run_command(
     ``started``, for a last sweep should the supervisor itself be killed.
     """
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
-    label = command if isinstance(command, str) else " ".join(argv)
+    label = command if isinstance(command, str) else shlex.join(argv)  # as a shell reads it
     contained = wrap is not None
     final = wrap(argv) if wrap is not None else argv
     begin = time.perf_counter()

@@ -243,6 +243,7 @@ def write_record(
         reason=reason,
         check=check,
         output=output,
+        transcript=str(fields.get("transcript") or ""),
         agent=str(fields["agent"]),
         test=str(fields.get("test", "")),
         base=str(fields["base"]),

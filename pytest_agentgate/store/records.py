@@ -56,6 +56,13 @@ def slugify(task: str, limit: int = 60) -> str:
     return slug or "task"
 
 
+def _indented(title: str, text: str) -> list[str]:
+    """A titled block of the record's body, each line indented (none when ``text`` is empty)."""
+    if not text.strip():
+        return []
+    return [title, *("    " + line for line in text.splitlines()), ""]
+
+
 def format_message(
     *,
     task: str,
@@ -79,8 +86,10 @@ def format_message(
     checkpoints: str = "",
     protect: Sequence[str] = (),
     max_changed_lines: int | None = None,
+    transcript: str = "",
 ) -> str:
-    """The record's message: a subject, why, the output tail, then ``Agentgate-*`` trailers."""
+    """The record's message: a subject, why, the output tail, what the agent's commands
+    printed (the tail of its transcript), then ``Agentgate-*`` trailers."""
     subject = one_line(f"agentgate {status}: {task}")[:200]
     body = [subject, ""]
     if reason:
@@ -106,8 +115,9 @@ def format_message(
     if results and results.get("judged_by_exit_code"):
         shown = ", ".join(one_line(str(c)) for c in results["judged_by_exit_code"][:10])
         body += [f"Judged by exit code: {shown}", ""]
-    if output.strip():
-        body += ["Output (last lines):", *("    " + line for line in output.splitlines()), ""]
+    body += _indented("Output (last lines):", output)
+    if transcript.strip() != output.strip():
+        body += _indented("Agent transcript (last lines):", transcript)
     # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
     # orders attempts recorded within one second.
     trailers: dict[str, str | None] = {
@@ -157,7 +167,8 @@ def change_message(task: str, agent: str) -> str:
 
 def merge_message(task: str, agent: str) -> str:
     """The message of the merge commit that lands an attempt onto a moved target."""
-    return f"agentgate: merge {one_line(task)}\n\n" + trailer_lines({"Agent": agent, "Task": task})
+    subject = f"agentgate: merge {one_line(task)[:120]} (by {one_line(agent)[:60]})"
+    return f"{subject}\n\n" + trailer_lines({"Agent": agent, "Task": task})
 
 
 def landing_reflog(task: str, agent: str, *, dry_run: bool) -> str:

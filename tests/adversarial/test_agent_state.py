@@ -113,14 +113,33 @@ def test_a_read_only_folder_an_agent_left_in_state_is_still_put_back(tmp_path: P
     (state / "keep" / "backdoor.txt").write_text("planted by a rejected try\n")
     os.chmod(state / "keep", 0o555)
     subprocess.run(["chown", "-R", "65534:65534", str(state)], check=True)
+    # What the unprivileged user runs is a copy of the removal module where it can read it,
+    # with an interpreter it can start: a clone in a private folder (mktemp -d, mode 0700)
+    # is out of its reach, and so is a virtual environment inside it.
+    from pytest_agentgate.sandbox import removal
+
+    shutil.copy(removal.__file__, place / "removal.py")
+    os.chmod(place / "removal.py", 0o644)
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    python = next(
+        (
+            exe
+            for exe in dict.fromkeys((sys.executable, sys._base_executable, "/usr/bin/python3"))
+            if os.path.exists(exe)
+            and subprocess.run([*as_nobody, exe, "-I", "-c", "pass"], check=False).returncode == 0
+        ),
+        None,
+    )
+    if python is None:
+        shutil.rmtree(place, ignore_errors=True)
+        pytest.skip("no Python interpreter the unprivileged user can start")
     script = (
-        "import sys; from pathlib import Path; from pytest_agentgate.sandbox.removal import empty_dir; "
-        f"empty_dir(Path({str(state)!r}))"
+        f"import sys; sys.path.insert(0, {str(place)!r}); from pathlib import Path; "
+        f"from removal import empty_dir; empty_dir(Path({str(state)!r}))"
     )
     done = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-         script], capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [*as_nobody, python, "-I", "-c", script], capture_output=True, text=True, check=False
+    )
     try:
         assert done.returncode == 0, done.stderr
         assert state.is_dir() and list(state.iterdir()) == []

@@ -1057,9 +1057,12 @@ def test_a_gate_that_reports_no_tests_is_an_error_when_promoting(service: Path) 
 
 def test_a_plugin_the_base_did_not_load_is_named(service: Path) -> None:
     """The cross-check from pytest itself: a plugin loaded in a way no file rule reads
-    (``pytest_plugins`` written by ``exec`` of a string built at run time) is named by what
-    the gate's pytest registered, where the base's did not."""
-    e = engine(service)
+    (``pytest_plugins`` written by ``exec`` of a string built at run time; the file rule that
+    now reads ``exec`` is lifted here) is named by what the gate's pytest registered, where
+    the base's did not."""
+    from pytest_agentgate.judge.harness import DEFAULT_HARNESS
+
+    e = engine(service, harness=tuple(r for r in DEFAULT_HARNESS if r != "pytest_plugins"))
     planted = 'exec("pytest" + "_plugins = [\'helpers\']")\n\ndef test_more():\n    pass\n'
     verdict = attempt(
         e,
@@ -1356,3 +1359,87 @@ def test_an_uncontained_base_without_configuration_is_the_same_base_in_every_run
         )  # fmt: skip
         honest = attempt(e, {f"ledger/notes_{run}.py": "X = 1\n"}, task=f"honest {run}")
         assert honest.verdict.status == "promoted", honest.verdict  # type: ignore[attr-defined]
+
+
+# -- a third round: what runs before pytest, and what puts a folder first on its path --------
+
+#: Planted where Python looks before the collector's folder: runs the real collector's code
+#: under the real file's name, with failures reported as passes and exit status 0.
+FAKE_COLLECTOR = (Path(__file__).parent / "fake_collector.txt").read_text()
+PY = sys.executable
+PYTEST = f"{PY} -m pytest -q -p no:cacheprovider tests"
+
+
+@pytest.mark.parametrize(
+    ("case", "base", "gate", "cheat"),
+    [
+        (
+            "PYTHONPATH set inside a committed Makefile",
+            {"Makefile": f"test:\n\tPYTHONPATH=src:$$PYTHONPATH {PYTEST}\n"},
+            "make test",
+            {"src/agentgate_collector.py": FAKE_COLLECTOR},
+        ),
+        (
+            "a gate spelled PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}",
+            {},
+            f"sh -c 'PYTHONPATH=src${{PYTHONPATH:+:$PYTHONPATH}} {PYTEST}'",
+            {"src/agentgate_collector.py": FAKE_COLLECTOR},
+        ),
+        (
+            "GNU make remaking the protected Makefile from a Makefile.sh",
+            {"Makefile": f"test:\n\t{PYTEST}\n"},
+            "make test",
+            {
+                "Makefile.sh": f"test:\n\tPYTHONPATH=tools:$$PYTHONPATH {PYTEST}\n",
+                "tools/agentgate_collector.py": FAKE_COLLECTOR,
+            },
+        ),
+        (
+            "the script the gate runs, edited",
+            {"scripts/test.sh": f"set -e\n{PYTEST}\n"},
+            "sh scripts/test.sh",
+            {
+                "scripts/test.sh": f"set -e\nPYTHONPATH=tools:$PYTHONPATH {PYTEST}\n",
+                "tools/agentgate_collector.py": FAKE_COLLECTOR,
+            },
+        ),
+    ],
+)
+def test_what_runs_before_pytest_cannot_speak_for_it(
+    service: Path, case: str, base: dict[str, str], gate: str, cheat: dict[str, str]
+) -> None:
+    """A collector of the agent's own planted where Python looks first: through a PYTHONPATH
+    a committed Makefile or a shell idiom sets, a Makefile GNU make remakes from the agent's
+    Makefile.sh, the gate's own script edited. Each landed broken code, with the tests
+    protected. Now the collector has a name of each command's own, make's remaking sources
+    and the scripts a gate names are harness."""
+    if base:
+        write(service, base)
+        git(service, "add", "-A")
+        git(service, "commit", "-qm", "the gate's wrapper")
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,), timeout=120, protect=("tests/*",)),
+    )  # fmt: skip
+    before = git(service, "rev-parse", "main")
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, **cheat}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", (case, verdict)
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_pytest_plugins_by_exec_in_a_test_module_is_harness(service: Path) -> None:
+    """Under ``-n 2`` only the workers import test modules, so a plugin a new test module
+    loaded through ``exec`` was never seen by the controller's collector: it landed."""
+    gate = f"{PY} -m pytest -q -p no:cacheprovider -n 2 tests"
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(gate,), timeout=120),
+    )  # fmt: skip
+    planted = 'exec("pytest_plugin" + "s = [\'ledger_tools\']")\n\ndef test_more():\n    pass\n'
+    verdict = attempt(
+        e,
+        {"ledger/store.py": BROKEN_STORE, "tests/test_more.py": planted,
+         "ledger_tools.py": PASS_EVERY_REPORT},
+    ).verdict  # type: ignore[attr-defined]  # fmt: skip
+    assert verdict.status == "rejected", verdict
+    assert "tests/test_more.py (pytest_plugins)" in verdict.reason, verdict.reason

@@ -118,7 +118,13 @@ class Leader:
         self.retested: list[str] = []
 
     def retest(
-        self, tree: str, tip: str, bases: Sequence[str], *, ahead: bool = False, running=None,
+        self,
+        tree: str,
+        tip: str,
+        bases: Sequence[str],
+        *,
+        ahead: bool = False,
+        running=None,
         reuse=None,
     ) -> Retested:
         self.retested.append(tree)
@@ -855,3 +861,30 @@ def test_a_post_is_taken_only_when_an_allowed_key_signed_it(daemon: str, tmp_pat
         assert "not signed by a key --agentgate-allowed-signers names" in str(verdict["reason"])
     assert _verdict(server, posts["signed"])["status"] == "promoted"
     fsck(server)
+
+
+def test_a_leader_runs_the_checks_of_the_post_s_test(daemon: str, tmp_path: Path) -> None:
+    """A post of a test this run has: its Python checks ran only on the poster's machine, so
+    a forged post skipped them (it was judged by the tree rules and a re-test alone). The
+    leader runs them itself, on the posted tree."""
+    (tmp_path / "l").mkdir()
+    leader = Leader(daemon, tmp_path / "l")
+
+    def no_secrets(attempt: object) -> bool:
+        return not (attempt.path / "secret.txt").exists()  # type: ignore[attr-defined]
+
+    leader.engine.checks_by_test["test_agents.py::test_task"] = (no_secrets,)
+    forger = _clone(daemon, tmp_path / "forger")
+    base = git(forger, "rev-parse", "HEAD")
+    bad = _post(forger, daemon, _change(forger, base, {"secret.txt": "s"}), base,
+                test="test_agents.py::test_task")  # fmt: skip
+    good = _post(forger, daemon, _change(forger, base, {"fine.txt": "f"}), base,
+                 test="test_agents.py::test_task")  # fmt: skip
+    leader.land_own("mine")
+    server = _server(tmp_path)
+    landed = git(server, "ls-tree", "--name-only", "main").splitlines()
+    assert "fine.txt" in landed and "secret.txt" not in landed
+    verdict = _verdict(server, bad)
+    assert verdict["status"] == "rejected"
+    assert "its test's check no_secrets failed here" in str(verdict["reason"]), verdict
+    assert _verdict(server, good)["status"] == "promoted"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from pytest_agentgate import Attempt, BaseRepo, EngineSettings, Move
-from pytest_agentgate.sandbox.containment import Settings
 from pytest_agentgate.store.attempts import AttemptInfo
 from pytest_agentgate.workspace.fork import Workspace
 
@@ -48,22 +47,8 @@ def test_the_new_names_do_not_warn(recwarn: pytest.WarningsRecorder) -> None:
     assert not recwarn.list
 
 
-def test_engine_options_of_0_1() -> None:
-    with pytest.warns(DeprecationWarning, match="use sandbox="):
-        s = EngineSettings.of(target="main", sandbox_settings=Settings(mode="none"), workdir=None)
-    assert s.sandbox.mode == "none"
+def test_unknown_engine_options_are_named() -> None:
     with pytest.raises(TypeError, match="unknown engine setting"):
         EngineSettings.of(target="main", promte=True)
 
 
-def test_the_engine_constructor_of_0_1(tmp_path: Path) -> None:
-    import subprocess
-
-    from pytest_agentgate import Engine
-
-    subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "r.git")], check=True)
-    repo = BaseRepo(tmp_path / "r.git", None)
-    with pytest.warns(DeprecationWarning, match=r"Engine\(repo, branch"):
-        engine = Engine(repo, "main", promote=True, workdir=tmp_path / "w")
-    assert engine.target.branch == "main" and engine.target.promotes
-    assert engine.workdir == tmp_path / "w"

@@ -72,7 +72,7 @@ def test_one_line_and_check_name() -> None:
 
 def test_the_commits_a_landing_writes() -> None:
     merge = records.merge_message("Add\ntotal()", "agent-a")
-    assert merge.startswith("agentgate: merge Add total()\n\n")
+    assert merge.startswith("agentgate: merge Add total() (by agent-a)\n\n")
     assert records.parse_trailers(merge) == {"Agent": "agent-a", "Task": "Add total()"}
     assert records.landing_reflog("t", "a", dry_run=True) == "agentgate dry-run promote: t by a"
     assert (
@@ -88,3 +88,10 @@ def test_slugify() -> None:
     assert records.slugify("Add Store.total() -- now!") == "add-store-total-now"
     assert records.slugify("???") == "task"
     assert len(records.slugify("x" * 500)) == 60
+
+
+def test_a_merge_commit_s_subject_names_its_task_and_its_agent() -> None:
+    from pytest_agentgate.store.records import merge_message
+
+    subject = merge_message("Add a total() method", "agent-a").splitlines()[0]
+    assert subject == "agentgate: merge Add a total() method (by agent-a)"

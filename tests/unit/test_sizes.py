@@ -13,11 +13,11 @@ LIMITS = {"module": 800, "class": 500, "function": 80}
 #: story and its helpers, the queue into waiter, leader and recovery, the fork module into
 #: fork, snapshot and recycle, the repository's operations by concern.
 OVER = {
-    "engine.py": 1384,
-    "engine.py:Engine": 1152,
+    "engine.py": 1370,
+    "engine.py:Engine": 1148,
     "engine.py:Engine._decide": 146,
-    "git/repo.py": 852,
-    "git/repo.py:BaseRepo": 658,
+    "git/repo.py": 834,
+    "git/repo.py:BaseRepo": 640,
     "land/queue.py": 1478,
     "land/queue.py:LandingQueue": 1207,
     "land/queue.py:LandingQueue._test_and_land": 133,
