@@ -228,9 +228,34 @@ def _wrapper_files(
                     name, read(base_tree, path), section
                 ) != _section(name, read(tree, path), section):
                     found.append(f"{path}:[{section}] (wrappers: the gate runs {wrapper})")
-    named = {w.removeprefix("./") for c in commands for w in re.split(r"[\s;&|()'\"`=:]+", c)}
-    found += [f"{p} (wrappers: the gate runs it)" for p in changed if p in named]
+    run = ran_files(commands)
+    found += [f"{p} (wrappers: the gate runs it)" for p in changed if p in run]
     return sorted(set(found))
+
+
+_INTERPRETER = re.compile(r"^(?:sh|bash|dash|zsh|ksh|python[\d.]*|node|perl|ruby|tclsh)$")
+
+
+def ran_files(commands: Sequence[str]) -> set[str]:
+    """The files of the checkout that gate commands run: the program of each command (``./ci``,
+    ``scripts/test.sh``, after any ``VAR=value`` or ``env``) and the script an interpreter
+    is given (``sh scripts/test.sh``, ``python run_tests.py``). A file a command only reads
+    or tests for (``test -f x``) is not one."""
+    found: set[str] = set()
+    for command in commands:
+        for segment in re.split(r"&&|\|\||[;|&()\n]", command):
+            words = [w.strip("'\"") for w in segment.split()]
+            while words and (re.match(r"^[A-Za-z_]\w*=", words[0]) or words[0] == "env"):
+                words.pop(0)
+            if not words:
+                continue
+            if "/" in words[0]:
+                found.add(words[0].removeprefix("./"))
+            if _INTERPRETER.match(words[0].rsplit("/", 1)[-1]):
+                script = next((w for w in words[1:] if not w.startswith("-")), None)
+                if script is not None and not {"-c", "-m"} & set(words[1:]):
+                    found.add(script.removeprefix("./"))
+    return found
 
 
 def _make_includes(makefile: bytes) -> set[str]:
