@@ -14,15 +14,22 @@ until 0.3.
 
 from __future__ import annotations
 
+import secrets
 import uuid
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from .git.repo import MergePreview
-from .judge.gate import CheckResult, Verdict
+from .judge.gate import Check, CheckResult, Verdict, run_check
 from .land.promote import Move
-from .workspace.fork import Snapshot, Workspace
+from .sandbox.removal import remove_tree
+from .workspace.fork import Snapshot, Workspace, checkout_tree
+
+if TYPE_CHECKING:
+    from .git.repo import BaseRepo
 
 
 @dataclass
@@ -166,3 +173,33 @@ def _renamed(old: str, new: str) -> None:
         DeprecationWarning,
         stacklevel=3,
     )
+
+
+# -- another machine's posted attempt, checked here ------------------------------------
+
+
+class _Checkout:
+    """What a check reads of an attempt's workspace: its files and its base."""
+
+    def __init__(self, path: Path, base: str) -> None:
+        self.path, self.base = path, base
+
+
+def posted_checks(
+    repo: BaseRepo, snap: Snapshot, test: str, checks: Sequence[Check], root: Path
+) -> str | None:
+    """Why the posted attempt ``snap`` fails one of its test's ``checks`` (None: it passes
+    them all, or this run has none of that test)."""
+    if not checks:
+        return None
+    where = checkout_tree(repo, snap.tree, root, name=f"posted-{secrets.token_hex(8)}")
+    try:
+        workspace = cast(Workspace, _Checkout(where, snap.base))
+        attempt = Attempt(task="", agent="", workspace=workspace, test=test, snapshot=snap)
+        for check in checks:
+            found = run_check(check, attempt)
+            if not found.ok:
+                return f"its test's check {found.name} failed here: {found.message}"
+    finally:
+        remove_tree(where)
+    return None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .attempt import Attempt
+from .attempt import Attempt, posted_checks
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
 from .git import runner as _git
 from .git import worktree as checkout
@@ -55,7 +55,6 @@ from .land.queue import LandingQueue, Outcome
 from .land.retest import BatchRetest, Retested
 from .land.target import DryRunRef, LocalBranch, RemoteBranch, Target
 from .pool import ISOLATIONS, WorkspacePool
-from .posted import posted_checks
 from .remote import server_records
 from .remote.server_queue import Trust
 from .sandbox import containment as sandbox
