@@ -1002,13 +1002,16 @@ def with_makefile(service: Path) -> Path:
 
 
 @pytest.mark.parametrize("wrapper", list(WRAPPED))
-def test_a_wrapped_gate_is_judged_by_its_tests(with_makefile: Path, wrapper: str) -> None:
+def test_a_wrapped_gate_is_judged_by_its_tests(
+    with_makefile: Path, wrapper: str, sandbox_mode: str
+) -> None:
     """The failing test deleted and the code broken, under a gate as users spell it: the
     results of the pytest it wraps still say a test went (before, the exit code alone
     judged it, and it landed)."""
     e = Engine.open(
         with_makefile, "main", promote=True, workdir=with_makefile.parent / "work",
         gate=GateSpec(commands=(WRAPPED[wrapper],), timeout=120),
+        sandbox=Settings(mode=sandbox_mode),
     )  # fmt: skip
     before = git(with_makefile, "rev-parse", "main")
     test_file = textwrap.dedent(SERVICE["tests/test_ledger.py"])
@@ -1104,11 +1107,14 @@ def test_plant():
 """
 
 
-def test_results_cannot_be_forged_through_a_link(service: Path) -> None:
+def test_results_cannot_be_forged_through_a_link(service: Path, sandbox_mode: str) -> None:
     """A process the gate's tests leave behind swaps the results file the gate's pytest
     wrote for a link to an all-pass file in the agent's workspace (which the plugin, reading
     from outside, followed). Results never travel through a file now."""
-    e = engine(service)
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(commands=(GATE,), timeout=120), sandbox=Settings(mode=sandbox_mode),
+    )  # fmt: skip
     before = git(service, "rev-parse", "main")
     ws = e.fork(task="forge")
     write(ws.path, {"forged.xml": FORGED, "ledger/store.py": BROKEN_STORE})
