@@ -244,6 +244,14 @@ class ServerQueue:
         }
         if any(c not in self._parsed for c in wanted.values()):
             self._fetch(f"+{folder}*:{self.mirror}queue/{self.branch}/{key}/*")
+        todo = [(u, c) for u, c in wanted.items() if c not in self._parsed]
+        if len(todo) > 1:  # each signature is checked by a process of its own: at once
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
+                parsed = pool.map(lambda t: self._parse(*t), todo)
+                for (_, commit), item in zip(todo, parsed, strict=True):
+                    self._parsed[commit] = item
         found = []
         for uid, commit in wanted.items():
             if commit not in self._parsed:
