@@ -22,15 +22,23 @@ BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
 GATE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
 
 
-def engine(repo: Path, *, harness: tuple[str, ...] | None = None, **spec: object) -> Engine:
-    gate = GateSpec(commands=(GATE,), timeout=120, **spec)  # type: ignore[arg-type]
+def engine(
+    repo: Path,
+    *,
+    harness: tuple[str, ...] | None = None,
+    command: str = GATE,
+    sandbox: str = "auto",
+    **spec: object,
+) -> Engine:
+    """A promoting engine whose gate is ``command`` (the service's pytest by default)."""
+    gate = GateSpec(commands=(command,), timeout=120, **spec)  # type: ignore[arg-type]
     if harness is not None:
         from dataclasses import replace
 
         gate = replace(gate, harness=harness)
     return Engine.open(
         repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox=Settings(mode="auto"),
+        sandbox=Settings(mode=sandbox),
     )  # fmt: skip
 
 
@@ -1008,11 +1016,7 @@ def test_a_wrapped_gate_is_judged_by_its_tests(
     """The failing test deleted and the code broken, under a gate as users spell it: the
     results of the pytest it wraps still say a test went (before, the exit code alone
     judged it, and it landed)."""
-    e = Engine.open(
-        with_makefile, "main", promote=True, workdir=with_makefile.parent / "work",
-        gate=GateSpec(commands=(WRAPPED[wrapper],), timeout=120),
-        sandbox=Settings(mode=sandbox_mode),
-    )  # fmt: skip
+    e = engine(with_makefile, command=WRAPPED[wrapper], sandbox=sandbox_mode)
     before = git(with_makefile, "rev-parse", "main")
     test_file = textwrap.dedent(SERVICE["tests/test_ledger.py"])
     verdict = attempt(
@@ -1131,10 +1135,7 @@ def test_results_cannot_be_forged_through_a_link(service: Path, sandbox_mode: st
 def test_a_gate_s_makefile_is_harness(with_makefile: Path) -> None:
     """A recipe runs before pytest with the results channel in its environment: under a
     ``make`` gate, the Makefile is the base's (a recipe could speak for the tests)."""
-    e = Engine.open(
-        with_makefile, "main", promote=True, workdir=with_makefile.parent / "work",
-        gate=GateSpec(commands=(WRAPPED["make"],), timeout=120),
-    )  # fmt: skip
+    e = engine(with_makefile, command=WRAPPED["make"])
     verdict = attempt(e, {"Makefile": "test:\n\t@echo all good\n"}).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected"
     assert "Makefile (wrappers: the gate runs make)" in verdict.reason, verdict.reason
@@ -1274,10 +1275,7 @@ def test_a_module_shadowed_on_the_gate_s_pythonpath_is_refused(service: Path) ->
     git(service, "mv", "ledger", "src/ledger")
     git(service, "commit", "-qm", "src layout")
     gate = f"PYTHONPATH=src {sys.executable} -m pytest -q -p no:cacheprovider tests"
-    e = Engine.open(
-        service, "main", promote=True, workdir=service.parent / "work",
-        gate=GateSpec(commands=(gate,), timeout=120),
-    )  # fmt: skip
+    e = engine(service, command=gate)
     fake = "import os\nos._exit(0)\n"
     verdict = attempt(e, {"src/ledger/store.py": BROKEN_STORE, "src/json.py": fake}).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected", verdict
@@ -1288,10 +1286,7 @@ def test_a_module_xdist_workers_try_is_refused(service: Path) -> None:
     """Under ``-n 2`` every worker tries ``import setproctitle``: a top-level setproctitle.py
     ran in the workers, where the controller's collector never looks."""
     gate = f"{sys.executable} -m pytest -q -p no:cacheprovider -n 2 tests"
-    e = Engine.open(
-        service, "main", promote=True, workdir=service.parent / "work",
-        gate=GateSpec(commands=(gate,), timeout=120),
-    )  # fmt: skip
+    e = engine(service, command=gate)
     planted = (
         "import os\nos.environ['PYTEST_PLUGINS'] = 'helpers'\ndef setproctitle(t):\n    pass\n"
     )
@@ -1423,10 +1418,7 @@ def test_what_runs_before_pytest_cannot_speak_for_it(
         write(service, base)
         git(service, "add", "-A")
         git(service, "commit", "-qm", "the gate's wrapper")
-    e = Engine.open(
-        service, "main", promote=True, workdir=service.parent / "work",
-        gate=GateSpec(commands=(gate,), timeout=120, protect=("tests/*",)),
-    )  # fmt: skip
+    e = engine(service, command=gate, protect=("tests/*",))
     before = git(service, "rev-parse", "main")
     verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, **cheat}).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected", (case, verdict)
@@ -1437,10 +1429,7 @@ def test_pytest_plugins_by_exec_in_a_test_module_is_harness(service: Path) -> No
     """Under ``-n 2`` only the workers import test modules, so a plugin a new test module
     loaded through ``exec`` was never seen by the controller's collector: it landed."""
     gate = f"{PY} -m pytest -q -p no:cacheprovider -n 2 tests"
-    e = Engine.open(
-        service, "main", promote=True, workdir=service.parent / "work",
-        gate=GateSpec(commands=(gate,), timeout=120),
-    )  # fmt: skip
+    e = engine(service, command=gate)
     planted = 'exec("pytest_plugin" + "s = [\'ledger_tools\']")\n\ndef test_more():\n    pass\n'
     verdict = attempt(
         e,
