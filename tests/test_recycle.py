@@ -11,7 +11,7 @@ import pytest
 from helpers import git, land
 
 from pytest_agentgate import Engine, GateSpec
-from pytest_agentgate.workspace.fork import RecycleFailed, fork, recycle, snapshot
+from pytest_agentgate.workspace.fork import RecycleFailed, fork, prove_clean, recycle, snapshot
 
 
 def describe(root: Path) -> dict[str, tuple[str, object]]:
@@ -236,12 +236,14 @@ def test_a_kept_gate_checkout_brought_to_the_next_tree_equals_a_fresh_one(
 
 
 @pytest.mark.parametrize("left", ["a hard link", "a mode git does not keep"])
-def test_a_workspace_left_with_what_git_never_compares_is_not_recycled(
+def test_a_workspace_left_with_what_git_never_compares_does_not_pass_it_on(
     service: Path, tmp_path: Path, left: str
 ) -> None:
     """A promoted agent leaves two tracked files hard-linked (or one 0600): invisible to
-    git, so its attempt lands; recycled, the next agent's edit of one file would change the
-    other. That workspace is not recycled: the next task gets a fresh fork."""
+    git, so its attempt lands. The next agent's workspace must not inherit it: either it is
+    a fresh fork, or git rewrote the file while resetting (it does for a file whose stat
+    data it cannot trust, which depends on the clock), and either way one file's edit
+    never changes another."""
     engine = Engine.open(
         service, "main", promote=True, workdir=tmp_path / "work",
         gate=GateSpec(outcome_is_enough=True),
@@ -257,8 +259,35 @@ def test_a_workspace_left_with_what_git_never_compares_is_not_recycled(
     assert found.verdict.status == "promoted", found.verdict  # else it is never recycled
     engine.release(ws)
     nxt = engine.fork(task="two")
-    assert nxt.recycled == 0, f"recycled after {left}"
-    if left == "a hard link":
-        assert os.stat(nxt.path / "ledger" / "api.py").st_nlink == 1
-    assert stat.S_IMODE(os.stat(nxt.path / "ledger" / "api.py").st_mode) in (0o644, 0o664)
+    api, report = nxt.path / "ledger" / "api.py", nxt.path / "ledger" / "report.py"
+    assert os.stat(api).st_nlink == 1 and os.stat(report).st_nlink == 1
+    assert stat.S_IMODE(os.stat(api).st_mode) in (0o644, 0o664)
+    before = report.read_bytes()
+    api.write_text("# the next agent's edit\n")
+    assert report.read_bytes() == before
     engine.close()
+
+
+@pytest.mark.parametrize(
+    "left", ["a hard link", "a hard link out of the tree", "a mode git does not keep"]
+)
+def test_what_git_never_compares_keeps_a_checkout_from_reuse(
+    service: Path, tmp_path: Path, left: str
+) -> None:
+    """The check itself, without the reset that may rewrite the file first: a checkout
+    holding a hard link or a mode git does not keep is not proven clean (None: not reused)."""
+    from pytest_agentgate import BaseRepo
+
+    repo = BaseRepo.open(service)
+    ws = fork(repo, git(service, "rev-parse", "main"), "main", tmp_path / "pool")
+    checkout = repo.index(ws.path, ws.index)
+    assert prove_clean(checkout, ws.path, made=0.0) is True
+    api = ws.path / "ledger" / "api.py"
+    if left == "a hard link":
+        (ws.path / "ledger" / "report.py").unlink()
+        os.link(api, ws.path / "ledger" / "report.py")
+    elif left == "a hard link out of the tree":
+        os.link(api, tmp_path / "kept-outside.py")
+    else:
+        api.chmod(0o600)
+    assert prove_clean(checkout, ws.path, made=0.0) is None
