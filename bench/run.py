@@ -7,7 +7,7 @@ the bare git commands that are its floor, in the same run, interleaved, and prin
 median of N runs each, their ratio and their difference in ms.
 
     python bench/run.py            # the full run (several minutes on 2 cores)
-    python bench/run.py --quick    # a smoke run, under a minute
+    python bench/run.py --quick    # a smoke run of seconds
     python bench/run.py --json results.json
 
 No number here is asserted anywhere: the tests prove behaviour, this script measures cost.
@@ -772,7 +772,7 @@ def header() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="small repositories, a smoke run under 60 s"
+        "--quick", action="store_true", help="one small repository, each row measured twice: a smoke run of seconds"
     )
     parser.add_argument("--json", type=Path, help="write one object per row to this file")
     parser.add_argument(
@@ -783,12 +783,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = (
         [int(s) for s in args.sizes.split(",")]
         if args.sizes
-        else ([100, 1000] if args.quick else [100, 5000, 50000])
+        else ([100] if args.quick else [100, 5000, 50000])
     )
-    runs = max(5, args.runs)
+    # A smoke run measures each row once or twice: it shows every row works, not its figure.
+    runs = 2 if args.quick else max(5, args.runs)
     global AGE_S
     AGE_S = 0.0 if args.quick else AGE_S
-    commits = 12 if args.quick else 36
+    commits = 6 if args.quick else 36
     _git.require_version()
     memory_root = (
         Path("/dev/shm") if Path("/dev/shm").is_dir() and os.access("/dev/shm", os.W_OK) else None
@@ -827,12 +828,12 @@ def main(argv: list[str] | None = None) -> int:
             extra[f"objects_hashed_{size}"] = bench.hashed
             largest = repo_path
         with_ms, without_ms = import_overhead(runs if args.quick else 15)
-        waits = lock_waits(BaseRepo(largest, None), 4 if args.quick else 8) if largest else []
+        waits = lock_waits(BaseRepo(largest, None), 2 if args.quick else 8) if largest else []
         rss = peak_memory(largest, memory or disk) if largest else 0.0
     print()
     print(f"pytest run with no gated test: {with_ms:.1f} ms with the plugin, {without_ms:.1f} ms without "
           f"({with_ms - without_ms:+.1f} ms)")  # fmt: skip
-    print(f"lock wait, {4 if args.quick else 8} processes x 5 promotions: median {statistics.median(waits):.1f} ms, "
+    print(f"lock wait, {2 if args.quick else 8} processes x 5 promotions: median {statistics.median(waits):.1f} ms, "
           f"worst {max(waits):.1f} ms")  # fmt: skip
     print(f"peak RSS of a gated pytest run on the {sizes[-1]}-file repository: {rss:.0f} MiB")
     print("objects hashed per snapshot: " + ", ".join(

@@ -22,6 +22,12 @@ import pytest_agentgate.land.prune  # noqa: F401
 pytest_plugins = ["pytester"]
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Two workers a core for ``-n auto``: most of a test's time is spent waiting for the git,
+    pytest and sandbox processes it starts, so one worker a core leaves the cores idle."""
+    return 2 * len(os.sched_getaffinity(0))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if shutil.which("git") is None:
         skip = pytest.mark.skip(reason="git is not installed")

@@ -31,6 +31,23 @@ from .. import _faults
 TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+#: The supervisor's start: its code comes compiled on standard input, ahead of its
+#: configuration (no file to read, parse or compile per command, none anybody could swap).
+_BOOTSTRAP = (
+    "import marshal,sys;"
+    "exec(marshal.load(sys.stdin.buffer),{'__name__':'__main__','__file__':'supervisor'})"
+)
+_compiled: list[bytes] = []
+
+
+def _supervisor_code() -> bytes:
+    """The supervisor compiled once per process (the same interpreter runs it)."""
+    if not _compiled:
+        source = Path(SUPERVISOR).read_bytes()
+        _compiled.append(marshal.dumps(compile(source, SUPERVISOR, "exec", dont_inherit=True)))
+    return _compiled[0]
+
+
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -197,7 +214,7 @@ def run_command(
         }
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", SUPERVISOR],
+                [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP],
                 stdin=subprocess.PIPE,
                 stdout=sink,
                 stderr=sink,
@@ -216,7 +233,7 @@ def run_command(
         if running is not None:
             running.add(proc)
         assert proc.stdin is not None
-        proc.stdin.write(marshal.dumps(config))
+        proc.stdin.write(_supervisor_code() + marshal.dumps(config))
         proc.stdin.close()
         _faults.point("gate")
         try:
