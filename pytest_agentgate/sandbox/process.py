@@ -34,6 +34,7 @@ SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 #: The supervisor's start: its code comes compiled on standard input, ahead of its
 #: configuration (no file to read, parse or compile per command, none anybody could swap).
 _BOOTSTRAP = (
+    "# agentgate supervisor\n"  # its name in a process listing
     "import marshal,sys;"
     "exec(marshal.load(sys.stdin.buffer),{'__name__':'__main__','__file__':'supervisor'})"
 )

@@ -871,9 +871,11 @@ def test_configuration_planted_above_the_gate_checkout_is_never_read(
 ) -> None:
     """Uncontained, an agent can write beside its workspace, above the gate's checkouts: a
     pytest configuration and a conftest.py found there would be the gate's (pytest looks for
-    both in every directory up from its arguments when the checkout has none of its own)."""
+    both in every directory up from its arguments when the checkout has none of its own).
+    Planted in four folders up, all inside this test's own directory (above it, other tests
+    running at once would read them)."""
     e = Engine.open(
-        service, "main", promote=True, workdir=service.parent / "work",
+        service, "main", promote=True, workdir=service.parent / "two" / "levels" / "work",
         gate=GateSpec(commands=(GATE,), timeout=120), sandbox=Settings(mode="none"),
     )  # fmt: skip
     section = {
@@ -886,6 +888,7 @@ def test_configuration_planted_above_the_gate_checkout_is_never_read(
     write(ws.path, {"ledger/store.py": BROKEN_STORE})
     planted = []
     for folder in [ws.path.parent, *ws.path.parent.parents][:4]:
+        assert folder.is_relative_to(service.parent)
         for name, text in ((config, section), ("conftest.py", PASS_EVERY_REPORT)):
             path = folder / name
             if not path.exists():

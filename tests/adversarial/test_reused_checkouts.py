@@ -218,7 +218,7 @@ def test_a_checkout_whose_command_lost_its_status_is_not_reused(
     kill = f"""{PY} -c "
 import os, signal
 p = os.getpid()
-while b'/super' + b'visor.py' not in open('/proc/%d/cmdline' % p, 'rb').read():
+while b'agentgate ' + b'supervisor' not in open('/proc/%d/cmdline' % p, 'rb').read():
     p = int(open('/proc/%d/stat' % p).read().rsplit(')', 1)[1].split()[1])
 os.kill(p, signal.SIGKILL)
 " """
