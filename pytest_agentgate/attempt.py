@@ -7,16 +7,12 @@ An attempt has three names people confuse, so each says what it is:
 - ``record_commit``: the readable record of the attempt (the same tree, with the verdict,
   the failing output and trailers in its message), never part of the target's history;
 - ``record_ref``: ``refs/agentgate/attempts/<slug>/<n>``, which points at the record.
-
-The names of 0.1 (``ref``, ``commit``, ``record``) still work, with a DeprecationWarning,
-until 0.3.
 """
 
 from __future__ import annotations
 
 import secrets
 import uuid
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,26 +107,6 @@ class Attempt:
     def changed_paths(self) -> tuple[str, ...]:
         return self.snapshot.changed_paths if self.snapshot else ()
 
-    # -- the names of 0.1 -------------------------------------------------------------
-
-    @property
-    def ref(self) -> str | None:
-        """Deprecated: :attr:`record_ref`."""
-        _renamed("Attempt.ref", "Attempt.record_ref")
-        return self.record_ref
-
-    @property
-    def commit(self) -> str | None:
-        """Deprecated: :attr:`change_commit`."""
-        _renamed("Attempt.commit", "Attempt.change_commit")
-        return self.change_commit
-
-    @property
-    def record(self) -> str | None:
-        """Deprecated: :attr:`record_commit`."""
-        _renamed("Attempt.record", "Attempt.record_commit")
-        return self.record_commit
-
     def as_dict(self) -> dict[str, object]:
         """The report row (the JSON report, junit properties): stable keys users parse."""
         return {
@@ -165,14 +141,6 @@ class Attempt:
             "changed_paths": list(self.changed_paths),
             "timings_ms": {k: round(v, 3) for k, v in self.timings.items()},
         }
-
-
-def _renamed(old: str, new: str) -> None:
-    warnings.warn(
-        f"{old} is deprecated and will be removed in 0.3; use {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
 
 
 # -- another machine's posted attempt, checked here ------------------------------------

@@ -269,11 +269,6 @@ class BaseRepo:
             raise RevisionNotFound(rev, self.label, source)
         return oid
 
-    def commit(self, rev: str, source: str = "") -> str:
-        """Deprecated name of :meth:`resolve_commit` (it resolves a name; it makes nothing)."""
-        _deprecated("BaseRepo.commit()", "BaseRepo.resolve_commit()")
-        return self.resolve_commit(rev, source)
-
     def ref_value(self, ref: str) -> str | None:
         """What a full ref name points at, or None when it does not exist.
 
@@ -788,16 +783,6 @@ def _tree_entry(item: str) -> TreeEntry:
     meta, _, path = item.partition("\t")
     mode, kind, oid = meta.split(" ")
     return TreeEntry(mode, kind, oid, path)
-
-
-def _deprecated(old: str, new: str) -> None:
-    import warnings
-
-    warnings.warn(
-        f"{old} is deprecated and will be removed in 0.3; use {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
 
 
 def _common_dir(git_dir: Path) -> Path:

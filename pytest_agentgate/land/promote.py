@@ -8,7 +8,6 @@ is: a fast-forward, a merge re-tested before it lands, a rollback's or a revert'
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,16 +42,6 @@ class Move:
     lock_wait_ms: float = 0.0
     #: A problem after the ref moved (the checked-out files lag); the move itself stands.
     problem: str | None = None
-
-    @property
-    def ref(self) -> str:
-        """Deprecated name of :attr:`moved_ref`."""
-        warnings.warn(
-            "Move.ref is deprecated and will be removed in 0.3; use Move.moved_ref",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.moved_ref
 
 
 # -- promotion ------------------------------------------------------------------------

@@ -729,7 +729,7 @@ class RemoteBranch(_LogsMoves):
                 updates.append(lease.renewal())
             # The chain of moves too, unless the server would not hold a lease (it keeps
             # none of refs/agentgate/*: another machine's landing then reads as a move
-            # outside agentgate there, as the README says).
+            # outside agentgate there, as the docs on many machines say).
             # (A lease ref the server could not lock, a ref in its way, is no such policy.)
             why = self._lease.unavailable if self._lease is not None else ""
             refused = bool(why) and "cannot lock ref" not in why

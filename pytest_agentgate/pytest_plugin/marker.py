@@ -14,7 +14,7 @@ import pytest
 
 from .._constants import MARKER, MARKER_HELP
 
-__all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "MarkerSpec", "gated", "marker_of"]
+__all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "gated", "marker_of"]
 
 
 #: What a retry may start from (see ``GatedMarker.retry_mode``).
@@ -189,7 +189,3 @@ def marker_of(item: pytest.Item) -> GatedMarker | None:
     if mark is None:
         return None
     return gated(*mark.args, **mark.kwargs)
-
-
-#: The name of 0.1.
-MarkerSpec = GatedMarker

@@ -359,3 +359,34 @@ def raw_setting(config: pytest.Config, name: str) -> tuple[Any, str]:
 
 def usage(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"agentgate: {message}")
+
+
+def _shown(option: Option) -> str:
+    """An option's default as a reader wants it (1 GiB, not 1073741824)."""
+    value = option.default
+    if value is None or value is False or value == ():
+        return ""
+    if isinstance(value, int) and value >= 1 << 20 and value % (1 << 20) == 0:
+        return f"{value >> 30} GiB" if value % (1 << 30) == 0 else f"{value >> 20} MiB"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, int) and value >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown_table() -> str:
+    """The options page's table, made from :data:`OPTIONS` (a test holds the page to it)."""
+    rows = [
+        "| option | ini key | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    for option in OPTIONS:
+        flag = f"{option.flag} {option.metavar}" if option.metavar else option.flag
+        ini = f"`{option.ini}`" + (" (one per line)" if option.kind == "linelist" else "")
+        meaning = option.help.replace("|", "\\|")
+        if option.env:
+            meaning += f"; also `${option.env}`"
+        default = _shown(option)
+        rows.append(f"| `{flag}` | {ini} | {f'`{default}`' if default else ''} | {meaning} |")
+    return "\n".join(rows) + "\n"

@@ -97,18 +97,6 @@ class AttemptInfo:
     trailers: dict[str, str]
 
     @property
-    def ref(self) -> str:
-        """Deprecated: :attr:`record_ref`."""
-        _renamed("AttemptInfo.ref", "AttemptInfo.record_ref")
-        return self.record_ref
-
-    @property
-    def commit(self) -> str:
-        """Deprecated: :attr:`record_commit`."""
-        _renamed("AttemptInfo.commit", "AttemptInfo.record_commit")
-        return self.record_commit
-
-    @property
     def verdict(self) -> str:
         return self.trailers.get("Verdict", "")
 
@@ -289,13 +277,3 @@ def write_record(
             ),
         )
     return ref, commit
-
-
-def _renamed(old: str, new: str) -> None:
-    import warnings
-
-    warnings.warn(
-        f"{old} is deprecated and will be removed in 0.3; use {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from pytest_agentgate.pytest_plugin.marker import MarkerSpec, gated
+from pytest_agentgate.pytest_plugin.marker import GatedMarker, gated
 
 
 def test_a_valid_marker() -> None:
@@ -14,7 +14,7 @@ def test_a_valid_marker() -> None:
     assert (m.task, m.agent, m.gate, m.state, m.resume) == (
         "Add total()", "a", ("pytest -q",), ("data/db.sqlite",), True
     )  # fmt: skip
-    assert MarkerSpec is type(m)  # the name of 0.1
+    assert type(m) is GatedMarker
 
 
 @pytest.mark.parametrize(
