@@ -107,7 +107,6 @@ class EngineSettings:
     allow_symlinks: tuple[str, ...] = ()
     #: Most attempts one re-test lands together (1: each merge is tested alone).
     batch_max: int = 8
-    retest_ahead: bool = False
     #: Test a batch's merged tree while its attempts' own gates run (see :mod:`.early`).
     early_retest: bool = True
     push_state: bool = False
@@ -232,7 +231,6 @@ class Engine:
             repo,
             self.target,
             batch_max=settings.batch_max,
-            ahead=settings.retest_ahead,
             # Not for a branch on a server: another machine's leader batches this machine's
             # attempts with its own, a tree no early re-test here could have tested (two
             # machines spent 14 gate runs on 8 agents with it, against 11 or 12 without).

@@ -600,32 +600,6 @@ def test_no_early_retest_after_a_gate_shorter_than_the_settling(
     assert len(retest.ran) == 1
 
 
-def test_a_leader_running_a_retest_ahead_does_not_hand_over(
-    service: Path, tmp_path: Path
-) -> None:
-    """Found by a trial: the leader whose attempt was decided handed over, and ended the
-    re-test it was running ahead for the next batch."""
-    b = Bench(service, tmp_path)
-    b.queue.ahead = True
-    b.lead([b.attempt("first", {"first.txt": "0"})])
-    mine, later = b.attempt("mine", {"mine.txt": "1"}), b.attempt("later", {"later.txt": "2"})
-    retest = Retests(b)
-
-    def slow(*args: object, **kwargs: object) -> Retested:
-        found = retest(*args, **kwargs)  # type: ignore[arg-type]
-        if len(retest.ran) == 1:
-            time.sleep(0.5)  # the first batch's re-test: the watch starts one ahead meanwhile
-        return found
-
-    retest.later.append(later)
-    b.queue.enqueue(mine)
-    with b.target.lock():
-        b.queue.lead(KEY, slow, own=mine.uid)  # type: ignore[arg-type]
-    assert b.queue.verdict(later.uid) is not None  # landed on the run ahead, not handed over
-    assert [ahead for _, ahead in retest.ran] == [False, True]
-    fsck(b.path)
-
-
 @pytest.mark.parametrize("promote", [True, False], ids=["promote", "dry run"])
 def test_early_retests_under_xdist_land_on_their_verdict(
     pytester: pytest.Pytester, service: Path, tmp_path: Path, promote: bool

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from helpers import alive, fsck, git, spawn_pytest, wait_for
+from helpers import fsck, git, spawn_pytest, wait_for
 
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
@@ -203,123 +203,6 @@ def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) ->
     outcomes = b.lead([b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in range(1, 5)])
     assert [o.status for o in outcomes] == ["promoted"] * 4
     assert len(b.retests) == 4 and all(not o.batch for o in outcomes)
-
-
-class Timed:
-    """A re-test that takes ``seconds``, logs each run (its tree, whether it ran ahead, when
-    it began and ended), and fails a tree holding all of ``fails_with``. The first run
-    enqueues ``arrives`` (attempts that reach the queue while a batch is re-tested)."""
-
-    def __init__(
-        self,
-        b: Bench,
-        arrives: Sequence[Entry] = (),
-        seconds: float = 0.6,
-        fails_with: Sequence[str] = (),
-        tests: object = None,
-    ) -> None:
-        self.b, self.arrives, self.seconds, self.fails_with = b, list(arrives), seconds, fails_with
-        self.tests = tests or (lambda tree, ahead: None)
-        self.runs: list[tuple[str, bool, float, float]] = []
-
-    def __call__(self, tree: str, tip: str, bases: Sequence[str], **kw: object) -> Retested:
-        import time
-
-        began = time.monotonic()
-        while self.arrives:
-            self.b.queue.enqueue(self.arrives.pop(0))
-        time.sleep(self.seconds)
-        self.runs.append((tree, bool(kw.get("ahead")), began, time.monotonic()))
-        paths = set(self.b.repo.tree_paths(tree))
-        tests = self.tests(tree, bool(kw.get("ahead")))  # type: ignore[operator]
-        if self.fails_with and set(self.fails_with) <= paths:
-            return Retested(False, "tests failed: test_together", "E  assert 1 == 2", tests)
-        return Retested(True, tests=tests)
-
-
-def test_attempts_queued_during_a_retest_are_retested_ahead_at_the_same_time(
-    service: Path, tmp_path: Path
-) -> None:
-    """Attempts that reach the queue while a batch's top is re-tested are merged onto that
-    top and re-tested at once (not after it): when the batch lands, they land on that run's
-    verdict, with no gate run of their own, and exactly the commits that were tested land."""
-    b = Bench(service, tmp_path)
-    b.queue.ahead = True  # --agentgate-retest-ahead
-    b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the target moves: the rest need merges
-    first = [b.queue.enqueue(b.attempt(f"a{i}", {f"a{i}.txt": str(i)})) for i in (1, 2)]
-    later = [b.attempt(f"a{i}", {f"a{i}.txt": str(i)}) for i in (3, 4)]
-    retest = Timed(b, arrives=later)
-    with b.target.lock():
-        b.queue.lead(KEY, retest)
-    verdicts = [b.queue.verdict(e.uid) for e in [*first, *later]]
-    assert [v.status for v in verdicts if v] == ["promoted"] * 4
-    assert [ahead for _, ahead, _, _ in retest.runs] == [False, True]  # two runs in all
-    (_, _, _, ended0), (tree1, _, began1, _) = retest.runs
-    assert began1 < ended0, "the run ahead did not overlap the batch's own re-test"
-    assert b.repo.tree_of("refs/heads/main") == tree1  # what landed is what was tested
-    assert b.first_parents()[:2] == [
-        "agentgate: merge task a4 (by a4)",
-        "agentgate: merge task a3 (by a3)",
-    ]
-    fsck(b.path)
-
-
-def test_a_run_ahead_of_a_failing_batch_is_ended_and_its_attempts_judged_again(
-    service: Path, tmp_path: Path
-) -> None:
-    """The batch under a run ahead fails: the run ahead stood on a top that never lands, so
-    its verdict is thrown away; its attempts are re-tested on what did land."""
-    b = Bench(service, tmp_path)
-    b.queue.ahead = True  # --agentgate-retest-ahead
-    b.lead([b.attempt("a0", {"a0.txt": "0"})])
-    culprit = b.queue.enqueue(b.attempt("bad", {"bad.txt": "x", "trap.txt": "x"}))
-    later = [b.attempt("a1", {"a1.txt": "1"})]
-    retest = Timed(b, arrives=later, fails_with=("bad.txt",))
-    with b.target.lock():
-        b.queue.lead(KEY, retest)
-    bad, good = b.queue.verdict(culprit.uid), b.queue.verdict(later[0].uid)
-    assert bad is not None and bad.status == "rejected" and bad.check == "retest"
-    assert good is not None and good.status == "promoted"
-    on_main = b.repo.tree_paths(b.repo.tree_of("refs/heads/main"))
-    assert "a1.txt" in on_main and "bad.txt" not in on_main
-    # The batch, the run ahead (thrown away), the attempt again on what landed.
-    assert [ahead for _, ahead, _, _ in retest.runs] == [False, True, False]
-
-
-def test_a_run_ahead_that_lost_a_test_passing_on_its_top_is_run_again(
-    service: Path, tmp_path: Path
-) -> None:
-    """A run ahead cannot hold the tests that pass on the top it stands on (they are not
-    known when it starts): a test that passed there and fails in the run ahead means it is
-    run again, held to them, and that run decides."""
-    b = Bench(service, tmp_path)
-    b.queue.ahead = True  # --agentgate-retest-ahead
-    b.lead([b.attempt("a0", {"a0.txt": "0"})])
-    first = b.queue.enqueue(b.attempt("fix", {"fix.txt": "1"}))
-    later = [b.attempt("breaks", {"breaks.txt": "1"})]
-
-    def tests(tree: str, ahead: bool) -> dict[str, str]:
-        paths = set(b.repo.tree_paths(tree))
-        return {"t::fixed": "failed" if "breaks.txt" in paths else "passed"}
-
-    # Held to the tip's t::fixed, the gate fails the two together.
-    retest = Timed(b, arrives=later, tests=tests, fails_with=("breaks.txt", "fix.txt"))
-    calls: list[bool] = []
-
-    def held(tree: str, tip: str, bases: Sequence[str], **kw: object) -> Retested:
-        calls.append(bool(kw.get("ahead")))
-        found = retest(tree, tip, bases, **kw)
-        if kw.get("ahead"):
-            return dataclasses.replace(found, ok=True)  # blind to what passed on its tip
-        return found
-
-    with b.target.lock():
-        b.queue.lead(KEY, held)
-    assert calls == [False, True, False]  # the batch, the run ahead, the run held to the tip
-    assert b.queue.verdict(first.uid).status == "promoted"  # type: ignore[union-attr]
-    broke = b.queue.verdict(later[0].uid)
-    assert broke is not None and broke.status == "rejected"
-    assert "breaks.txt" not in b.repo.tree_paths(b.repo.tree_of("refs/heads/main"))
 
 
 LEADER = """
@@ -628,82 +511,6 @@ def test_an_entry_whose_process_is_gone_never_lands(service: Path, tmp_path: Pat
     assert "o.txt" not in git(b.path, "ls-tree", "--name-only", "main")
 
 
-AHEAD_LEADER = """
-import sys
-from pathlib import Path
-from pytest_agentgate.judge import gate
-from pytest_agentgate.store import oplog
-from pytest_agentgate.sandbox import containment as sandbox
-from pytest_agentgate.judge.gate import GateContext, GateSpec
-from pytest_agentgate.git.index import IndexEntry
-from pytest_agentgate.land.queue import Entry, LandingQueue
-from pytest_agentgate.land.retest import Retested
-from pytest_agentgate.git.repo import Author, BaseRepo
-from pytest_agentgate.land.target import LocalBranch
-
-repo = BaseRepo(Path(sys.argv[1]), None)
-marks, root = Path(sys.argv[2]), Path(sys.argv[3])
-target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
-queue = LandingQueue(repo, target, ahead=True)
-base = sys.argv[4]
-
-def entry(name):
-    index = repo.index(None, repo.private_dir / f"idx-{name}")
-    index.read_tree(base)
-    index.stage_entries([IndexEntry("100644", repo.hash_blob(name.encode()), f"{name}.txt")])
-    commit = repo.commit_tree(index.write_tree(), [base], name + "\\n", Author("q", "q@e"))
-    return Entry(seq=0, uid=name, key="k", change_commit=commit, base=base, agent=name,
-                 task=name, record={"uid": name, "task": name, "agent": name, "base": base,
-                 "tree": repo.tree_of(commit), "status": "promoted"}, pid=__import__("os").getpid())
-
-sleeper = (sys.executable + " -c \\"import os, pathlib, time; "
-           "pathlib.Path(%r, str(os.getpid())).touch(); time.sleep(120)\\"" % str(marks))
-context = GateContext(root, sandbox.resolve(sandbox.Settings(mode="none")))
-later = [entry("b")]
-
-def retest(tree, tip, bases, ahead=False, running=None, reuse=None):
-    while later:  # b reaches the queue while a's re-test runs: it goes ahead
-        queue.enqueue(later.pop())
-    found = gate.run_commands(repo, tree, GateSpec(commands=(sleeper,), timeout=300), context,
-                              running=running)
-    return Retested(found.ok)
-
-queue.enqueue(entry("a"))
-try:
-    with target.lock():
-        queue.lead("k", retest)
-except KeyboardInterrupt:
-    sys.exit(130)
-"""
-
-
-def test_an_interrupted_leader_ends_the_retest_running_ahead_too(
-    service: Path, tmp_path: Path
-) -> None:
-    """Ctrl-C while a batch's re-test runs and a re-test runs ahead of it, in a thread: both
-    gate commands end at once (not after their 120 s), and nothing lands."""
-    import time
-
-    b = Bench(service, tmp_path)
-    b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the target moves: a and b need merges
-    tip = b.repo.ref_value("refs/heads/main")
-    marks, root = tmp_path / "marks", tmp_path / "gates"
-    marks.mkdir()
-    root.mkdir()
-    leader = subprocess.Popen(
-        [sys.executable, "-c", AHEAD_LEADER, str(b.path), str(marks), str(root), b.base]
-    )
-    wait_for(lambda: len(list(marks.iterdir())) >= 2, what="the re-test and the one ahead")
-    started = [int(p.name) for p in marks.iterdir()]
-    begin = time.monotonic()
-    leader.send_signal(signal.SIGINT)
-    assert leader.wait(timeout=60) == 130
-    assert time.monotonic() - begin < 20
-    for pid in started:
-        wait_for(lambda pid=pid: not alive(pid), timeout=10, what=f"gate {pid} to end")
-    assert b.repo.ref_value("refs/heads/main") == tip
-
-
 def test_a_leader_reads_the_log_only_after_a_leader_died_leading(
     service: Path, tmp_path: Path
 ) -> None:
@@ -724,22 +531,3 @@ def test_a_leader_reads_the_log_only_after_a_leader_died_leading(
     (b.queue.folder / "leading").write_text("99999999")  # a leader that died leading
     b.lead([b.attempt("a2", {"a2.txt": "2"})])
     assert reads and not (b.queue.folder / "leading").exists()
-
-
-def test_re_testing_ahead_is_chosen_by_its_option(pytester: pytest.Pytester, service: Path) -> None:
-    """Off by default (a run ahead can cost a gate run more: the bound the queue keeps on
-    gate runs holds without it); --agentgate-retest-ahead turns it on."""
-    from pytest_agentgate import Engine
-
-    assert Engine.open(service, "main").queue.ahead is False
-    assert Engine.open(service, "main", retest_ahead=True).queue.ahead is True
-    pytester.makepyfile(
-        test_it="""
-        def test_it(request):
-            from pytest_agentgate.pytest_plugin.settings import Settings
-            assert Settings.from_config(request.config).retest_ahead
-        """
-    )
-    pytester.runpytest(f"--agentgate-repo={service}", "--agentgate-retest-ahead").assert_outcomes(
-        passed=1
-    )

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,9 +43,7 @@ from .. import _faults
 from ..errors import AgentgateError, NotNeeded, RefMoved
 from ..git import transport
 from ..git.repo import Author, BaseRepo
-from ..judge import results
 from ..remote import server_records
-from ..sandbox.process import Running
 from ..store import attempts, locks, pending, records
 from ..store.files import write_whole as _write
 from ..store.oplog import OpRecord
@@ -64,8 +61,6 @@ GATHER_SHARE = 0.3
 #: ... or this many seconds, whichever is more: a loaded machine spreads gates' starts.
 GATHER_FLOOR_S = 0.5
 
-#: How often a leader re-testing a batch looks for attempts to re-test ahead (seconds).
-AHEAD_POLL_S = 0.02
 #: How often a machine waiting for another's lease reads the server's queue (seconds).
 SERVER_POLL_S = 0.2
 #: The longest task or agent name a posted attempt may bring (it goes into commit messages).
@@ -149,18 +144,11 @@ class LandingQueue:
         target: Target,
         *,
         batch_max: int = 8,
-        ahead: bool = False,
         early: bool = False,
     ) -> None:
         self.repo = repo
         self.target = target
         self.batch_max = max(1, batch_max)
-        #: Re-test ahead (see :class:`_Ahead`): lower waits when attempts reach the queue
-        #: while a batch is re-tested, at the cost of a gate run more when one that would
-        #: have joined the next batch arrives after the run ahead began.
-        self.ahead = ahead
-        #: The re-test run ahead of the batch now landing, if any (the leader's alone).
-        self._ahead: _Ahead | None = None
         self._gate_s = 0.0
         #: Batches' trees tested while their attempts' own gates run (see :mod:`.early`).
         self.early = EarlyRetests(self, enabled=early)
@@ -376,11 +364,7 @@ class LandingQueue:
 
         With ``own`` (the leader's own attempt), it stops after the batch that decided that
         one: its test reports now, and a waiter still without a verdict leads the next batch
-        (each waiter that finds the lock free and no verdict leads).
-
-        With ``ahead``, while a batch's top is re-tested, the attempts queued since are
-        re-tested ahead, on that top (:class:`_Ahead`): when the batch lands, they are the
-        next batch, and their verdict is ready or nearly so."""
+        (each waiter that finds the lock free and no verdict leads)."""
         self._gate_s = gate_s
         self._judge = judge
         if not any(e.key == key for e in self.entries()):
@@ -401,23 +385,13 @@ class LandingQueue:
         self._sweep_answered()
         try:
             for _ in range(MAX_ROUNDS * 4):
-                if own and self._ahead is None and self.verdict(own) is not None:
-                    # Decided: the next batch is a waiter's to lead (not while a re-test
-                    # runs ahead for it: that would be thrown away).
-                    return
+                if own and self.verdict(own) is not None:
+                    return  # decided: the next batch is a waiter's to lead
                 queued = self._queued(key)
                 if not queued:
                     return
                 if settle:
                     queued = self._settle_dead_leaders(queued)
-                ahead = self._ahead
-                if ahead is not None:
-                    queued = self._without_dead_owners(queued)
-                    taken = queued[: len(ahead.uids)]
-                    if tuple(e.uid for e in taken) == ahead.uids and self.target.tip() == ahead.on:
-                        self._batch(taken, retest)
-                        continue
-                    self._drop_ahead()
                 if gate_s > 0 and len(queued) < self.batch_max:
                     self._gather(queued, gate_s)
                     queued = self._queued(key)
@@ -427,7 +401,6 @@ class LandingQueue:
                 if queued:
                     self._batch(queued[: self.batch_max], retest)
         finally:
-            self._drop_ahead()
             with contextlib.suppress(OSError):
                 (self.folder / "leading").unlink(missing_ok=True)
 
@@ -461,12 +434,6 @@ class LandingQueue:
         except OSError:
             return True
         return left
-
-    def _drop_ahead(self) -> None:
-        """End the re-test run ahead (its batch did not land as it assumed)."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.cancel()
 
     def _without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
         """Drop the entries whose process is gone: nobody would report them, so nothing of
@@ -613,14 +580,7 @@ class LandingQueue:
             tip = self.target.tip()  # read now, under the lock: never a stale tip
             if tip is None:
                 raise RefMoved(self.target.ref, None, None)
-            ahead = self._ahead
-            aside: list[Entry]
-            already: list[Entry]
-            if ahead is not None and ahead.on == tip and ahead.uids == tuple(e.uid for e in batch):
-                # Exactly the commits re-tested ahead: a run ahead of this one stands on them.
-                chain, aside, already = list(ahead.chain), [], []
-            else:
-                chain, aside, already = self._chain(tip, batch)
+            chain, aside, already = self._chain(tip, batch)
             for entry in already:
                 self._already(entry, tip)
             if chain:
@@ -671,22 +631,6 @@ class LandingQueue:
                     entry, Outcome("error", f"the queue could not merge it: {exc}", "promote")
                 )
         return chain, aside, already
-
-    def _chain_ahead(self, on: str, entries: Sequence[Entry]) -> list[_Link] | None:
-        """``entries`` merged one after another onto ``on`` (a batch top not landed yet), or
-        None when one of them would be set aside or is already there: none goes ahead then."""
-        chain: list[_Link] = []
-        aside: list[Entry] = []
-        already: list[Entry] = []
-        head = on
-        for entry in entries:
-            try:
-                head = self._link(on, head, entry, chain, aside, already)
-            except AgentgateError:
-                return None
-            if aside or already:
-                return None
-        return chain
 
     def _link(
         self,
@@ -914,55 +858,27 @@ class LandingQueue:
         return tuple(updates)
 
     def _top_test(self, tip: str, chain: list[_Link], retest: BatchRetest) -> Retested:
-        """Re-test the chain's top, or take the re-test that ran ahead for exactly it; and
-        meanwhile start one ahead, for the attempts queued since, on this top."""
-        ahead, self._ahead = self._ahead, None
-        uids = tuple(entry.uid for entry, _, _, _ in chain)
-        watch = (
-            _Watch(self, chain[0][0].key, chain[-1][1], set(uids), retest) if self.ahead else None
-        )
-        found: Retested | None = None
+        """Re-test the chain's top, or take the early re-test of exactly its tree."""
         key, tree = chain[0][0].key, chain[-1][2]
-        try:
-            if ahead is not None and ahead.on == tip and ahead.uids == uids:
-                found = ahead.wait()
-                if found is not None and not ahead.holds(found):
-                    found = None  # it could not hold what passed on the tip: test it now
-            elif ahead is not None:
-                ahead.cancel()
-            early = None if found is not None else self.early.result(key, tree, self._gate_s)
-            # Judged here now, one way or another: from now on no early run of this tree,
-            # written before or after, answers for it (a tree seen failing must not land on
-            # an early pass of a run that overlapped).
-            self.early.decide(key, tree)
-            if found is None:
-                bases = [entry.base for entry, _, _, _ in chain]
-                reuse = (
-                    None
-                    if early is None
-                    else Retested(
-                        early.ok,
-                        early.why,
-                        early.output,
-                        early.tests,
-                        early=True,
-                        fingerprint=early.fingerprint,
-                    )
-                )
-                found = retest(tree, tip, bases, reuse=reuse)
-        except BaseException:
-            after = watch.stop() if watch is not None else None
-            if after is not None:
-                after.cancel()
-            raise
-        after = watch.stop() if watch is not None else None
-        if after is not None:
-            if found.ok:  # the top it stands on passed: what passed there must still pass
-                after.tip_tests = found.tests
-                self._ahead = after
-            else:
-                after.cancel()
-        return found
+        early = self.early.result(key, tree, self._gate_s)
+        # Judged here now, one way or another: from now on no early run of this tree,
+        # written before or after, answers for it (a tree seen failing must not land on
+        # an early pass of a run that overlapped).
+        self.early.decide(key, tree)
+        bases = [entry.base for entry, _, _, _ in chain]
+        reuse = (
+            None
+            if early is None
+            else Retested(
+                early.ok,
+                early.why,
+                early.output,
+                early.tests,
+                early=True,
+                fingerprint=early.fingerprint,
+            )
+        )
+        return retest(tree, tip, bases, reuse=reuse)
 
     def _published(
         self, written: tuple[str, str], uid: str, problems: dict[str, str]
@@ -1345,115 +1261,6 @@ class LandingQueue:
     def _queue_lock(self) -> Iterator[None]:
         with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
             yield
-
-
-class _Ahead:
-    """A re-test run ahead, as Zuul's speculative pipelines do (as an idea): while a batch's
-    top is re-tested, the attempts queued since are merged onto that top and re-tested at the
-    same time, in a thread. If the batch lands whole, its top is the tip they stand on, and
-    exactly these commits land next on the verdict of this run; otherwise it is ended.
-
-    It runs before the top it stands on was tested, so it holds only the tests that passed
-    on its attempts' bases; :meth:`holds` then checks what passed on the top itself."""
-
-    def __init__(self, on: str, chain: list[_Link]) -> None:
-        self.on = on
-        self.chain = tuple(chain)
-        self.uids = tuple(entry.uid for entry, _, _, _ in chain)
-        self.running = Running()
-        self.found: Retested | None = None
-        self.thread: threading.Thread | None = None
-        #: The per-test results of the top it stands on, once that passed.
-        self.tip_tests: Mapping[str, str] | None = None
-
-    def start(self, retest: BatchRetest) -> None:
-        bases = [entry.base for entry, _, _, _ in self.chain]
-
-        def run() -> None:
-            try:
-                self.found = retest(
-                    self.chain[-1][2], self.on, bases, ahead=True, running=self.running
-                )
-            except BaseException:  # ended, or failed: no verdict from it
-                self.found = None
-
-        self.thread = threading.Thread(target=run, name="agentgate-ahead", daemon=True)
-        self.thread.start()
-
-    def wait(self) -> Retested | None:
-        if self.thread is not None:
-            self.thread.join()
-        return None if self.running.ended else self.found
-
-    def cancel(self) -> None:
-        self.running.end_all()
-        self.wait()
-
-    def holds(self, found: Retested) -> bool:
-        """Whether ``found`` also holds the top it stood on: every test reported there is
-        reported, and every one that passed there passes (else it is run again, held)."""
-        if self.tip_tests is None:
-            return True
-        if found.tests is None:
-            return False
-        return all(
-            test in found.tests and (outcome != results.PASSED or found.tests[test] == outcome)
-            for test, outcome in self.tip_tests.items()
-        )
-
-
-class _Watch:
-    """While a batch's top is re-tested: look for attempts of its key queued since, and
-    start one re-test ahead on that top, once, when no other attempt of the key is still
-    being judged (so that going ahead never splits what would have been one batch)."""
-
-    def __init__(
-        self,
-        queue: LandingQueue,
-        key: str,
-        on: str,
-        excluded: set[str],
-        retest: BatchRetest,
-    ) -> None:
-        self.queue, self.key, self.on, self.excluded = queue, key, on, excluded
-        self.retest = retest
-        self.ahead: _Ahead | None = None
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="agentgate-watch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(AHEAD_POLL_S):
-                fresh = [
-                    e
-                    for e in self.queue.entries()
-                    if e.key == self.key and e.uid not in self.excluded and pending.pid_alive(e.pid)
-                ][: self.queue.batch_max]
-                if not fresh:
-                    continue
-                if len(fresh) < self.queue.batch_max and self.queue._in_flight(
-                    self.key, float("inf")
-                ):
-                    # Another attempt's gate is still running: going ahead without it would
-                    # give it a batch of its own, one gate run more than waiting costs.
-                    continue
-                chain = self.queue._chain_ahead(self.on, fresh)
-                with self._lock:
-                    if chain and not self._stop.is_set():
-                        self.ahead = _Ahead(self.on, chain)
-                        self.ahead.start(self.retest)
-                return
-        except Exception:  # looking ahead is an optimisation: never a failure
-            return
-
-    def stop(self) -> _Ahead | None:
-        """Stop looking; the run ahead it started, if any (still running)."""
-        with self._lock:
-            self._stop.set()
-        self._thread.join()
-        return self.ahead
 
 
 #: One link of a batch's chain: (its entry, the commit that lands it, that commit's tree,

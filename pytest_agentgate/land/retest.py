@@ -30,8 +30,8 @@ class Retested:
 
 class BatchRetest(Protocol):
     """A re-test of a merged tree that stands on ``tip``, holding the tests that passed on
-    the ``bases`` of the attempts in it, and on ``tip`` too unless ``ahead`` (a re-test run
-    ahead, on a tip not yet tested: see :class:`_Ahead`). ``running`` lets another thread
+    the ``bases`` of the attempts in it, and on ``tip`` too unless ``ahead`` (an early re-test,
+    on a tip not yet tested: see :mod:`.early`). ``running`` lets another thread
     end it. With ``reuse`` (a result of exactly ``tree``, run early, held to other bases
     and no tip: see :mod:`.early`), nothing runs when that result answers as this re-test
     would; else the tree is run again."""

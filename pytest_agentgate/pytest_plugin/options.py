@@ -129,13 +129,6 @@ OPTIONS = (
         "no_retest", "do not re-run the gate on a merge onto a target that moved", "bool", False
     ),
     Option(
-        "retest_ahead",
-        "re-test the attempts queued while a batch is re-tested at the same time, on its top "
-        "(less waiting; sometimes a gate run more)",
-        "bool",
-        False,
-    ),
-    Option(
         "no_early_retest",
         "do not test a batch's merged tree while its attempts' own gates run (a gate run "
         "fewer when one of them fails; a gate's duration more of waiting for the rest)",

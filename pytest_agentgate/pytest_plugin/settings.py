@@ -47,7 +47,6 @@ class Settings:
     promote: bool = False
     retest: bool = True
     batch_max: int = 8
-    retest_ahead: bool = False
     early_retest: bool = True
     push_state: bool = False
     lease_seconds: float = 120.0
@@ -166,7 +165,6 @@ class Settings:
             promote=bool(values["promote"]),
             retest=not values["no_retest"],
             batch_max=int(values["batch_max"]),
-            retest_ahead=bool(values["retest_ahead"]),
             early_retest=not values["no_early_retest"],
             push_state=bool(values["push_state"]),
             lease_seconds=float(values["lease_seconds"]),
@@ -277,7 +275,6 @@ class Settings:
             gate=self.gate_spec(),
             retest=self.retest,
             batch_max=self.batch_max,
-            retest_ahead=self.retest_ahead,
             early_retest=self.early_retest,
             push_state=self.push_state,
             lease_seconds=self.lease_seconds,
