@@ -94,19 +94,6 @@ _SAFETY = (
 COMMITTER = ("agentgate", "agentgate@localhost")
 
 
-def without_redirects(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` minus the variables that would point git at another repository or config.
-
-    For the commands the plugin runs on behalf of others (the agent's steps, gate commands):
-    their git must find the checkout it runs in, not whatever the pytest process inherited.
-    """
-    return {
-        key: value
-        for key, value in environ.items()
-        if key not in _REDIRECTING and not key.startswith(_SCRUBBED_PREFIXES)
-    }
-
-
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The calling process's environment minus everything that could redirect git."""
     env = {

@@ -131,10 +131,6 @@ class Outcome:
     conflicts: list[str] = field(default_factory=list)
 
 
-class Withdrawn(AgentgateError):
-    """The attempt left the queue before anything landed it (an interrupt, a timeout)."""
-
-
 class LandingQueue:
     """The queue of one target."""
 

@@ -270,8 +270,6 @@ RUN_KEY = pytest.StashKey[AgentgateRun]()
 MARKER_KEY = pytest.StashKey["GatedMarker"]()
 WS_KEY = pytest.StashKey["Workspace"]()
 ATTEMPT_KEY = pytest.StashKey["Attempt"]()
-#: The name of 0.1.
-SPEC_KEY = MARKER_KEY
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -189,12 +189,3 @@ def read(repo: BaseRepo, spec: str) -> Checkpoint:
             first.removeprefix("agentgate: checkpoint: "),
         )
     raise CheckpointError(spec, f"is not a checkpoint (none under {PREFIX} names it)")
-
-
-def of_try(repo: BaseRepo, slug: str, try_id: str) -> list[str]:
-    """The refs of one try's checkpoints, in the order they were made."""
-    folder = f"{PREFIX}{slug}/{try_id}/"
-    names = repo.ref_names(folder)
-    return sorted(
-        names, key=lambda r: int(r.rsplit("/", 1)[1]) if r.rsplit("/", 1)[1].isdigit() else 0
-    )

@@ -74,8 +74,6 @@ class GateCheckouts:
         self._lock = threading.Lock()
         #: Checkouts in use whose command ended badly: removed, never kept.
         self._spoiled: set[Path] = set()
-        #: When each checkout in use was first made.
-        self._made: dict[Path, float] = {}
         #: How many checkouts were reused rather than made afresh (for the benchmark), and
         #: how many of those were brought over by the paths that differ alone.
         self.reused = 0
