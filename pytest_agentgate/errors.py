@@ -49,9 +49,11 @@ class ConfigError(AgentgateError):
 class RepoNotFound(ConfigError):
     """No git repository at the path the user named."""
 
-    def __init__(self, path: object, source: str = "") -> None:
+    def __init__(self, path: object, source: str = "", option: str = "") -> None:
+        self.option = option
+        told = f" with {option}" if option else ""
         super().__init__(
-            f"no git repository at {str(path)!r}; name the repository the agents edit",
+            f"no git repository at {str(path)!r}; name the repository the agents edit{told}",
             value=path,
             source=source,
         )

@@ -118,11 +118,13 @@ def test_revert_conflict_and_gate(capsys: pytest.CaptureFixture[str], service: P
         capsys, "revert", "--repo", str(service), "rewrite-notes", "--gate", "false"
     )
     assert code == 1 and "gate command exited 1: false" in err
+    assert "the gate rejected the reverted tree" in err and "nothing was changed" in err
     assert git(service, "rev-parse", "main") == tip
-    code, _, err = agentgate(
+    code, out, err = agentgate(
         capsys, "revert", "--repo", str(service), "rewrite-notes", "--gate", "grep -q one notes.txt"
     )
     assert code == 0, err
+    assert "gate on the reverted tree: passed" in out
     assert (service / "notes.txt").read_text() == "one\n"
 
 
@@ -344,9 +346,12 @@ def test_demo_leaves_nothing_behind_and_runs_as_a_console_script(tmp_path: Path)
 def test_rollback_to_the_tree_it_already_has_changes_nothing(
     capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
 ) -> None:
-    code, _, err = agentgate(capsys, "rollback", "--repo", str(service), "--to", history["c"])
-    assert code == 1 and "nothing to roll back" in err
+    """Nothing to do is no error: exit 0, said so, no commit and no log line."""
+    lines = agentgate(capsys, "log", "--repo", str(service), "--json")[1].splitlines()
+    code, out, _ = agentgate(capsys, "rollback", "--repo", str(service), "--to", history["c"])
+    assert code == 0 and "nothing to do" in out
     assert git(service, "rev-parse", "main") == history["c"]
+    assert agentgate(capsys, "log", "--repo", str(service), "--json")[1].splitlines() == lines
 
 
 def test_restore_refuses_a_file_as_destination(
@@ -503,3 +508,67 @@ def test_land_dry_run_writes_nothing(
     assert [r for r in after.splitlines() if "refs/agentgate/results/" not in r] == [
         r for r in before.splitlines() if "refs/agentgate/results/" not in r
     ]
+
+
+def test_log_hides_the_journal_s_lines_unless_asked(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    """A promotion writes pending and pending-done lines around its move: how its record was
+    settled, not a move. The default view shows moves; --all shows the journal too."""
+    shown = agentgate(capsys, "log", "--repo", str(service))[1]
+    every = agentgate(capsys, "log", "--repo", str(service), "--all")[1]
+    assert "promote" in shown and " pending" not in shown and "pending-done" not in shown
+    assert " pending " in every and "pending-done" in every
+    assert len(every.splitlines()) > len(shown.splitlines())
+
+
+def test_attempts_keeps_its_columns_with_long_names(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    long_task = "make the ledger report totals per account and per month " * 2
+    land(service, {"a.txt": "a"}, task=long_task, agent="an-agent-with-a-long-name-v2")
+    land(service, {"b.txt": "b"}, task="short", agent="b")
+    out = agentgate(capsys, "attempts", "--repo", str(service))[1].splitlines()
+    assert "an-agent-with-a-long-name-v2" in out[1] + out[2]  # never cut
+    starts = [[line.index(col) for col in ("promoted",)] for line in out[1:3]]
+    assert starts[0] == starts[1]  # the verdict column lines up
+    head = out[0]
+    for line in out[1:3]:
+        agent_at = head.index("AGENT")
+        assert line[agent_at - 2 : agent_at] == "  "  # each column starts where its head does
+
+
+def test_audit_by_default_covers_what_came_after_the_first_record(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    """The history before the plugin's first record could not have been gated: by default
+    it is not listed (it made every audit of a real repository exit 1); --all lists it."""
+    start = git(service, "rev-parse", "main")
+    assert land(service, {"a.txt": "a\n"}, "first").verdict.status == "promoted"
+    (service / "person.txt").write_text("p\n")
+    git(service, "add", "person.txt")
+    git(service, "commit", "-qm", "pushed by hand")
+    person = git(service, "rev-parse", "main")
+    assert main(["audit", "--repo", str(service), "--json"]) == 1
+    assert [r["commit"] for r in json.loads(capsys.readouterr().out)] == [person]
+    assert main(["audit", "--repo", str(service), "--all", "--json"]) == 1
+    assert [r["commit"] for r in json.loads(capsys.readouterr().out)] == [person, start]
+
+
+def test_a_missing_repository_is_named_with_the_option_that_names_it(
+    capsys: pytest.CaptureFixture[str], pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    code, _, err = agentgate(capsys, "log", "--repo", str(tmp_path / "nowhere"))
+    assert code == 2 and "--repo PATH" in err
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.gated(task="t")
+        def test_t(agent_workspace):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret == 4
+    assert "name the repository the agents edit with --agentgate-repo=PATH" in result.stderr.str()

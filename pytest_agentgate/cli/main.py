@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--agent", help="only this agent's operations")
     p.add_argument("--limit", type=_positive, default=None, help="at most N records")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.add_argument(
+        "--all", action="store_true",
+        help="also the journal's lines (pending, pending-done) that settle a move's record",
+    )  # fmt: skip
     p.set_defaults(func=cmd_log)
 
     target_args = argparse.ArgumentParser(add_help=False)
@@ -169,7 +173,12 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
         "audit", parents=[common], help="commits on a branch whose tree no passing gate judged"
     )
     p.add_argument("--target", help="the branch (default: the one checked out)")
-    p.add_argument("--since", metavar="REV", help="only commits after REV (default: all)")
+    span = p.add_mutually_exclusive_group()
+    span.add_argument(
+        "--since", metavar="REV",
+        help="only commits after REV (default: those after the base of the first recorded attempt)",
+    )  # fmt: skip
+    span.add_argument("--all", action="store_true", help="the branch's whole history")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_audit)
 
@@ -231,7 +240,7 @@ def _open(args: argparse.Namespace) -> BaseRepo:
     from ..git.repo import BaseRepo
     from ..store.pending import settle_all
 
-    repo = BaseRepo.open(args.repo, "--repo")
+    repo = BaseRepo.open(args.repo, "--repo", "--repo PATH")
     for note in settle_all(repo):
         print(f"agentgate: {note}", file=sys.stderr)
     return repo
@@ -330,14 +339,23 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         filtered = args.task or args.agent or args.verdict
         print("no attempts match" if filtered else "no attempts recorded")
         return 0
-    print(f"{'REF':<44} {'VERDICT':<9} {'AGENT':<12} {'BASE':<12} {'COMMIT':<12} {'DATE':<25} TASK")
-    for a in rows:
-        ref, record = a.record_ref[len("refs/agentgate/attempts/") :], a.record_commit[:12]
-        # What a record says is data, never terminal control: one line of printable text.
-        ref, verdict, agent, base, date, task = (
-            one_line(v) for v in (ref, a.verdict, a.agent[:12], a.base[:12], a.date, a.task)
-        )
-        print(f"{ref:<44} {verdict:<9} {agent:<12} {base:<12} {record:<12} {date:<25} {task}")
+    # What a record says is data, never terminal control: one line of printable text.
+    table = [
+        [
+            one_line(v)
+            for v in (
+                a.record_ref[len("refs/agentgate/attempts/") :], a.verdict, a.agent,
+                a.base[:12], a.record_commit[:12], a.date,
+            )
+        ]
+        for a in rows
+    ]  # fmt: skip
+    heads = ["REF", "VERDICT", "AGENT", "BASE", "COMMIT", "DATE"]
+    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(heads)]
+    print("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)) + "  TASK")
+    for a, cells in zip(rows, table, strict=True):
+        line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
+        print(f"{line}  {one_line(a.task)}")
         folder = a.trailers.get("Checkpoints")
         if folder and not args.remote and re.fullmatch(r"[a-z0-9][a-z0-9-]*/[0-9a-f]{12}", folder):
             from ..store.checkpoints import PREFIX, read
@@ -365,9 +383,11 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_log(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from ..store.oplog import read
+    from ..store import oplog
 
-    records = list(read(_open(args).common_dir))
+    records = list(oplog.read(_open(args).common_dir))
+    if not args.all:  # the journal's own lines: how a move's record was settled, not a move
+        records = [r for r in records if r.op not in oplog.JOURNAL_OPS]
     if args.agent:
         records = [r for r in records if r.agent == args.agent]
     records.reverse()
@@ -402,6 +422,10 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     expect = _expect(repo, args)
     ref = f"refs/heads/{branch}"
     tip_tree = repo.tree_of(target.ref if target is not None else ref)
+    if tip_tree == repo.tree_of(to):
+        shown = target.label if target is not None else branch
+        print(f"{shown} already holds the tree of {to[:12]} ({tip_tree}): nothing to do")
+        return 0
     begin = time.perf_counter()
     move = promote.rollback(
         repo,
@@ -469,21 +493,33 @@ def cmd_revert(args: argparse.Namespace) -> int:
                 result = run_commands(repo, tree, spec, context, label="revert")
             return result.ok, result.message, result.output
 
-    move = promote.revert(
-        repo,
-        f"refs/heads/{branch}",
-        attempt.record_commit,
-        attempt.base,
-        expect=expect,
-        author=_author(args.agent),
-        agent=args.agent,
-        task=f"revert {attempt.task}",
-        retest=retest,
-        dry_run=args.dry_run,
-        target=target,
-    )
+    from ..errors import GateFailed
+
+    try:
+        move = promote.revert(
+            repo,
+            f"refs/heads/{branch}",
+            attempt.record_commit,
+            attempt.base,
+            expect=expect,
+            author=_author(args.agent),
+            agent=args.agent,
+            task=f"revert {attempt.task}",
+            retest=retest,
+            dry_run=args.dry_run,
+            target=target,
+        )
+    except GateFailed as failed:
+        print(
+            f"agentgate revert: the gate rejected the reverted tree ({failed.reason}); "
+            "nothing was changed" + (f"\n{failed.output}" if failed.output else ""),
+            file=sys.stderr,
+        )
+        return 1
     if target is not None:
         branch = target.label
+    if args.gate:
+        print(f"gate on the reverted tree: passed ({len(args.gate)} command(s))")
     if args.dry_run:
         print(
             f"would revert {attempt.record_ref} on {branch} ({move.old[:12]}), giving tree {move.tree}"
@@ -752,11 +788,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 judged.add(landed_tree)
         except AgentgateError:  # a landed commit pruned or gone: nothing to count
             continue
-    span = (
-        f"{repo.resolve_commit(args.since, '--since')}..refs/heads/{branch}"
-        if args.since
-        else f"refs/heads/{branch}"
-    )
+    since = repo.resolve_commit(args.since, "--since") if args.since else None
+    if since is None and not args.all:
+        since = _first_recorded_base(repo, f"refs/heads/{branch}")
+    span = f"{since}..refs/heads/{branch}" if since else f"refs/heads/{branch}"
     history = repo.first_parent_log(span)
     untested = [
         {"commit": e.commit, "tree": e.tree, "author": e.author, "subject": e.subject}
@@ -775,6 +810,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
             f"{total - len(untested)} of {total} commits on {branch} have a tree a passing gate judged"
         )
     return 1 if untested else 0
+
+
+def _first_recorded_base(repo: BaseRepo, branch_ref: str) -> str | None:
+    """The oldest commit of the branch's first-parent history that a recorded attempt was
+    based on: where the plugin began to watch it (what came before, no gate judged)."""
+    from ..store.attempts import list_attempts
+
+    bases = {a.base for a in list_attempts(repo) if a.base}
+    history = [e.commit for e in repo.first_parent_log(branch_ref)]
+    oldest = [commit for commit in reversed(history) if commit in bases]
+    return oldest[0] if oldest else None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -141,16 +141,17 @@ class BaseRepo:
         self._oid_length = 64 if _object_format(self.common_dir) == "sha256" else 40
 
     @classmethod
-    def open(cls, path: str | Path, source: str = "") -> BaseRepo:
+    def open(cls, path: str | Path, source: str = "", option: str = "") -> BaseRepo:
         """Find the repository at ``path`` (its top, a subdirectory, or a bare repository).
 
         Discovery is done by reading the filesystem, not by letting git search, so only a
         real ``.git`` directory is accepted: a ``.git`` *file* (a linked worktree or a
         submodule) is followed once, to a directory that must itself be a repository.
+        ``option`` is how the caller's user names the repository, for the error.
         """
         start = Path(path).expanduser()
         if not start.exists():
-            raise RepoNotFound(path, source)
+            raise RepoNotFound(path, source, option)
         start = start.resolve()
         for candidate in (start, *start.parents):
             dotgit = candidate / ".git"
@@ -162,7 +163,7 @@ class BaseRepo:
                     return cls(target, candidate)
             if _looks_like_git_dir(candidate) and (candidate / "config").is_file():
                 return cls(candidate, None)
-        raise RepoNotFound(path, source)
+        raise RepoNotFound(path, source, option)
 
     # -- running git ------------------------------------------------------------------
 

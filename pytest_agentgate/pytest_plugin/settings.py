@@ -299,6 +299,7 @@ class Settings:
             "target": self.sources.get("target", "default"),
             "base": self.sources.get("base", "default"),
             "remote": self.sources.get("remote", "default"),
+            "repo_option": "--agentgate-repo=PATH",
         }
 
     def for_test(

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 FILE_NAME = "oplog.jsonl"
+#: The journal's own lines: how a move's record was settled, not moves (``log --all``).
+JOURNAL_OPS = frozenset({"pending", "pending-done", "pending-abandoned"})
 
 
 @dataclass(frozen=True)
