@@ -274,7 +274,7 @@ class Engine:
                 changes["target"] = target
             settings = replace(settings, **changes)
         _git.require_version()
-        base_repo = BaseRepo.open(repo, where.get("repo", "repo"), where.get("repo_option", ""))
+        base_repo = BaseRepo.open(repo, where.get("repo", "repo"))
         branch = settings.target if settings.target is not None else base_repo.head_branch()
         if branch is None:
             raise ConfigError(
@@ -298,8 +298,7 @@ class Engine:
         elif base_repo.resolve(f"refs/heads/{branch}") is None:
             if base_repo.resolve("HEAD") is None and not base_repo.refs("refs/heads/"):
                 raise ConfigError(
-                    f"{base_repo.label} has no commits yet; commit something first, or name "
-                    f"another repository{' with ' + where['repo_option'] if where.get('repo_option') else ''}",
+                    f"{base_repo.label} has no commits yet; commit something first",
                     value=branch,
                     source=where.get("repo", "repo"),
                 )

@@ -47,11 +47,11 @@ class ConfigError(AgentgateError):
 
 
 class RepoNotFound(ConfigError):
-    """No git repository at the path the user named."""
+    """No git repository at the path the user named (``option``: how they name one)."""
 
     def __init__(self, path: object, source: str = "", option: str = "") -> None:
         self.option = option
-        told = f" with {option}" if option else ""
+        told = f" {option}" if option else ""
         super().__init__(
             f"no git repository at {str(path)!r}; name the repository the agents edit{told}",
             value=path,

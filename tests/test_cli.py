@@ -571,4 +571,4 @@ def test_a_missing_repository_is_named_with_the_option_that_names_it(
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == 4
-    assert "name the repository the agents edit with --agentgate-repo=PATH" in result.stderr.str()
+    assert "name another with --agentgate-repo=PATH" in result.stderr.str()

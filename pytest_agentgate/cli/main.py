@@ -20,22 +20,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from .common import (
+    EXIT_USAGE,
+    UsageProblem,
+    author_of,
+    expected_old,
+    files_lagging,
+    moved_branch,
+    open_repo,
+    records_ref,
+)
+from .judging import add_judging_parsers
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-
     # Loaded when a subcommand runs, not to print --help.
-    from ..git.repo import Author, BaseRepo
     from ..land.prune import PruneReport
-    from ..land.target import RemoteBranch
-    from ..store.attempts import AttemptInfo
-    from ..workspace.fork import Workspace
-
-EXIT_USAGE = 2
-
-
-class UsageProblem(Exception):
-    """A bad argument value (exit code 2)."""
 
 
 def _duration(text: str) -> timedelta:
@@ -169,41 +168,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP + " (an attempt, not a checkpoint)")
     p.set_defaults(func=cmd_restore)
 
-    p = sub.add_parser(
-        "audit", parents=[common], help="commits on a branch whose tree no passing gate judged"
-    )
-    p.add_argument("--target", help="the branch (default: the one checked out)")
-    span = p.add_mutually_exclusive_group()
-    span.add_argument(
-        "--since", metavar="REV",
-        help="only commits after REV (default: those after the base of the first recorded attempt)",
-    )  # fmt: skip
-    span.add_argument("--all", action="store_true", help="the branch's whole history")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_audit)
-
-    p = sub.add_parser(
-        "land", parents=[common],
-        help="judge a recorded attempt again (gate, preflight, re-test) and promote it, "
-        "without running its agent",
-    )  # fmt: skip
-    p.add_argument("attempt", help="the attempt (a ref, <slug>/<n>, a prefix, or its commit)")
-    p.add_argument("--target", help="the branch to land on (default: the one checked out)")
-    p.add_argument(
-        "--gate", action="append", default=[], metavar="CMD",
-        help="a gate command, as --agentgate-gate; repeatable (this or --gate-exit-code)",
-    )  # fmt: skip
-    p.add_argument(
-        "--gate-exit-code", action="append", default=[], metavar="CMD",
-        help="a gate command judged by its exit code, as --agentgate-gate-exit-code; repeatable",
-    )  # fmt: skip
-    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
-    p.add_argument(
-        "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
-        help="where the gate runs (default: bwrap when it works here)",
-    )  # fmt: skip
-    p.add_argument("--dry-run", action="store_true", help="judge and report, but move nothing")
-    p.set_defaults(func=cmd_land)
+    add_judging_parsers(sub, common)
 
     p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
     p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
@@ -232,100 +197,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-# -- helpers ----------------------------------------------------------------------------
-
-
-def _open(args: argparse.Namespace) -> BaseRepo:
-    """The repository, with whatever moves a killed or failing run left unrecorded settled."""
-    from ..git.repo import BaseRepo
-    from ..store.pending import settle_all
-
-    repo = BaseRepo.open(args.repo, "--repo", "--repo PATH")
-    for note in settle_all(repo):
-        print(f"agentgate: {note}", file=sys.stderr)
-    return repo
-
-
-def _target(repo: BaseRepo, args: argparse.Namespace) -> str:
-    from ..errors import ConfigError
-    from ..git.repo import check_branch_name
-
-    branch = args.target or repo.head_branch()
-    if not branch:
-        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
-    check_branch_name(branch, "--target")
-    if repo.ref_value(f"refs/heads/{branch}") is None:
-        raise ConfigError(
-            f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target"
-        )
-    return str(branch)
-
-
-def _moved(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteBranch | None]:
-    """The branch a rollback or revert moves: here, or with ``--remote`` on that server
-    (fetched now, so that its history is here to read)."""
-    if not args.remote:
-        return _target(repo, args), None
-    from ..errors import ConfigError
-    from ..git.repo import check_branch_name
-    from ..land.target import RemoteBranch
-    from ..store.oplog import OpLog
-
-    branch = args.target or repo.head_branch()
-    if not branch:
-        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
-    check_branch_name(branch, "--target")
-    target = RemoteBranch(repo, args.remote, branch, OpLog(repo.common_dir))
-    target.check("--remote")
-    if target.tip() is None:
-        raise ConfigError(
-            f"branch {branch!r} does not exist on remote {args.remote!r}",
-            value=branch,
-            source="--target",
-        )
-    return branch, target
-
-
-def _expect(repo: BaseRepo, args: argparse.Namespace) -> str | None:
-    return repo.resolve_commit(args.expect, "--expect") if args.expect else None
-
-
-def _author(agent: str) -> Author:
-    from ..git.repo import Author
-
-    return Author.for_agent(agent)
-
-
-#: The ref moved, but the checked-out files did not follow (yet): not an error, not done.
-EXIT_FILES_LAG = 3
-
-
-def _lagging(args: argparse.Namespace, problem: str) -> int:
-    print(f"agentgate {args.command}: warning: the branch moved, but {problem}", file=sys.stderr)
-    return EXIT_FILES_LAG
-
-
-# -- subcommands ------------------------------------------------------------------------
-
-
-def _records(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = False) -> str:
-    """Where the records to read are: this clone's, or with ``--remote`` the server's,
-    fetched now."""
-    from ..remote import server_records
-    from ..store.attempts import PREFIX
-
-    if not getattr(args, "remote", None):
-        return PREFIX
-    server = server_records.for_remote(repo, args.remote)
-    return server_records.fetch_records(repo, server, with_state=with_state)
-
-
 def cmd_attempts(args: argparse.Namespace) -> int:
     from ..store.attempts import list_attempts
     from ..store.records import one_line
 
-    repo = _open(args)
-    rows = list_attempts(repo, _records(repo, args))
+    repo = open_repo(args)
+    rows = list_attempts(repo, records_ref(repo, args))
     if args.task:
         rows = [a for a in rows if args.task.lower() in a.task.lower()]
     if args.agent:
@@ -371,8 +248,8 @@ def cmd_attempts(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     from ..store.attempts import find
 
-    repo = _open(args)
-    attempt = find(repo, args.attempt, _records(repo, args), readable=False)
+    repo = open_repo(args)
+    attempt = find(repo, args.attempt, records_ref(repo, args), readable=False)
     print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
     # Printable text and line breaks only: a record's message is data, never terminal control.
     shown = repo.show_commit(attempt.record_commit)
@@ -385,7 +262,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
     from ..store import oplog
 
-    records = list(oplog.read(_open(args).common_dir))
+    records = list(oplog.read(open_repo(args).common_dir))
     if not args.all:  # the journal's own lines: how a move's record was settled, not a move
         records = [r for r in records if r.op not in oplog.JOURNAL_OPS]
     if args.agent:
@@ -416,10 +293,10 @@ def cmd_log(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from ..land import promote
 
-    repo = _open(args)
-    branch, target = _moved(repo, args)
+    repo = open_repo(args)
+    branch, target = moved_branch(repo, args)
     to = repo.resolve_commit(args.to, "--to")
-    expect = _expect(repo, args)
+    expect = expected_old(repo, args)
     ref = f"refs/heads/{branch}"
     tip_tree = repo.tree_of(target.ref if target is not None else ref)
     if tip_tree == repo.tree_of(to):
@@ -432,7 +309,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         ref,
         to,
         expect=expect,
-        author=_author(args.agent),
+        author=author_of(args.agent),
         agent=args.agent,
         dry_run=args.dry_run,
         target=target,
@@ -447,7 +324,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
         return 0
     print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (rollback to {to[:12]}, {ms:.0f} ms)")
     if move.problem:
-        return _lagging(args, move.problem)
+        return files_lagging(args, move.problem)
     print(f"tree before rollback: {tip_tree}")
     print(f"tree of {to[:12]}:    {move.tree}")
     print(f"tree now:             {repo.tree_of(move.new)}")
@@ -461,9 +338,9 @@ def cmd_revert(args: argparse.Namespace) -> int:
     from ..land import promote
     from ..store.attempts import find
 
-    repo = _open(args)
-    branch, target = _moved(repo, args)
-    attempt = find(repo, args.attempt, _records(repo, args))
+    repo = open_repo(args)
+    branch, target = moved_branch(repo, args)
+    attempt = find(repo, args.attempt, records_ref(repo, args))
     if attempt.verdict != "promoted":
         raise UsageProblem(
             f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
@@ -476,7 +353,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
             f"{attempt.record_ref} did not land on {target.label if target else branch} "
             "(its Landed commit is not in that branch's history); nothing was changed"
         )
-    expect = _expect(repo, args)
+    expect = expected_old(repo, args)
     retest = None
     if args.gate:
         spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
@@ -502,7 +379,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
             attempt.record_commit,
             attempt.base,
             expect=expect,
-            author=_author(args.agent),
+            author=author_of(args.agent),
             agent=args.agent,
             task=f"revert {attempt.task}",
             retest=retest,
@@ -527,7 +404,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
     else:
         print(f"{branch}: {move.old[:12]} -> {move.new[:12]} (reverted {attempt.record_ref})")
         if move.problem:
-            return _lagging(args, move.problem)
+            return files_lagging(args, move.problem)
     return 0
 
 
@@ -536,7 +413,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     if args.keep_runs is not None and args.workspaces is None:
         raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")
-    repo = _open(args)
+    repo = open_repo(args)
     cutoff = datetime.now(UTC) - args.older_than
     if args.remote:
         from ..remote.server_records import for_remote
@@ -606,14 +483,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from ..store.attempts import find
     from ..workspace import state
 
-    repo = _open(args)
+    repo = open_repo(args)
     try:
         if args.remote:
             raise AgentgateError("a server's attempt, not a checkpoint here")
         point = checkpoints.read(repo, args.attempt)
         tree, commit, what = point.code_tree, point.state, f"checkpoint {point.commit[:12]}"
     except AgentgateError:
-        attempt = find(repo, args.attempt, _records(repo, args, with_state=args.state))
+        attempt = find(repo, args.attempt, records_ref(repo, args, with_state=args.state))
         tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
         what = attempt.record_ref + (f" (on {args.remote})" if args.remote else "")
         if args.state and commit and not repo.has_object(commit):
@@ -655,172 +532,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
             )
             print(f"restored {shown}")
     return 0
-
-
-#: The checks whose verdict ``agentgate land`` can judge again, by exact name (a Python
-#: check named ``gate_policy`` is not the gate): the gate's, its baseline's and the merge's.
-LANDABLE = ("gate", "baseline", "retest", "preflight", "conflict")
-
-
-def cmd_land(args: argparse.Namespace) -> int:
-    """Judge a recorded attempt again and promote it: for one that failed through a flaky
-    gate, or on a base that has since been fixed. Its code is judged against its own base
-    (protection, the harness, the limits and the baseline stay that base's), merged onto the
-    target as it is now, re-tested and moved by compare-and-swap, as in a run; the result is
-    a new attempt record."""
-    import tempfile
-
-    from ..engine import Engine
-    from ..judge.gate import GateSpec
-    from ..sandbox.containment import Settings
-    from ..store.attempts import find
-
-    if not args.gate and not args.gate_exit_code:
-        raise UsageProblem("land needs a gate: --gate CMD or --gate-exit-code CMD")
-    repo = _open(args)
-    earlier = find(repo, args.attempt)
-    check = earlier.trailers.get("Check", "")
-    landable = check in LANDABLE or check.startswith(tuple(f"{c}: " for c in LANDABLE))
-    if (
-        earlier.verdict in ("promoted", "passed")
-        or not landable
-        or earlier.trailers.get("Graded-Tree")
-    ):
-        raise UsageProblem(
-            f"{earlier.record_ref} ({earlier.verdict}, by {check or 'its test'!r}) is not one "
-            "land judges again: land runs the gate, the harness, the protection and the "
-            "limits, not the test body, its checks, its grading, its agent or its state; "
-            "run its test again instead"
-        )
-    protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
-    limit = earlier.trailers.get("Max-Changed-Lines")
-    target = _target(repo, args)
-    with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
-        engine = Engine.open(
-            repo.worktree or repo.git_dir,
-            target,
-            # A dry run moves nothing either way; the real target is what it is judged on
-            # (a dry run's engine would make a scratch ref of its own).
-            promote=True,
-            workdir=Path(workdir),
-            gate=GateSpec(
-                commands=(*args.gate, *args.gate_exit_code),
-                exit_code=tuple(args.gate_exit_code),
-                timeout=args.gate_timeout,
-                protect=protect,
-                max_changed_lines=int(limit) if limit else None,
-            ),
-            sandbox=Settings(mode=args.sandbox),
-        )
-        try:
-            ws = engine.fork(task=earlier.task, resume_from=earlier.record_ref, mode="code")
-            if args.dry_run:
-                return _would_land(engine, ws, earlier, target)
-            attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
-        finally:
-            engine.close()
-    verdict = attempt.verdict
-    print(
-        f"{earlier.record_ref} judged again: {verdict.status}"
-        + (f": {verdict.reason}" if verdict.reason else "")
-    )
-    if attempt.record_ref:
-        print(f"recorded as {attempt.record_ref}")
-    if attempt.move is not None:
-        print(f"{target}: {attempt.move.old[:12]} -> {attempt.move.new[:12]} ({attempt.move.kind})")
-    return 0 if verdict.accepted else 1
-
-
-def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str | None) -> int:
-    """``land --dry-run``: the gate's word and the merge preview, and nothing written (no
-    record, no ref moved, no scratch ref; baselines are kept as any gate run keeps them)."""
-    from ..attempt import Attempt
-    from ..git.repo import Author
-
-    attempt = Attempt(task=earlier.task, agent=earlier.agent, workspace=ws)
-    attempt.snapshot = engine.snapshot(ws)
-    failed = next((c for c in engine.judge(attempt, engine.gate) if not c.ok), None)
-    if failed is not None:
-        print(f"{earlier.record_ref} would not land: {failed.message} ({failed.name})")
-        return 1
-    attempt.change_commit = engine.repo.commit_tree(
-        attempt.snapshot.tree, [attempt.base], "agentgate: land --dry-run",
-        Author.for_agent(earlier.agent),
-    )  # fmt: skip
-    tip = engine.target.tip()
-    if tip is not None and tip != attempt.base:
-        conflicts = engine.repo.merge_preview(tip, attempt.change_commit).conflicts
-        if conflicts:
-            shown = ", ".join(conflicts)
-            print(f"{earlier.record_ref} would not land: merge conflicts in {shown}")
-            return 1
-    how = "fast-forward" if tip == attempt.base else "merge, then re-tested"
-    where = target or engine.target.label
-    print(f"{earlier.record_ref} would land on {where} ({how}); nothing was written")
-    return 0
-
-
-def cmd_audit(args: argparse.Namespace) -> int:
-    """List each commit on the target whose tree no passing gate judged; exit 1 if any.
-
-    A tree counts as judged when an attempt record says it landed there (a fast-forward to
-    the gated snapshot, or a merge whose record says its re-test passed), or it is such a
-    tree again (a rollback restores one byte for byte). A person's push, a merge landed
-    without a re-test, a move outside the plugin: each is listed.
-    """
-    from ..errors import AgentgateError
-    from ..store.attempts import list_attempts
-
-    repo = _open(args)
-    branch = _target(repo, args)
-    judged: set[str] = set()
-    for attempt in list_attempts(repo):
-        if attempt.verdict != "promoted" or not attempt.landed:
-            continue
-        try:
-            landed_tree = repo.tree_of(attempt.landed)
-            # A fast-forward landed the gated snapshot itself; a merge counts only when its
-            # record says its re-test passed (a merge of checks alone ran no gate on it).
-            if (
-                landed_tree == repo.tree_of(attempt.record_commit)
-                or attempt.trailers.get("Retest") == "passed"
-            ):
-                judged.add(landed_tree)
-        except AgentgateError:  # a landed commit pruned or gone: nothing to count
-            continue
-    since = repo.resolve_commit(args.since, "--since") if args.since else None
-    if since is None and not args.all:
-        since = _first_recorded_base(repo, f"refs/heads/{branch}")
-    span = f"{since}..refs/heads/{branch}" if since else f"refs/heads/{branch}"
-    history = repo.first_parent_log(span)
-    untested = [
-        {"commit": e.commit, "tree": e.tree, "author": e.author, "subject": e.subject}
-        for e in history
-        if e.tree not in judged
-    ]
-    if args.json:
-        print(json.dumps(untested, indent=2))
-    else:
-        for row in untested:
-            print(
-                f"{row['commit'][:12]}  {row['author']:<20}  {row['subject']}  (no passing gate record)"
-            )
-        total = len(history)
-        print(
-            f"{total - len(untested)} of {total} commits on {branch} have a tree a passing gate judged"
-        )
-    return 1 if untested else 0
-
-
-def _first_recorded_base(repo: BaseRepo, branch_ref: str) -> str | None:
-    """The oldest commit of the branch's first-parent history that a recorded attempt was
-    based on: where the plugin began to watch it (what came before, no gate judged)."""
-    from ..store.attempts import list_attempts
-
-    bases = {a.base for a in list_attempts(repo) if a.base}
-    history = [e.commit for e in repo.first_parent_log(branch_ref)]
-    oldest = [commit for commit in reversed(history) if commit in bases]
-    return oldest[0] if oldest else None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -147,7 +147,6 @@ class BaseRepo:
         Discovery is done by reading the filesystem, not by letting git search, so only a
         real ``.git`` directory is accepted: a ``.git`` *file* (a linked worktree or a
         submodule) is followed once, to a directory that must itself be a repository.
-        ``option`` is how the caller's user names the repository, for the error.
         """
         start = Path(path).expanduser()
         if not start.exists():

@@ -295,11 +295,12 @@ class Settings:
     def engine_sources(self) -> dict[str, str]:
         """Where ``repo``/``target``/``base``/``remote`` came from, for the engine's errors."""
         return {
-            "repo": self.sources.get("repo", "default") if self.repo else "pytest's rootdir",
+            "repo": self.sources.get("repo", "default")
+            if self.repo
+            else "pytest's rootdir; name another with --agentgate-repo=PATH",
             "target": self.sources.get("target", "default"),
             "base": self.sources.get("base", "default"),
             "remote": self.sources.get("remote", "default"),
-            "repo_option": "--agentgate-repo=PATH",
         }
 
     def for_test(

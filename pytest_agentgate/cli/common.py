@@ -1,0 +1,103 @@
+"""What the ``agentgate`` subcommands share: exit codes, the usage error, and how each
+finds its repository, its branch and the records it reads."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..git.repo import Author, BaseRepo
+    from ..land.target import RemoteBranch
+
+EXIT_USAGE = 2
+
+
+class UsageProblem(Exception):
+    """A bad argument value (exit code 2)."""
+
+
+def open_repo(args: argparse.Namespace) -> BaseRepo:
+    """The repository, with whatever moves a killed or failing run left unrecorded settled."""
+    from ..git.repo import BaseRepo
+    from ..store.pending import settle_all
+
+    repo = BaseRepo.open(args.repo, "--repo", "with --repo PATH")
+    for note in settle_all(repo):
+        print(f"agentgate: {note}", file=sys.stderr)
+    return repo
+
+
+def target_branch(repo: BaseRepo, args: argparse.Namespace) -> str:
+    from ..errors import ConfigError
+    from ..git.repo import check_branch_name
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    if repo.ref_value(f"refs/heads/{branch}") is None:
+        raise ConfigError(
+            f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target"
+        )
+    return str(branch)
+
+
+def moved_branch(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteBranch | None]:
+    """The branch a rollback or revert moves: here, or with ``--remote`` on that server
+    (fetched now, so that its history is here to read)."""
+    if not args.remote:
+        return target_branch(repo, args), None
+    from ..errors import ConfigError
+    from ..git.repo import check_branch_name
+    from ..land.target import RemoteBranch
+    from ..store.oplog import OpLog
+
+    branch = args.target or repo.head_branch()
+    if not branch:
+        raise UsageProblem("no branch is checked out; name one with --target BRANCH")
+    check_branch_name(branch, "--target")
+    target = RemoteBranch(repo, args.remote, branch, OpLog(repo.common_dir))
+    target.check("--remote")
+    if target.tip() is None:
+        raise ConfigError(
+            f"branch {branch!r} does not exist on remote {args.remote!r}",
+            value=branch,
+            source="--target",
+        )
+    return branch, target
+
+
+def expected_old(repo: BaseRepo, args: argparse.Namespace) -> str | None:
+    return repo.resolve_commit(args.expect, "--expect") if args.expect else None
+
+
+def author_of(agent: str) -> Author:
+    from ..git.repo import Author
+
+    return Author.for_agent(agent)
+
+
+#: The ref moved, but the checked-out files did not follow (yet): not an error, not done.
+EXIT_FILES_LAG = 3
+
+
+def files_lagging(args: argparse.Namespace, problem: str) -> int:
+    print(f"agentgate {args.command}: warning: the branch moved, but {problem}", file=sys.stderr)
+    return EXIT_FILES_LAG
+
+
+# -- subcommands ------------------------------------------------------------------------
+
+
+def records_ref(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = False) -> str:
+    """Where the records to read are: this clone's, or with ``--remote`` the server's,
+    fetched now."""
+    from ..remote import server_records
+    from ..store.attempts import PREFIX
+
+    if not getattr(args, "remote", None):
+        return PREFIX
+    server = server_records.for_remote(repo, args.remote)
+    return server_records.fetch_records(repo, server, with_state=with_state)
