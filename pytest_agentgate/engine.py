@@ -25,11 +25,12 @@ import sqlite3
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import resume
 from .attempt import Attempt, posted_checks
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
 from .git import runner as _git
@@ -59,7 +60,7 @@ from .remote import server_records
 from .remote.server_queue import Trust
 from .sandbox import containment as sandbox
 from .sandbox.process import Running, terminate_as_interrupt
-from .store import attempts, checkpoints, locks, oplog, records, schema
+from .store import attempts, checkpoints, oplog, records, schema
 from .workspace import fork as workspace
 from .workspace import state as state_module
 from .workspace.fork import (
@@ -147,7 +148,6 @@ class EngineSettings:
 def _program_exists(program: str) -> bool:
     """Whether a gate's program can be found as the gate will look for it (on PATH, or a
     path; a relative path is the checkout's business and is left to the launch)."""
-    import os
     import shutil
 
     if "/" in program:
@@ -174,19 +174,6 @@ def make_target(repo: BaseRepo, settings: EngineSettings, log: oplog.OpLog) -> T
     if settings.promote:
         return source
     return DryRunRef(source, log, agent=settings.agent, run_id=settings.run_id)
-
-
-@dataclass(frozen=True)
-class ResumeSource:
-    """What a try can start from: a checkpoint's or a recorded attempt's code, state and
-    agent git state, and the base it was made on (protection and baseline stay that one's)."""
-
-    base: str
-    code_tree: str
-    state: str | None
-    agent_git: str | None
-    commit: str
-    label: str
 
 
 class Engine:
@@ -548,7 +535,8 @@ class Engine:
         """Bring ``ws`` back for another try at its task after ``last`` was not accepted, and
         say what the try starts from.
 
-        The workspace keeps its base: protection, the harness, the limits and the baseline
+        The workspace keeps its base (but after a conflict, a try that starts afresh starts on
+        the target's tip): protection, the harness, the limits and the baseline
         stay those of the original base whatever a retry resumes, so an earlier try's edit
         to a protected file is judged again, never taken for the base. ``restart``: the base
         code (and the base state); ``code``: the code of the last checkpoint (else of the
@@ -560,7 +548,7 @@ class Engine:
         if made:
             source = self.resume_source(made[-1])
         elif last.snapshot is not None:
-            source = ResumeSource(
+            source = resume.ResumeSource(
                 ws.base,
                 last.snapshot.tree,
                 last.state,
@@ -570,6 +558,14 @@ class Engine:
             )
         else:
             source = None
+        conflicted = last.verdict is not None and last.verdict.status == "conflict"
+        tip = self.repo.ref_value(self.target.ref) if conflicted else None
+        if tip is not None and (mode == "restart" or source is None):
+            # From the same base the try would meet the same conflict: it starts on the tip.
+            workspace.recycle(ws, tip)
+            ws.new_try()
+            self.resume_into(ws, None, mode)
+            return f"a fresh workspace at the target's tip {tip[:12]} (the last try conflicted)"
         workspace.recycle(ws, ws.base)
         ws.new_try()
         if mode == "restart" or source is None:
@@ -579,58 +575,13 @@ class Engine:
             return "a fresh workspace at the base, with the base state"
         return self.resume_into(ws, source, mode)
 
-    def resume_source(self, spec: str) -> ResumeSource:
+    def resume_source(self, spec: str) -> resume.ResumeSource:
         """What a checkpoint or a recorded attempt (a ref or an id) can resume from."""
-        try:
-            point = checkpoints.read(self.repo, spec)
-        except (checkpoints.CheckpointError, RevisionNotFound):
-            point = None
-        if point is not None:
-            base = self.repo.resolve_commit(f"{point.commit}^1")  # the base it was made on
-            return ResumeSource(
-                base,
-                point.code_tree,
-                point.state,
-                point.agent_git,
-                point.commit,
-                f"the checkpoint {point.commit[:12]} ({point.message})",
-            )
-        found = attempts.find(self.repo, spec)
-        return ResumeSource(
-            found.base,
-            self.repo.tree_of(found.record_commit),
-            found.trailers.get("State") or None,
-            None,
-            found.record_commit,
-            f"the attempt {found.record_ref}",
-        )
+        return resume.source_of(self.repo, spec)
 
-    def resume_into(self, ws: Workspace, source: ResumeSource | None, mode: str) -> str:
-        """Write ``source`` into ``ws`` (fresh at its base) as ``mode`` says; None: the base.
-
-        The state outside the workspace goes back to what it held before the test unless
-        ``full`` brings the source's; the workspace keeps its base whatever is resumed.
-        """
-        full = mode == "full" and source is not None and source.state is not None
-        state_module.put_back(self.repo, None if full else ws.state_base, ws.state_declared)
-        ws.resumed_from = None
-        if source is None or mode == "restart":
-            return "a fresh workspace at the base, with the base state"
-        self.repo.index(ws.path, ws.index).merge_trees(ws.base, source.code_tree)
-        ws.index_written = time.time()
-        ws.resumed_from = source.commit
-        said = source.label
-        if full and source.state is not None:
-            state_module.restore(
-                self.repo, source.state, ws.path, overwrite=True, declared=ws.state_declared
-            )
-            said += ", its state"
-        else:
-            said += ", with the base state"
-        if mode == "full" and source.agent_git:
-            checkpoints.restore_agent_git(self.repo, source.agent_git, ws.path)
-            said += " and the agent's git state"
-        return said
+    def resume_into(self, ws: Workspace, source: resume.ResumeSource | None, mode: str) -> str:
+        """Write ``source`` into ``ws`` as ``mode`` says (:func:`.resume.write_into`)."""
+        return resume.write_into(self.repo, ws, source, mode)
 
     def _step(self, attempt: Attempt, step: str) -> None:
         """The attempt enters ``step``: kept on it (an interrupt's record names it) and told
@@ -676,57 +627,12 @@ class Engine:
         ws.checkpoints.append(point.ref)
         return point.commit
 
-    @contextlib.contextmanager
-    def state_held(self, ws: Workspace, declared: Sequence[str]) -> Iterator[None]:
-        """For one gated test: lock each declared state path outside the workspace (across
-        processes and xdist workers), capture what it holds before the first try, and bind
-        it into the agent's sandbox. Put back afterwards unless the test's attempt was
-        promoted (:meth:`put_back_state`)."""
-        import hashlib
-
-        declared = [state_module.normalise(p) for p in declared]
-        outside = sorted({p for p in declared if p.startswith("/")})
-        ws.state_declared = tuple(declared)
-        with contextlib.ExitStack() as held:
-            for path in outside:
-                digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
-                held.enter_context(locks.ref_lock(self.repo, f"state/{digest[:24]}"))
-            for path in outside:
-                real = os.path.realpath(path)
-                if real != os.path.normpath(path):
-                    raise ConfigError(
-                        f"state path {path!r} is reached through a symbolic link: declare "
-                        f"the real path {real!r} (a link's target is not put back)",
-                        source="state",
-                    )
-            overlap = state_module.overlapping(declared)
-            if overlap:
-                raise ConfigError(
-                    f"state paths {overlap[0]!r} and {overlap[1]!r} overlap: declare the outer "
-                    "one alone",
-                    source="state",
-                )
-            missing = [p for p in outside if not os.path.lexists(p)]
-            if missing:
-                raise ConfigError(
-                    f"state path {missing[0]!r} does not exist: create it (the file, or an "
-                    "empty directory) before the run, so it can be bound into the sandbox",
-                    source="state",
-                )
-            ws.state_binds = tuple(Path(p) for p in outside)
-            ws.state_base = (
-                state_module.capture(
-                    self.repo,
-                    ws.path,
-                    outside,
-                    message=records.state_message(ws.task or "base state"),
-                    author=Author.for_agent(ws.agent),
-                    exclude=self.settings.exclude,
-                )
-                if outside
-                else None
-            )
-            yield
+    def state_held(
+        self, ws: Workspace, declared: Sequence[str]
+    ) -> contextlib.AbstractContextManager[None]:
+        """Hold the declared state for one gated test (:func:`.resume.state_held`); put
+        back afterwards unless its attempt was promoted (:meth:`put_back_state`)."""
+        return resume.state_held(self.repo, ws, declared, self.settings.exclude)
 
     def put_back_state(self, ws: Workspace) -> None:
         """Declared state outside the workspace back to what it held before the test."""
@@ -734,16 +640,7 @@ class Engine:
 
     def resume(self, ws: Workspace, task: str) -> str | None:
         """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
-        slug = attempts.slugify(task)
-        for earlier in attempts.list_attempts(self.repo):
-            if earlier.record_ref.split("/")[3] == slug and earlier.trailers.get("State"):
-                commit = earlier.trailers["State"]
-                state_module.restore(
-                    self.repo, commit, ws.path, overwrite=True, declared=ws.state_declared
-                )
-                ws.resumed_from = commit
-                return commit
-        return None
+        return resume.restore_last_state(self.repo, ws, task)
 
     def note_external_move(self, tip: str, agent: str) -> str | None:
         """Log (once) a target tip that no agentgate record accounts for.
@@ -1186,6 +1083,50 @@ class Engine:
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
 
+    def _known_conflict(self, attempt: Attempt, spec: GateSpec) -> Verdict | None:
+        """A conflict with the target's tip as it is now, found before any gate command runs
+        (a merge preview costs milliseconds, a gate seconds): the gate is not spent on it.
+        The preflight after the gate looks again, as the tip may move meanwhile."""
+        snap = attempt.snapshot
+        tip = self.repo.ref_value(self.target.ref)
+        if snap is None or tip in (None, attempt.base) or spec.grading is not None:
+            return None
+        if not spec.commands or isinstance(self.target, RemoteBranch):
+            return None  # nothing to save; a server's branch is read at the preflight
+        attempt.change_commit = self.repo.commit_tree(
+            snap.tree,
+            [attempt.base],
+            records.change_message(attempt.task, attempt.agent),
+            Author.for_agent(attempt.agent),
+        )
+        found = self.repo.merge_preview(tip, attempt.change_commit)
+        if not found.conflicts:
+            return None
+        attempt.preview = found
+        return Verdict(
+            "conflict",
+            f"preflight merge conflicts in: {', '.join(found.conflicts)} "
+            "(found before the gate ran: no gate command was run)",
+            "preflight",
+        )
+
+    def _note_checks(self, attempt: Attempt, spec: GateSpec) -> None:
+        """What the gate's checks tell beyond pass or fail: the per-test comparison, the
+        passing tree's baseline (kept, free), the commands judged by exit code, flaky tests."""
+        assert attempt.snapshot is not None
+        for check in attempt.checks:
+            if check.comparison is not None:
+                attempt.results = check.comparison.as_dict()
+            if check.ok and check.tests and check.name == "gate":
+                self.baselines.keep(attempt.snapshot.tree, spec, check)
+            if check.by_exit_code:
+                attempt.results = {
+                    **(attempt.results or {}),
+                    "judged_by_exit_code": list(check.by_exit_code),
+                }
+            if check.flaky:
+                attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
+
     def _decide(  # noqa: PLR0915 - the lifecycle, one step after another
         self,
         attempt: Attempt,
@@ -1230,6 +1171,8 @@ class Engine:
             return Verdict("rejected", "no changes", "snapshot")
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
+        if (known := self._known_conflict(attempt, spec)) is not None:
+            return known
         # gate -> verdict
         self._step(attempt, "gate")
         if spec.commands and self.settings.retest and spec.grading is None:
@@ -1254,18 +1197,7 @@ class Engine:
             return Verdict("error", str(exc), "baseline", exc.output)
         lap("gate")
         self._last_gate_s = timings["gate"] / 1000
-        for check in attempt.checks:
-            if check.comparison is not None:
-                attempt.results = check.comparison.as_dict()
-            if check.ok and check.tests and check.name == "gate":  # its tree's baseline, free
-                self.baselines.keep(attempt.snapshot.tree, spec, check)
-            if check.by_exit_code:
-                attempt.results = {
-                    **(attempt.results or {}),
-                    "judged_by_exit_code": list(check.by_exit_code),
-                }
-            if check.flaky:
-                attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
+        self._note_checks(attempt, spec)
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
             if failed.harness_error:

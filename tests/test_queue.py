@@ -531,3 +531,51 @@ def test_a_leader_reads_the_log_only_after_a_leader_died_leading(
     (b.queue.folder / "leading").write_text("99999999")  # a leader that died leading
     b.lead([b.attempt("a2", {"a2.txt": "2"})])
     assert reads and not (b.queue.folder / "leading").exists()
+
+
+def test_a_known_conflict_is_decided_before_the_gate_runs(service: Path, tmp_path: Path) -> None:
+    """The tip moved to a change the attempt conflicts with: the merge preview, milliseconds,
+    decides it before the gate command (seconds) runs; nothing runs for it."""
+    from pytest_agentgate import Engine, GateSpec
+    from pytest_agentgate.sandbox.containment import Settings
+
+    log = tmp_path / "gate-runs"
+    e = Engine.open(
+        service, "main", promote=True, workdir=tmp_path / "work", sandbox=Settings(mode="none"),
+        gate=GateSpec(commands=(f"sh -c 'echo run >> {log}'",), results_mode="exit-code"),
+    )  # fmt: skip
+    first, second = e.fork(task="one"), e.fork(task="two")
+    (first.path / "ledger" / "api.py").write_text("ONE = 1\n")
+    (second.path / "ledger" / "api.py").write_text("TWO = 2\n")
+    assert e.run_attempt(first, task="one").verdict.status == "promoted"
+    runs = log.read_text().count("run")
+    verdict = e.run_attempt(second, task="two").verdict
+    assert verdict.status == "conflict" and "ledger/api.py" in verdict.reason
+    assert "no gate command was run" in verdict.reason
+    assert log.read_text().count("run") == runs
+    e.close()
+    fsck(service)
+
+
+def test_a_retry_after_a_conflict_starts_on_the_target_s_tip(service: Path, tmp_path: Path) -> None:
+    """From the same base a retry meets the same conflict and spends another try: after a
+    conflict, a retry that starts afresh starts on the tip, and lands."""
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(service, "main", promote=True, workdir=tmp_path / "work",
+                    gate=GateSpec(outcome_is_enough=True))  # fmt: skip
+    ws = e.fork(task="notes")
+    (ws.path / "ledger" / "api.py").write_text("AGENT = 1\n")
+    (service / "ledger" / "api.py").write_text("PERSON = 1\n")  # a person's commit meanwhile
+    git(service, "commit", "-qam", "by hand")
+    tip = git(service, "rev-parse", "main")
+    last = e.run_attempt(ws, task="notes")
+    assert last.verdict.status == "conflict", last.verdict
+    said = e.prepare_retry(ws, "restart", last)
+    assert ws.base == tip and "target's tip" in said
+    assert (ws.path / "ledger" / "api.py").read_text() == "PERSON = 1\n"
+    (ws.path / "ledger" / "api.py").write_text("PERSON = 1\nAGENT = 1\n")
+    assert e.run_attempt(ws, task="notes").verdict.status == "promoted"
+    assert git(service, "show", "main:ledger/api.py") == "PERSON = 1\nAGENT = 1"
+    e.close()
+    fsck(service)
