@@ -928,12 +928,14 @@ class Engine:
                              self.private_root())  # fmt: skip
 
     def _batch_key(self, spec: GateSpec) -> str:
-        """Which attempts may share a re-test: the same gate, environment and sandbox."""
+        """Which attempts may share a re-test: the same gate, environment and sandbox, and
+        the same tests allowed to go (one batch's re-test judges every attempt in it so)."""
         import hashlib
 
         material = repr(
-            (self.baselines.key("batch", spec), spec.timeout, spec.rerun, spec.flaky, spec.env)
-        )
+            (self.baselines.key("batch", spec), spec.timeout, spec.rerun, spec.flaky, spec.env,
+             sorted(spec.allow_removed))
+        )  # fmt: skip
         return hashlib.sha256(material.encode()).hexdigest()[:24]
 
     def record_fields(self, attempt: Attempt) -> dict[str, object]:

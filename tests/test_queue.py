@@ -579,3 +579,17 @@ def test_a_retry_after_a_conflict_starts_on_the_target_s_tip(service: Path, tmp_
     assert git(service, "show", "main:ledger/api.py") == "PERSON = 1\nAGENT = 1"
     e.close()
     fsck(service)
+
+
+def test_attempts_allowed_to_remove_other_tests_never_share_a_re_test(service: Path) -> None:
+    """One batch's re-test judges all its attempts by one spec: an attempt whose marker lets
+    it remove a test, batched with one whose marker does not, was rejected for losing that
+    test (the real failure hidden). Attempts with other allowances are batched apart."""
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(service, "main", gate=GateSpec(commands=("python -m pytest -q",)))
+    plain = GateSpec(commands=("python -m pytest -q",))
+    removes = dataclasses.replace(plain, allow_removed=("tests/test_ledger.py::test_add",))
+    assert e._batch_key(plain) != e._batch_key(removes)
+    assert e._batch_key(removes) == e._batch_key(dataclasses.replace(removes))
+    e.close()
