@@ -1085,6 +1085,22 @@ class Engine:
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
 
+    def _landed(self, attempt: Attempt, move: Move | None) -> None:
+        """Keep the move that landed ``attempt``, and note a move outside agentgate that it
+        merged over: one between the tip the preflight read and the tip the move replaced
+        (a person's push while the gate ran), which the preflight could not have seen."""
+        attempt.move = move
+        if move is None:
+            return
+        self._known_tips.add(move.new)
+        before = attempt.target_before
+        if attempt.external_move or before is None or move.old in (before, None):
+            return
+        for entry in self.repo.first_parent_log(f"{before}..{move.old}"):
+            attempt.external_move = self.note_external_move(entry.commit, attempt.agent)
+            if attempt.external_move:
+                return
+
     def _known_conflict(self, attempt: Attempt, spec: GateSpec) -> Verdict | None:
         """A conflict with the target's tip as it is now, found before any gate command runs
         (a merge preview costs milliseconds, a gate seconds): the gate is not spent on it.
@@ -1259,9 +1275,7 @@ class Engine:
                 "retest",
                 outcome.retest_output,
             )
-        attempt.move = outcome.move
-        if outcome.move is not None:
-            self._known_tips.add(outcome.move.new)
+        self._landed(attempt, outcome.move)
         if outcome.already is not None:
             return Verdict("promoted" if self.target.promotes else "passed", outcome.already, "")
         problem = outcome.move.problem if outcome.move else None

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from helpers import fsck, git, spawn_pytest, wait_for
+from helpers import fsck, git, land, spawn_pytest, wait_for
 
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
@@ -593,3 +593,34 @@ def test_attempts_allowed_to_remove_other_tests_never_share_a_re_test(service: P
     assert e._batch_key(plain) != e._batch_key(removes)
     assert e._batch_key(removes) == e._batch_key(dataclasses.replace(removes))
     e.close()
+
+
+def test_a_person_s_commit_while_the_gate_runs_is_reported(service: Path, tmp_path: Path) -> None:
+    """The target moves outside agentgate after the preflight read it (a person's commit
+    while the gate ran): the landing merges over it, and the attempt and the operations log
+    say the target moved outside agentgate."""
+    from pytest_agentgate import Engine, GateSpec
+    from pytest_agentgate.store import oplog
+
+    e = Engine.open(service, "main", promote=True, workdir=tmp_path / "work",
+                    gate=GateSpec(outcome_is_enough=True))  # fmt: skip
+    assert land(service, {"first.txt": "1"}, task="first").verdict.status == "promoted"
+    ws = e.fork(task="mine")
+    (ws.path / "mine.txt").write_text("mine")
+
+    def person_commits(step: str) -> None:
+        if step == "promote":
+            (service / "person.txt").write_text("by hand\n")
+            git(service, "add", "person.txt")
+            git(service, "commit", "-qm", "a person's commit")
+
+    e.on_step = person_commits
+    found = e.run_attempt(ws, task="mine")
+    person = git(service, "rev-parse", "main^1")
+    assert found.verdict.status == "promoted", found.verdict
+    assert git(service, "log", "-1", "--format=%s", person) == "a person's commit"
+    assert found.external_move, "the person's commit was not reported"
+    moves = [r for r in oplog.read(e.repo.common_dir) if r.op == "external-move"]
+    assert [r.new for r in moves] == [person]
+    e.close()
+    fsck(service)
