@@ -51,6 +51,7 @@ from .judge.gate import (
     no_results,
     run_commands,
 )
+from .land.external import ExternalMoves
 from .land.promote import Move, PromoteOutcome, promote
 from .land.queue import LandingQueue, Outcome
 from .land.retest import BatchRetest, Retested
@@ -227,7 +228,8 @@ class Engine:
         self.settled: list[str] = []
         #: How long this process's last gate took (seconds; 0: none yet), for early re-tests.
         self._last_gate_s = 0.0
-        self._known_tips: set[str] = set()
+        #: The target's tips this run has judged, and its moves outside agentgate.
+        self.external = ExternalMoves(repo, self.target, self.log)
         self._started = False
         #: Told each step an attempt enters (snapshot, gate, queue...); None: nobody listens.
         self.on_step: Callable[[str], None] | None = None
@@ -642,46 +644,9 @@ class Engine:
         """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
         return resume.restore_last_state(self.repo, ws, task)
 
-    def note_external_move(self, tip: str, agent: str) -> str | None:
-        """Log (once) a target tip that no agentgate record accounts for.
-
-        Judged by the plugin's own records, never by reflog text (anyone can write that): a
-        tip is the plugin's when an attempt record names it as landed, or the operations log
-        has it as the end of a promotion, rollback, revert or pending move. The tip found the
-        first time the plugin meets a target is where it starts, not a move. An external move
-        is not an error: promotion merges on top of it like any moved target, never over it.
-        """
-        if not isinstance(self.target, LocalBranch | RemoteBranch) or not self.target.promotes:
-            return None
-        if tip in self._known_tips:
-            return None
-        self._known_tips.add(tip)
-        ours = ("promote", "rollback", "revert", "pending", "external-move")
-        ref = self.target.ref
-        # A server's branch: its moves are logged by the branch's name there, its pending
-        # lines by the local mirror.
-        refs = {ref, self.target.moved_ref}
-        used_before = False
-        for line in self.log.read():
-            if line.ref not in refs:
-                continue
-            used_before = True
-            if line.new == tip and line.op in ours:
-                return None
-        if not used_before or tip in {a.landed for a in attempts.list_attempts(self.repo)}:
-            return None
-        if isinstance(self.target, RemoteBranch) and self.target.moved_here(tip):
-            return None  # another machine's landing (the server's chain of moves says so)
-        if isinstance(self.target, RemoteBranch):
-            how = f"pushed to {self.target.remote} outside agentgate (no record of it)"
-        else:
-            entry = self.repo.last_reflog_entry(ref)
-            how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
-        with contextlib.suppress(OSError):
-            self.log.append(
-                oplog.OpRecord(op="external-move", ref=ref, old=None, new=tip, note=how)
-            )
-        return how
+    def note_external_move(self, tip: str, agent: str = "") -> str | None:
+        """Log (once) a target tip no agentgate record accounts for (:mod:`.land.external`)."""
+        return self.external.note(tip)
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Promote the attempt's change commit onto the target (or the dry-run ref)."""
@@ -1092,14 +1057,10 @@ class Engine:
         attempt.move = move
         if move is None:
             return
-        self._known_tips.add(move.new)
+        self.external.known.add(move.new)
         before = attempt.target_before
-        if attempt.external_move or before is None or move.old in (before, None):
-            return
-        for entry in self.repo.first_parent_log(f"{before}..{move.old}"):
-            attempt.external_move = self.note_external_move(entry.commit, attempt.agent)
-            if attempt.external_move:
-                return
+        if not attempt.external_move and before is not None and move.old not in (before, None):
+            attempt.external_move = self.external.between(before, move.old)
 
     def _known_conflict(self, attempt: Attempt, spec: GateSpec) -> Verdict | None:
         """A conflict with the target's tip as it is now, found before any gate command runs

@@ -13,9 +13,9 @@ LIMITS = {"module": 800, "class": 500, "function": 80}
 #: story and its helpers, the queue into waiter, leader and recovery, the fork module into
 #: fork, snapshot and recycle, the repository's operations by concern.
 OVER = {
-    "engine.py": 1295,
-    "engine.py:Engine": 1088,
-    "engine.py:Engine._decide": 137,
+    "engine.py": 1272,
+    "engine.py:Engine": 1064,
+    "engine.py:Engine._decide": 135,
     "git/repo.py": 819,
     "git/repo.py:BaseRepo": 635,
     "land/queue.py": 1280,
