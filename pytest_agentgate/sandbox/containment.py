@@ -101,6 +101,10 @@ class Settings:
     reads: tuple[Path, ...] = ()
 
 
+#: Built read views (see :meth:`Sandbox._layout`), by what they are made from.
+_LAYOUTS: dict[object, tuple[list[Path], list[Path], list[Path]]] = {}
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """The containment in force for one run: bwrap at ``program``, or none, and why."""
@@ -136,6 +140,26 @@ class Sandbox:
         found += [p for p in path_dirs if p.is_absolute()]
         found += [*self.settings.reads, *(b.path for b in self.settings.binds), *extra_ro]
         return _outermost(p for p in found if os.path.exists(p))
+
+    def _layout(self, path_dirs: tuple[Path, ...]) -> tuple[list[Path], list[Path], list[Path]]:
+        """The read view, the masks over what must stay hidden inside it (the base repository
+        inside a folder a person made readable: an empty folder over it), and the Python
+        paths under a mask, bound again. Resolving them is most of building a command line,
+        so they are kept per process, keyed by everything they are made from, the masks
+        that exist now included (one made since is never left visible)."""
+        present = tuple(
+            m for m in (*self.hidden, Path.home(), Path("/run")) if m != Path("/") and m.exists()
+        )
+        key = (self.settings, self.base_tree, path_dirs, present)
+        found = _LAYOUTS.get(key)
+        if found is None:
+            visible = self.view(path_dirs)
+            masks = _outermost(m for m in present if any(_inside(m, v) for v in visible))
+            again = [p for p in python_paths(self.base_tree) if any(_inside(p, m) for m in masks)]
+            if len(_LAYOUTS) >= 64:
+                _LAYOUTS.clear()
+            found = _LAYOUTS[key] = (visible, masks, again)
+        return found
 
     def outside_view(self, output: str, path_dirs: Iterable[Path] = ()) -> list[Path]:
         """Absolute paths ``output`` names that exist here but lie outside the read view."""
@@ -187,22 +211,14 @@ class Sandbox:
                 args += ["--symlink", os.readlink(link), link]
         # A private /tmp first: what a person made readable below /tmp shows on top of it.
         args += ["--bind", str(tmp), "/tmp"]
-        visible = self.view(path_dirs)
+        visible, masks, again = self._layout(tuple(path_dirs))
         for path in visible:
             args += ["--ro-bind", str(path), str(path)]
         args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS]
         if not network:
             args.append("--unshare-net")
-        # What must stay hidden though it lies inside something visible (the base
-        # repository inside a folder a person made readable): an empty folder over it.
-        masks = _outermost(
-            m
-            for m in (*self.hidden, Path.home(), Path("/run"))
-            if m.exists() and m != Path("/") and any(_inside(m, v) for v in visible)
-        )
         for mask in masks:
             args += ["--perms", "0755", "--size", "65536", "--tmpfs", str(mask)]
-        again = [p for p in python_paths(self.base_tree) if any(_inside(p, m) for m in masks)]
         for path in _outermost(p for p in [*again, *extra_ro] if p.exists()):
             args += ["--ro-bind", str(path), str(path)]
         for bind in self.settings.binds:
