@@ -44,6 +44,7 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     ):
         assert line in proc.stdout
     assert "161-183 ms" in proc.stdout  # the article's figures, labelled, beside ours
+    assert "rows over their target:" in proc.stdout
 
 
 def test_quick_queue_benchmark_runs() -> None:
