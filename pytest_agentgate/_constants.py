@@ -13,3 +13,26 @@ MARKER_HELP = (
     "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
     "test outcome, checks and gate commands, preflight-merged and promoted to the target"
 )
+
+# The defaults of the settings, each written once: the option table, the plugin's settings,
+# the engine's settings and the command read them from here.
+#: How long a server's lease on a branch lasts unless renewed (seconds).
+DEFAULT_LEASE_S = 120.0
+#: Most attempts one re-test of a merge lands together.
+DEFAULT_BATCH_MAX = 8
+#: Seconds a gate command may run.
+DEFAULT_GATE_TIMEOUT_S = 600.0
+#: Seconds a command an agent test runs in its workspace (``agent_workspace.run``) may run.
+DEFAULT_RUN_TIMEOUT_S = 600.0
+#: Seconds an agent command may run.
+DEFAULT_AGENT_TIMEOUT_S = 3600.0
+#: Run directories kept under a work directory.
+DEFAULT_KEEP_RUNS = 3
+#: Most files an attempt may change.
+DEFAULT_MAX_FILES = 100_000
+#: Most bytes an attempt may write (and its declared state hold).
+DEFAULT_MAX_BYTES = 1 << 30
+#: Most processes one command may run at once.
+DEFAULT_PIDS_MAX = 512
+#: The largest file one command may write.
+DEFAULT_FILE_BYTES = 1 << 30

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import resume
+from ._constants import DEFAULT_BATCH_MAX, DEFAULT_LEASE_S, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from .attempt import Attempt, posted_checks
 from .errors import AgentgateError, ConfigError, DirtyWorktree, RevisionNotFound
 from .git import runner as _git
@@ -64,13 +65,7 @@ from .sandbox.process import Running, terminate_as_interrupt
 from .store import attempts, checkpoints, oplog, records, schema
 from .workspace import fork as workspace
 from .workspace import state as state_module
-from .workspace.fork import (
-    DEFAULT_EXCLUDE,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_FILES,
-    Snapshot,
-    Workspace,
-)
+from .workspace.fork import DEFAULT_EXCLUDE, Snapshot, Workspace
 
 __all__ = ["NO_GATE", "Attempt", "Engine", "EngineSettings", "HarnessBroken"]
 
@@ -108,11 +103,11 @@ class EngineSettings:
     isolation: str = "shared"
     allow_symlinks: tuple[str, ...] = ()
     #: Most attempts one re-test lands together (1: each merge is tested alone).
-    batch_max: int = 8
+    batch_max: int = DEFAULT_BATCH_MAX
     #: Test a batch's merged tree while its attempts' own gates run (see :mod:`.early`).
     early_retest: bool = True
     push_state: bool = False
-    lease_seconds: float = 120.0
+    lease_seconds: float = DEFAULT_LEASE_S
     #: An SSH private key this machine signs its posts on a server's queue with.
     signing_key: Path | None = None
     #: git's allowed-signers file: whose signed posts a leader here takes.

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._constants import DEFAULT_GATE_TIMEOUT_S
 from .common import UsageProblem, open_repo, target_branch
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def add_judging_parsers(
         "--gate-exit-code", action="append", default=[], metavar="CMD",
         help="a gate command judged by its exit code, as --agentgate-gate-exit-code; repeatable",
     )  # fmt: skip
-    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT_S, metavar="SECONDS")
     p.add_argument(
         "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
         help="where the gate runs (default: bwrap when it works here)",

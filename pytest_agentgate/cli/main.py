@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
+from .._constants import DEFAULT_GATE_TIMEOUT_S
 from .common import (
     EXIT_USAGE,
     UsageProblem,
@@ -128,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument(
         "--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable"
     )
-    p.add_argument("--gate-timeout", type=float, default=600.0, metavar="SECONDS")
+    p.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT_S, metavar="SECONDS")
     p.set_defaults(func=cmd_revert)
 
     p = sub.add_parser("prune", parents=[common], help="remove old attempt refs, rotate the log")

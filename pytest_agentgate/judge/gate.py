@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._constants import DEFAULT_GATE_TIMEOUT_S
 from ..sandbox.containment import ALLOWED_ENV, UNCONTAINED, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_tree
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from ..workspace.fork import Snapshot
 
 Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
-DEFAULT_GATE_TIMEOUT = 600.0
+DEFAULT_GATE_TIMEOUT = DEFAULT_GATE_TIMEOUT_S
 
 
 @dataclass(frozen=True)

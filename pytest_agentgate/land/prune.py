@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._constants import RUN_MARKER
+from .._constants import DEFAULT_KEEP_RUNS, RUN_MARKER
 from ..git.repo import BaseRepo
 from ..sandbox.removal import remove_tree
 from ..store import oplog
@@ -52,7 +52,7 @@ def prune(
     keep_last: int = 0,
     rotate_bytes: int = 1 << 20,
     workspaces: Path | None = None,
-    keep_runs: int = 3,
+    keep_runs: int = DEFAULT_KEEP_RUNS,
     dry_run: bool = False,
     agent: str = "person",
 ) -> PruneReport:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .. import _faults
+from .. import _constants, _faults
 from ..errors import AgentgateError, NotNeeded, RefMoved
 from ..git import transport
 from ..git.repo import Author, BaseRepo
@@ -139,7 +139,7 @@ class LandingQueue:
         repo: BaseRepo,
         target: Target,
         *,
-        batch_max: int = 8,
+        batch_max: int = _constants.DEFAULT_BATCH_MAX,
         early: bool = False,
     ) -> None:
         self.repo = repo

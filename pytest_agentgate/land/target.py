@@ -30,7 +30,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from .. import _faults
+from .. import _constants, _faults
 from ..errors import AgentgateError, ConfigError, GitError, PushRefused, WorktreeBlocked
 from ..git import transport
 from ..git import worktree as checkout
@@ -477,7 +477,7 @@ class RemoteBranch(_LogsMoves):
         log: oplog.OpLog,
         *,
         push_state: bool = False,
-        lease_seconds: float = 120.0,
+        lease_seconds: float = _constants.DEFAULT_LEASE_S,
         trust: Trust | None = None,
     ) -> None:
         self.repo = repo

@@ -14,6 +14,18 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from .._constants import (
+    DEFAULT_AGENT_TIMEOUT_S,
+    DEFAULT_BATCH_MAX,
+    DEFAULT_FILE_BYTES,
+    DEFAULT_GATE_TIMEOUT_S,
+    DEFAULT_KEEP_RUNS,
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    DEFAULT_PIDS_MAX,
+)
+
 AGENT_ENV = "AGENTGATE_AGENT"
 MODES = ("auto", "bwrap", "none")
 NETWORKS = ("none", "host")
@@ -62,7 +74,7 @@ OPTIONS = (
         "with --agentgate-remote: how long the server's lease on the branch (one batch leader "
         "across machines) lasts unless renewed; a dead leader's is taken over after it",
         "float",
-        120.0,
+        DEFAULT_LEASE_S,
         "SECONDS",
     ),
     Option(
@@ -109,7 +121,7 @@ OPTIONS = (
         "gate_timeout",
         "seconds a gate command may run before its process group is killed",
         "float",
-        600.0,
+        DEFAULT_GATE_TIMEOUT_S,
         "SECONDS",
     ),
     Option(
@@ -139,7 +151,7 @@ OPTIONS = (
         "batch_max",
         "most attempts one re-test of a merge lands together (1: every merge is tested alone)",
         "int",
-        8,
+        DEFAULT_BATCH_MAX,
         "N",
     ),
     Option(
@@ -153,7 +165,7 @@ OPTIONS = (
         "seconds run_agent() lets the agent run before every process of it is ended "
         "(the attempt's verdict is then error)",
         "float",
-        3600.0,
+        DEFAULT_AGENT_TIMEOUT_S,
         "SECONDS",
     ),
     Option(
@@ -217,7 +229,7 @@ OPTIONS = (
         "keep_runs",
         "with --agentgate-workdir: how many runs' directories to keep (default 3)",
         "int",
-        3,
+        DEFAULT_KEEP_RUNS,
         "N",
     ),
     Option(
@@ -266,12 +278,14 @@ OPTIONS = (
         "linelist",
         metavar="NAME",
     ),
-    Option("sandbox_pids", "most processes one command may run at once", "int", 512, "N"),
+    Option(
+        "sandbox_pids", "most processes one command may run at once", "int", DEFAULT_PIDS_MAX, "N"
+    ),
     Option(
         "sandbox_file_bytes",
         "largest file one command may write (its /tmp and its directory)",
         "int",
-        1 << 30,
+        DEFAULT_FILE_BYTES,
         "BYTES",
     ),
     Option(
@@ -286,15 +300,25 @@ OPTIONS = (
         default="shared",
         metavar="MODE",
     ),
-    Option("max_files", "reject an attempt that changes more files than this", "int", 100_000, "N"),
     Option(
-        "max_bytes", "reject an attempt that writes more bytes than this", "int", 1 << 30, "BYTES"
+        "max_files",
+        "reject an attempt that changes more files than this",
+        "int",
+        DEFAULT_MAX_FILES,
+        "N",
+    ),
+    Option(
+        "max_bytes",
+        "reject an attempt that writes more bytes than this",
+        "int",
+        DEFAULT_MAX_BYTES,
+        "BYTES",
     ),
     Option(
         "max_state_bytes",
         "reject an attempt whose declared state (state=[...]) holds more bytes than this",
         "int",
-        1 << 30,
+        DEFAULT_MAX_BYTES,
         "BYTES",
     ),
 )

@@ -21,6 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from .._constants import (
+    DEFAULT_AGENT_TIMEOUT_S,
+    DEFAULT_BATCH_MAX,
+    DEFAULT_FILE_BYTES,
+    DEFAULT_GATE_TIMEOUT_S,
+    DEFAULT_KEEP_RUNS,
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    DEFAULT_PIDS_MAX,
+)
 from .options import BY_NAME, MODES, NETWORKS, OPTIONS, raw_setting, usage
 
 if TYPE_CHECKING:
@@ -46,19 +57,19 @@ class Settings:
     remote: str | None = None
     promote: bool = False
     retest: bool = True
-    batch_max: int = 8
+    batch_max: int = DEFAULT_BATCH_MAX
     early_retest: bool = True
     push_state: bool = False
-    lease_seconds: float = 120.0
+    lease_seconds: float = DEFAULT_LEASE_S
     signing_key: Path | None = None
     allowed_signers: Path | None = None
     unsigned_posts: bool = False
     agent: str = "agent"
     agent_command: AgentCommand | None = None
-    agent_timeout: float = 3600.0
+    agent_timeout: float = DEFAULT_AGENT_TIMEOUT_S
     gate: tuple[str, ...] = ()
     gate_exit_code: tuple[str, ...] = ()
-    gate_timeout: float = 600.0
+    gate_timeout: float = DEFAULT_GATE_TIMEOUT_S
     gate_jobs: int = 1
     protect: tuple[str, ...] = ()
     unprotect: tuple[str, ...] = ()
@@ -68,12 +79,12 @@ class Settings:
     report: Path | None = None
     markdown: Path | None = None
     workdir: Path | None = None
-    keep_runs: int = 3
+    keep_runs: int = DEFAULT_KEEP_RUNS
     exclude: tuple[str, ...] | None = None
     recycle: bool = True
-    max_files: int = 100_000
-    max_bytes: int = 1 << 30
-    max_state_bytes: int = 1 << 30
+    max_files: int = DEFAULT_MAX_FILES
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_state_bytes: int = DEFAULT_MAX_BYTES
     isolation: str = "shared"
     allow_symlinks: tuple[str, ...] = ()
     sandbox: str = "auto"
@@ -83,8 +94,8 @@ class Settings:
     gate_network: str = "none"
     agent_env: tuple[str, ...] = ()
     gate_env: tuple[str, ...] = ()
-    sandbox_pids: int = 512
-    sandbox_file_bytes: int = 1 << 30
+    sandbox_pids: int = DEFAULT_PIDS_MAX
+    sandbox_file_bytes: int = DEFAULT_FILE_BYTES
     #: Where each value came from, for error messages.
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 

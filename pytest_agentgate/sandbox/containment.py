@@ -33,6 +33,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 MODES = ("auto", "bwrap", "none")
 NETWORKS = ("none", "host")
-DEFAULT_PIDS_MAX = 512
-DEFAULT_FILE_BYTES = 1 << 30
 #: Replaced by the supervisor with the descriptor bwrap reports its own status on.
 STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
 #: What the environment of an agent's or a gate's command may keep, unless a person names more.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._constants import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, DEFAULT_RUN_TIMEOUT_S
 from ..errors import AgentgateError, GitError
 from ..git import runner as _git
 from ..git.index import Index, IndexEntry
@@ -51,8 +52,6 @@ DEFAULT_EXCLUDE = (
     ".pypirc",
     ".npmrc",
 )
-DEFAULT_MAX_FILES = 100_000
-DEFAULT_MAX_BYTES = 1 << 30
 
 
 #: One path that differs between the base tree and the snapshot.
@@ -218,7 +217,7 @@ class Workspace:
         self,
         cmd: str | Sequence[str],
         *,
-        timeout: float | None = 600,
+        timeout: float | None = DEFAULT_RUN_TIMEOUT_S,
         env: Mapping[str, str] | None = None,
         extra_ro: Sequence[Path] = (),
     ) -> _proc.CommandResult:
