@@ -373,17 +373,22 @@ def test_keep_runs_needs_workspaces(capsys: pytest.CaptureFixture[str], service:
     assert code == 2 and "--keep-runs needs --workspaces" in err
 
 
-def test_audit_lists_what_no_passing_gate_judged(
-    service: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from pytest_agentgate.cli.main import main
-
+def landed_then_pushed_by_hand(service: Path) -> tuple[str, str]:
+    """One attempt lands on main, then a person commits on top: (the start, that commit)."""
     start = git(service, "rev-parse", "main")
     assert land(service, {"a.txt": "a\n"}, "first").verdict.status == "promoted"
     (service / "person.txt").write_text("p\n")
     git(service, "add", "person.txt")
     git(service, "commit", "-qm", "pushed by hand")
-    person = git(service, "rev-parse", "main")
+    return start, git(service, "rev-parse", "main")
+
+
+def test_audit_lists_what_no_passing_gate_judged(
+    service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_agentgate.cli.main import main
+
+    start, person = landed_then_pushed_by_hand(service)
     assert land(service, {"b.txt": "b\n"}, "second").verdict.status == "promoted"
     assert main(["audit", "--repo", str(service), "--since", start, "--json"]) == 1
     rows = json.loads(capsys.readouterr().out)
@@ -543,12 +548,7 @@ def test_audit_by_default_covers_what_came_after_the_first_record(
 ) -> None:
     """The history before the plugin's first record could not have been gated: by default
     it is not listed (it made every audit of a real repository exit 1); --all lists it."""
-    start = git(service, "rev-parse", "main")
-    assert land(service, {"a.txt": "a\n"}, "first").verdict.status == "promoted"
-    (service / "person.txt").write_text("p\n")
-    git(service, "add", "person.txt")
-    git(service, "commit", "-qm", "pushed by hand")
-    person = git(service, "rev-parse", "main")
+    start, person = landed_then_pushed_by_hand(service)
     assert main(["audit", "--repo", str(service), "--json"]) == 1
     assert [r["commit"] for r in json.loads(capsys.readouterr().out)] == [person]
     assert main(["audit", "--repo", str(service), "--all", "--json"]) == 1

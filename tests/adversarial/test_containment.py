@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -55,8 +56,9 @@ def engine(
     )
 
 
-def watchers() -> list[int]:
-    """Live processes whose command line carries the word ``watcher-42``."""
+def watchers(number: int) -> list[int]:
+    """Live processes whose command line carries the word ``watcher-<number>`` (a number of
+    each test's own: tests running at once have watchers of their own)."""
     found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
@@ -64,7 +66,7 @@ def watchers() -> list[int]:
                 args = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"watcher-42" in args:
+            if f"watcher-{number}".encode() in args:
                 found.append(int(name))
     return found
 
@@ -76,9 +78,12 @@ WATCHER = textwrap.dedent(
     import os, sys, time
     good = sys.argv[1]
     root = sys.argv[2]
+    spared = sys.argv[4] if len(sys.argv) > 4 else None  # the agent's own workspace
     end = time.time() + 20
     while time.time() < end:
         for dirpath, dirnames, filenames in os.walk(root):
+            if spared and (dirpath + "/").startswith(spared + "/"):
+                continue
             if dirpath.endswith("/ledger") and "store.py" in filenames:
                 try:
                     with open(os.path.join(dirpath, "store.py")) as f:
@@ -100,33 +105,37 @@ def test_a_process_that_outlives_the_agent_cannot_fix_the_gate_checkout(
     ws = e.fork(task="watcher")
     (ws.path / "watcher.py").write_text(WATCHER)
     (ws.path / "good.txt").write_text(GOOD_STORE)
-    start = f'python3 watcher.py "$(cat good.txt)" {e.workdir} watcher-$((6*7))'
+    number = random.randrange(10**6, 10**7)  # the shell's line says it as a sum, not the word
+    start = f'python3 watcher.py "$(cat good.txt)" {e.workdir} watcher-$(({number - 1}+1))'
     command = f"setsid {start} &" if how == "setsid" else f"( ( {start} & ) & )"
     assert ws.run(command).returncode == 0
-    assert not watchers(), "the watcher outlived the command that started it"
+    assert not watchers(number), "the watcher outlived the command that started it"
     (ws.path / "ledger" / "store.py").write_text(BROKEN_STORE)
     before = git(service, "rev-parse", "main")
     attempt = e.run_attempt(ws, task="watcher")
     assert attempt.verdict.status == "rejected", attempt.verdict
     assert "no longer pass: tests/test_ledger.py::test_build" in attempt.verdict.reason
     assert git(service, "rev-parse", "main") == before
-    assert not watchers()
+    assert not watchers(number)
 
 
 def test_a_process_the_test_body_started_is_ended_before_the_snapshot(service: Path) -> None:
     e = engine(service, "none", commands=(PYTEST_GATE,))
     ws = e.fork(task="body watcher")
+    number = random.randrange(10**6, 10**7)
     (ws.path / "watcher.py").write_text(WATCHER)
     proc = subprocess.Popen(
-        [sys.executable, "watcher.py", GOOD_STORE, str(e.workdir), "watcher-42"],
+        [sys.executable, "watcher.py", GOOD_STORE, str(e.workdir), f"watcher-{number}", str(ws.path)],
         cwd=ws.path,
         start_new_session=True,
     )
+    # It fixes only gate checkouts: what the agent left in its workspace stays its own (a
+    # watcher fixing the workspace before the snapshot would be the agent's own work).
     (ws.path / "ledger" / "store.py").write_text(BROKEN_STORE)
     attempt = e.run_attempt(ws, task="body watcher")
     proc.wait(timeout=10)  # ended before the snapshot, so the gate saw the broken store
     assert attempt.verdict.status == "rejected", attempt.verdict
-    assert not watchers()
+    assert not watchers(number)
 
 
 def test_gate_checkouts_are_private_and_unguessable(service: Path) -> None:

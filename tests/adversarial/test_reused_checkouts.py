@@ -157,8 +157,9 @@ os.setxattr('pkg', 'system.posix_acl_default', acl)
 import os, time, signal
 p = os.getpid()
 while p > 1:
-    if b'/super' + b'visor.py' in open('/proc/%d/cmdline' % p, 'rb').read(): break
+    if b'agentgate ' + b'supervisor' in open('/proc/%d/cmdline' % p, 'rb').read(): break
     p = int(open('/proc/%d/stat' % p).read().rsplit(')', 1)[1].split()[1])
+assert p > 1, 'no supervisor above this process'
 if os.fork() == 0:
     os.setsid()
     for procs in ('/sys/fs/cgroup/pids/cgroup.procs', '/sys/fs/cgroup/cgroup.procs'):
