@@ -123,6 +123,10 @@ class GateSpec:
     #: "tests" (every command must report per-test results when promoting) or "exit-code"
     #: (every command may be judged by its exit code).
     results_mode: str = "tests"
+    #: Commands run once in each gate checkout before its gate command (what a build must
+    #: generate: a version file, compiled parts), contained the same way; judged by their
+    #: exit code, never counted as the gate's tests.
+    setup: tuple[str, ...] = ()
 
     @property
     def has_gate(self) -> bool:
@@ -158,7 +162,7 @@ def check_limits(
     changed = snap.changed_paths
     broken = harness.violations(
         spec.harness, changed, snap.base_tree, snap.tree, _Trees(repo), allow_symlinks,
-        [results.display(c) for c in spec.commands],
+        [*(results.display(c) for c in spec.commands), *spec.setup],
     )  # fmt: skip
     touched = [p for p in changed if any(fnmatch.fnmatchcase(p, g) for g in spec.protect)]
     if broken or touched:
@@ -529,6 +533,10 @@ class _Run:
                         assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
                 _write_boundary(checkout)
                 contained = context.sandbox.active
+                above = _above(checkout, private) if contained else None
+                failed_setup = self._setup(checkout, private, above, running)
+                if failed_setup is not None:
+                    return _Ran(failed_setup, None)
                 env = {**spec.env, **assigned}
                 env.update(
                     channel.environment(
@@ -551,7 +559,7 @@ class _Run:
                     env=env,
                     running=running,
                     extra_ro_at=((channel.folder, INSIDE),) if contained else (),
-                    above=_above(checkout, private) if contained else None,
+                    above=above,
                 )
                 report = channel.close()
                 declared = self._read_declared(checkout)
@@ -565,6 +573,27 @@ class _Run:
                     channel.close()
                 remove_tree(private)
         return self._judge(index, command, result, report, declared)
+
+    def _setup(
+        self, checkout: Path, private: Path, above: Path | None, running: Running | None
+    ) -> CheckResult | None:
+        """Run the gate's setup commands in ``checkout``, in order; the first that fails
+        decides (the attempt broke what the build generates, or the base did)."""
+        for command in self.spec.setup:
+            env = {**self.spec.env, "AGENTGATE_CHECKOUT": str(checkout), "NO_COLOR": "1"}
+            env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
+            result = run_contained(
+                self.context.sandbox, self.context.role, command, cwd=checkout,
+                private=private, timeout=self.spec.timeout, env=env, running=running, above=above,
+            )  # fmt: skip
+            if not result.ok:
+                how = "timed out" if result.timed_out else f"exited {result.returncode}"
+                why = result.launch_error or how
+                return CheckResult(
+                    False, f"gate setup {why}: {command}", name=f"{self.label}: setup: {command}",
+                    output=result.tail(), harness_error=bool(result.launch_error),
+                )  # fmt: skip
+        return None
 
     def _read_declared(self, checkout: Path) -> dict[str, str] | str | None:
         """The JUnit file a gate that is not pytest declared, read never through a link:

@@ -118,6 +118,14 @@ OPTIONS = (
         metavar="CMD",
     ),
     Option(
+        "gate_setup",
+        "a command run once in each gate checkout before its gate commands (what a build "
+        "must generate: a version file, compiled parts); contained like them, judged by its "
+        "exit code; repeatable",
+        "linelist",
+        metavar="CMD",
+    ),
+    Option(
         "gate_timeout",
         "seconds a gate command may run before its process group is killed",
         "float",

@@ -69,6 +69,7 @@ class Settings:
     agent_timeout: float = DEFAULT_AGENT_TIMEOUT_S
     gate: tuple[str, ...] = ()
     gate_exit_code: tuple[str, ...] = ()
+    gate_setup: tuple[str, ...] = ()
     gate_timeout: float = DEFAULT_GATE_TIMEOUT_S
     gate_jobs: int = 1
     protect: tuple[str, ...] = ()
@@ -185,8 +186,7 @@ class Settings:
             agent=agent,
             agent_command=command,
             agent_timeout=float(values["agent_timeout"]),
-            gate=tuple(c for c in values["gate"] or () if c.strip()),
-            gate_exit_code=tuple(c for c in values["gate_exit_code"] or () if c.strip()),
+            **{name: _commands(values[name]) for name in ("gate", "gate_exit_code", "gate_setup")},
             gate_timeout=float(values["gate_timeout"]),
             gate_jobs=int(values["gate_jobs"]),
             protect=protect,
@@ -236,6 +236,7 @@ class Settings:
         return GateSpec(
             commands=tuple(dict.fromkeys((*self.gate, *self.gate_exit_code))),
             exit_code=self.gate_exit_code,
+            setup=self.gate_setup,
             timeout=self.gate_timeout,
             harness=rules,
             protect=() if self.protects_nothing else self.protect,
@@ -375,3 +376,8 @@ def _existing_file(values: dict[str, Any], sources: dict[str, str], name: str) -
 def _writable_parent(path: Path) -> bool:
     parent = path.resolve().parent
     return parent.is_dir() and os.access(parent, os.W_OK)
+
+
+def _commands(given: Sequence[str] | None) -> tuple[str, ...]:
+    """The commands a repeatable option or an ini list names, blank lines left out."""
+    return tuple(c for c in given or () if c.strip())

@@ -1441,3 +1441,52 @@ def test_pytest_plugins_by_exec_in_a_test_module_is_harness(service: Path) -> No
     ).verdict  # type: ignore[attr-defined]  # fmt: skip
     assert verdict.status == "rejected", verdict
     assert "tests/test_more.py (pytest_plugins)" in verdict.reason, verdict.reason
+
+
+GENERATED = {
+    "tests/test_version.py": "from ledger._version import VERSION\n\n\ndef test_version():\n    assert VERSION == 1\n",
+    ".gitignore": "ledger/_version.py\n",
+    "make_version.py": (
+        "import sys\nsys.path.insert(0, '.')\nimport ledger.store  # the version comes from the code\n"
+        "open('ledger/_version.py', 'w').write('VERSION = 1\\n')\n"
+    ),
+}
+
+
+def test_a_gate_setup_generates_what_the_tests_need_in_each_checkout(
+    service: Path, sandbox_mode: str
+) -> None:
+    """A version file the build generates (untracked, ignored): without the setup step no
+    checkout has it and the base cannot be judged; with it, every gate checkout (the base's
+    and the attempt's) runs it first, and an attempt that breaks the generator is rejected
+    by the setup step's failure. The setup's own script is harness: an attempt may not
+    change it."""
+    from helpers import land as land_files
+
+    assert land_files(service, GENERATED, task="a generated version").verdict.status == "promoted"
+    setup = (f"{sys.executable} make_version.py",)
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work2",
+        gate=GateSpec(commands=(GATE,), setup=setup, timeout=120), sandbox=Settings(mode=sandbox_mode),
+    )  # fmt: skip
+    ws = e.fork(task="extra")
+    write(ws.path, {"ledger/extra.py": "X = 1\n"})
+    found = e.run_attempt(ws, task="extra")
+    assert found.verdict.status == "promoted", found.verdict
+    ws = e.fork(task="break what the generator imports")
+    write(ws.path, {"ledger/store.py": "raise SystemExit(3)\n"})
+    verdict = e.run_attempt(ws, task="break what the generator imports").verdict
+    assert verdict.status == "rejected" and "gate setup exited 3" in verdict.reason, verdict
+    ws = e.fork(task="rewrite the generator")
+    write(ws.path, {"make_version.py": "raise SystemExit(0)\n"})
+    verdict = e.run_attempt(ws, task="rewrite the generator").verdict
+    assert verdict.status == "rejected" and "make_version.py" in verdict.reason, verdict
+    e.close()
+    without = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work3",
+        gate=GateSpec(commands=(GATE,), timeout=120), sandbox=Settings(mode=sandbox_mode),
+    )  # fmt: skip
+    ws = without.fork(task="no setup")
+    write(ws.path, {"ledger/other.py": "Y = 1\n"})
+    assert without.run_attempt(ws, task="no setup").verdict.status == "error"  # base unjudgeable
+    without.close()

@@ -103,3 +103,9 @@ def test_engine_settings_carry_everything(pytester: pytest.Pytester, tmp_path: P
     assert (e.target, e.promote, e.retest, e.workdir) == ("dev", True, False, tmp_path)
     assert e.sandbox.mode == "none" and e.sandbox.agent_env == ("API_KEY",)
     assert e.exclude == ("*.db",)
+
+
+def test_gate_setup_reaches_the_gate(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nagentgate_gate_setup =\n    make version\n")
+    s = settings(pytester, "--agentgate-gate=pytest -q")
+    assert s.gate_setup == ("make version",) and s.gate_spec().setup == ("make version",)
