@@ -572,3 +572,41 @@ def test_a_missing_repository_is_named_with_the_option_that_names_it(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret == 4
     assert "name another with --agentgate-repo=PATH" in result.stderr.str()
+
+
+def test_land_of_an_attempt_rejected_on_a_buggy_base_lands_after_the_fix(
+    capsys: pytest.CaptureFixture[str], service: Path
+) -> None:
+    """The agent's new test used a base function that was wrong: rejected. A person fixes
+    the function on main. `agentgate land` judges the attempt merged onto main as it is now,
+    against main's own results, and lands it without its agent, keeping the fix; judged on
+    its own base again it was rejected again."""
+    from pytest_agentgate import Engine, GateSpec
+
+    gate = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+    store = (service / "ledger" / "store.py").read_text()
+    (service / "ledger" / "half.py").write_text("def half(n):\n    return n // 3\n")  # the bug
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a helper, wrong")
+    e = Engine.open(service, "main", promote=True, workdir=service.parent / "work",
+                    gate=GateSpec(commands=(gate,)), sandbox=Settings(mode="none"))  # fmt: skip
+    ws = e.fork(task="use half")
+    (ws.path / "tests" / "test_half.py").write_text(
+        "from ledger.half import half\n\n\ndef test_half():\n    assert half(10) == 5\n"
+    )
+    first = e.run_attempt(ws, task="use half")
+    assert first.verdict.status == "rejected", first.verdict
+    e.close()
+    (service / "ledger" / "half.py").write_text("def half(n):\n    return n // 2\n")  # the fix
+    git(service, "commit", "-qam", "fix half")
+    fixed = git(service, "rev-parse", "main")
+    code, out, err = agentgate(
+        capsys, "land", "--repo", str(service), first.record_ref, "--gate", gate, "--sandbox", "none"
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert "judged again: promoted" in out
+    assert git(service, "merge-base", "--is-ancestor", fixed, "main") == ""
+    assert "n // 2" in git(service, "show", "main:ledger/half.py")  # the fix is kept
+    assert "test_half" in git(service, "show", "main:tests/test_half.py")
+    assert (service / "ledger" / "store.py").read_text() == store
+    fsck(service)

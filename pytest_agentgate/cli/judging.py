@@ -66,10 +66,10 @@ LANDABLE = ("gate", "baseline", "retest", "preflight", "conflict")
 
 def cmd_land(args: argparse.Namespace) -> int:
     """Judge a recorded attempt again and promote it: for one that failed through a flaky
-    gate, or on a base that has since been fixed. Its code is judged against its own base
-    (protection, the harness, the limits and the baseline stay that base's), merged onto the
-    target as it is now, re-tested and moved by compare-and-swap, as in a run; the result is
-    a new attempt record."""
+    gate, or on a base that has since been fixed. Its change is merged onto the target as it
+    is now and judged there (against the tip's own results, with the tip's harness, its own
+    protection and limits), then moved by compare-and-swap, as in a run; the result is a
+    new attempt record whose base is that tip."""
     import tempfile
 
     from ..engine import Engine
@@ -115,7 +115,7 @@ def cmd_land(args: argparse.Namespace) -> int:
             sandbox=Settings(mode=args.sandbox),
         )
         try:
-            ws = engine.fork(task=earlier.task, resume_from=earlier.record_ref, mode="code")
+            ws = _onto_the_tip(engine, earlier)
             if args.dry_run:
                 return _would_land(engine, ws, earlier, target)
             attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
@@ -131,6 +131,24 @@ def cmd_land(args: argparse.Namespace) -> int:
     if attempt.move is not None:
         print(f"{target}: {attempt.move.old[:12]} -> {attempt.move.new[:12]} ({attempt.move.kind})")
     return 0 if verdict.accepted else 1
+
+
+def _onto_the_tip(engine: Engine, earlier: AttemptInfo) -> Workspace:
+    """A workspace at the target's tip holding the earlier attempt's change merged onto it
+    (a person's fix of the base since is kept); a conflict refuses, nothing written."""
+    from ..errors import MergeConflict
+    from ..resume import ResumeSource
+
+    ws = engine.fork(task=earlier.task)
+    merged = engine.repo.merge_preview(ws.base, earlier.record_commit)
+    if merged.conflicts:
+        engine.release(ws)
+        raise MergeConflict(list(merged.conflicts), "land")
+    label = f"{earlier.record_ref} merged onto {ws.base[:12]}"
+    engine.resume_into(
+        ws, ResumeSource(ws.base, merged.tree, None, None, earlier.record_commit, label), "code"
+    )
+    return ws
 
 
 def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str | None) -> int:
