@@ -28,7 +28,16 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * len(os.sched_getaffinity(0))
 
 
+#: The files whose tests take longest (several machines, many processes, the benchmark's
+#: smoke runs): started first, so that no worker is left running one alone at the end.
+LONGEST_FIRST = (
+    "test_bench_smoke.py", "test_remote.py", "test_queue.py", "test_ci_recipe.py",
+    "test_early.py", "test_story.py", "test_staged_repair.py",
+)  # fmt: skip
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)  # stable: order kept
     if shutil.which("git") is None:
         skip = pytest.mark.skip(reason="git is not installed")
         for item in items:
