@@ -21,17 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .._constants import (
-    DEFAULT_AGENT_TIMEOUT_S,
-    DEFAULT_BATCH_MAX,
-    DEFAULT_FILE_BYTES,
-    DEFAULT_GATE_TIMEOUT_S,
-    DEFAULT_KEEP_RUNS,
-    DEFAULT_LEASE_S,
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_FILES,
-    DEFAULT_PIDS_MAX,
-)
+from .. import _constants
 from .options import BY_NAME, MODES, NETWORKS, OPTIONS, raw_setting, usage
 
 if TYPE_CHECKING:
@@ -57,20 +47,20 @@ class Settings:
     remote: str | None = None
     promote: bool = False
     retest: bool = True
-    batch_max: int = DEFAULT_BATCH_MAX
+    batch_max: int = _constants.DEFAULT_BATCH_MAX
     early_retest: bool = True
     push_state: bool = False
-    lease_seconds: float = DEFAULT_LEASE_S
+    lease_seconds: float = _constants.DEFAULT_LEASE_S
     signing_key: Path | None = None
     allowed_signers: Path | None = None
     unsigned_posts: bool = False
     agent: str = "agent"
     agent_command: AgentCommand | None = None
-    agent_timeout: float = DEFAULT_AGENT_TIMEOUT_S
+    agent_timeout: float = _constants.DEFAULT_AGENT_TIMEOUT_S
     gate: tuple[str, ...] = ()
     gate_exit_code: tuple[str, ...] = ()
     gate_setup: tuple[str, ...] = ()
-    gate_timeout: float = DEFAULT_GATE_TIMEOUT_S
+    gate_timeout: float = _constants.DEFAULT_GATE_TIMEOUT_S
     gate_jobs: int = 1
     protect: tuple[str, ...] = ()
     unprotect: tuple[str, ...] = ()
@@ -80,12 +70,12 @@ class Settings:
     report: Path | None = None
     markdown: Path | None = None
     workdir: Path | None = None
-    keep_runs: int = DEFAULT_KEEP_RUNS
+    keep_runs: int = _constants.DEFAULT_KEEP_RUNS
     exclude: tuple[str, ...] | None = None
     recycle: bool = True
-    max_files: int = DEFAULT_MAX_FILES
-    max_bytes: int = DEFAULT_MAX_BYTES
-    max_state_bytes: int = DEFAULT_MAX_BYTES
+    max_files: int = _constants.DEFAULT_MAX_FILES
+    max_bytes: int = _constants.DEFAULT_MAX_BYTES
+    max_state_bytes: int = _constants.DEFAULT_MAX_BYTES
     isolation: str = "shared"
     allow_symlinks: tuple[str, ...] = ()
     sandbox: str = "auto"
@@ -95,8 +85,8 @@ class Settings:
     gate_network: str = "none"
     agent_env: tuple[str, ...] = ()
     gate_env: tuple[str, ...] = ()
-    sandbox_pids: int = DEFAULT_PIDS_MAX
-    sandbox_file_bytes: int = DEFAULT_FILE_BYTES
+    sandbox_pids: int = _constants.DEFAULT_PIDS_MAX
+    sandbox_file_bytes: int = _constants.DEFAULT_FILE_BYTES
     #: Where each value came from, for error messages.
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
