@@ -1067,13 +1067,7 @@ class Engine:
             return None
         if not spec.commands or isinstance(self.target, RemoteBranch):
             return None  # nothing to save; a server's branch is read at the preflight
-        attempt.change_commit = self.repo.commit_tree(
-            snap.tree,
-            [attempt.base],
-            records.change_message(attempt.task, attempt.agent),
-            Author.for_agent(attempt.agent),
-        )
-        found = self.repo.merge_preview(tip, attempt.change_commit)
+        found = self.repo.merge_preview(tip, _change_commit(self.repo, attempt))
         if not found.conflicts:
             return None
         attempt.preview = found
@@ -1202,12 +1196,7 @@ class Engine:
             spec = graded.plan.spec
         # preflight -> merge preview
         self._step(attempt, "preflight")
-        attempt.change_commit = self.repo.commit_tree(
-            attempt.graded_tree or attempt.snapshot.tree,
-            [attempt.base],
-            records.change_message(attempt.task, attempt.agent),
-            Author.for_agent(attempt.agent),
-        )
+        _change_commit(self.repo, attempt)
         attempt.preview = self.preflight(attempt)
         lap("preflight")
         if attempt.preview.conflicts:
@@ -1236,6 +1225,22 @@ class Engine:
             return Verdict("promoted" if self.target.promotes else "passed", outcome.already, "")
         problem = outcome.move.problem if outcome.move else None
         return Verdict("promoted" if self.target.promotes else "passed", problem or "", "")
+
+
+def _change_commit(repo: BaseRepo, attempt: Attempt) -> str:
+    """The clean commit of the attempt's tree (its graded tree, if any) on its base, made
+    once: the preview before the gate and the preflight after it merge the same one (a
+    graded task has no preview before the gate: its commit is of the graded tree)."""
+    assert attempt.snapshot is not None
+    made = attempt.change_commit
+    if made is None or attempt.graded_tree is not None:
+        made = attempt.change_commit = repo.commit_tree(
+            attempt.graded_tree or attempt.snapshot.tree,
+            [attempt.base],
+            records.change_message(attempt.task, attempt.agent),
+            Author.for_agent(attempt.agent),
+        )
+    return made
 
 
 def _reusable(
