@@ -1490,3 +1490,32 @@ def test_a_gate_setup_generates_what_the_tests_need_in_each_checkout(
     write(ws.path, {"ledger/other.py": "Y = 1\n"})
     assert without.run_attempt(ws, task="no setup").verdict.status == "error"  # base unjudgeable
     without.close()
+
+
+@pytest.mark.parametrize("planted", ["conftest.py", "tests/conftest.py"])
+def test_code_a_gate_setup_runs_cannot_plant_a_harness_for_the_gate(
+    service: Path, sandbox_mode: str, planted: str
+) -> None:
+    """The setup step imports the agent's code (the version comes from it); that code,
+    when imported, writes a conftest.py that passes every report and breaks the store.
+    The gate's pytest is not judged through what the setup step left: the fingerprint of
+    what it loaded names the planted plugin."""
+    from helpers import land as land_files
+
+    assert land_files(service, GENERATED, task="a generated version").verdict.status == "promoted"
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work2",
+        gate=GateSpec(commands=(GATE,), setup=(f"{sys.executable} make_version.py",), timeout=120),
+        sandbox=Settings(mode=sandbox_mode),
+    )  # fmt: skip
+    ws = e.fork(task="plant through setup")
+    store = BROKEN_STORE + (
+        f"\nimport pathlib as _p\n_p.Path({planted!r}).write_text({PASS_EVERY_REPORT!r})\n"
+    )
+    write(ws.path, {"ledger/store.py": store})
+    verdict = e.run_attempt(ws, task="plant through setup").verdict
+    assert verdict.status == "rejected", verdict
+    assert "loaded what the base's run of it did not" in verdict.reason, verdict.reason
+    assert f"plugin {planted}" in verdict.reason
+    assert git(service, "show", "main:ledger/store.py") != store
+    e.close()
