@@ -133,7 +133,7 @@ def test_revert_refuses_an_attempt_that_did_not_land(
 ) -> None:
     land(service, {"x.txt": "x\n"}, task="dry", promote=False)
     code, _, err = agentgate(capsys, "revert", "--repo", str(service), "dry")
-    assert code == 2 and "was not promoted (verdict passed)" in err
+    assert code == 1 and "was not promoted (verdict passed)" in err  # refused, not misspelt
 
 
 def test_attempts_show_and_filters(
@@ -363,7 +363,7 @@ def test_restore_refuses_a_file_as_destination(
     target = tmp_path / "a-file"
     target.write_text("mine")
     assert (
-        agentgate(capsys, "restore", "--repo", str(service), "plain", "--to", str(target))[0] == 2
+        agentgate(capsys, "restore", "--repo", str(service), "plain", "--to", str(target))[0] == 1
     )
     assert target.read_text() == "mine"
 

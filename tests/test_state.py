@@ -84,7 +84,7 @@ def test_state_is_captured_resumed_and_restored(
     # Restoring again over those files is refused unless asked; nothing is overwritten.
     (out_dir / "build" / "model.bin").write_bytes(b"mine")
     capsys.readouterr()
-    assert main([*restore, "--state"]) == 2
+    assert main([*restore, "--state"]) == 1
     assert "is not empty: nothing was written" in capsys.readouterr().err
     assert (out_dir / "build" / "model.bin").read_bytes() == b"mine"
     assert main([*restore, "--state", "--force"]) == 0
@@ -119,7 +119,7 @@ def test_restore_of_an_attempt_without_state(
 
     land(service, {"x.txt": "x"}, task="plain")
     out = tmp_path / "out"
-    assert main(["restore", "--repo", str(service), "plain", "--to", str(out), "--state"]) == 2
+    assert main(["restore", "--repo", str(service), "plain", "--to", str(out), "--state"]) == 1
     assert "carries no state" in capsys.readouterr().err
     assert not out.exists()  # nothing written
     # Without --state, the code is what is restored.

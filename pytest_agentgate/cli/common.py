@@ -11,11 +11,20 @@ if TYPE_CHECKING:
     from ..git.repo import Author, BaseRepo
     from ..land.target import RemoteBranch
 
+#: The command line itself is wrong: a flag's value names nothing, or flags that need each
+#: other are not given together.
 EXIT_USAGE = 2
+#: The command line is right, and what it asks is refused as the repository (or the
+#: folder it names) is now: nothing was changed.
+EXIT_REFUSED = 1
 
 
 class UsageProblem(Exception):
     """A bad argument value (exit code 2)."""
+
+
+class Refused(Exception):
+    """What was asked cannot be done to what it names as things are (exit code 1)."""
 
 
 def open_repo(args: argparse.Namespace) -> BaseRepo:

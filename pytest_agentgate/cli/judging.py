@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._constants import DEFAULT_GATE_TIMEOUT_S
-from .common import UsageProblem, open_repo, target_branch
+from .common import Refused, UsageProblem, open_repo, target_branch
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -88,7 +88,7 @@ def cmd_land(args: argparse.Namespace) -> int:
         or not landable
         or earlier.trailers.get("Graded-Tree")
     ):
-        raise UsageProblem(
+        raise Refused(
             f"{earlier.record_ref} ({earlier.verdict}, by {check or 'its test'!r}) is not one "
             "land judges again: land runs the gate, the harness, the protection and the "
             "limits, not the test body, its checks, its grading, its agent or its state; "

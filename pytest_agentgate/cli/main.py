@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from .._constants import DEFAULT_GATE_TIMEOUT_S
 from .common import (
+    EXIT_REFUSED,
     EXIT_USAGE,
+    Refused,
     UsageProblem,
     author_of,
     expected_old,
@@ -191,9 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageProblem, ConfigError) as exc:
         print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except AgentgateError as exc:
+    except (Refused, AgentgateError) as exc:
         print(f"agentgate {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_REFUSED
     except BrokenPipeError:
         return 0
 
@@ -343,14 +345,14 @@ def cmd_revert(args: argparse.Namespace) -> int:
     branch, target = moved_branch(repo, args)
     attempt = find(repo, args.attempt, records_ref(repo, args))
     if attempt.verdict != "promoted":
-        raise UsageProblem(
+        raise Refused(
             f"{attempt.record_ref} was not promoted (verdict {attempt.verdict or 'unknown'}); "
             "only a promoted attempt can be reverted"
         )
     # (find has refused a record whose Base trailer is not its own parent.)
     landed_ref = target.ref if target is not None else f"refs/heads/{branch}"
     if not attempt.landed or not repo.is_ancestor(attempt.landed, landed_ref):
-        raise UsageProblem(
+        raise Refused(
             f"{attempt.record_ref} did not land on {target.label if target else branch} "
             "(its Landed commit is not in that branch's history); nothing was changed"
         )
@@ -467,7 +469,7 @@ def _print_pruned(report: PruneReport, dry_run: bool, where: str) -> str:
 def _real_state_root(root: Path) -> Path:
     """``root``, unless it is reached through a link (the state must go nowhere else)."""
     if os.path.realpath(root) != os.path.normpath(root):
-        raise UsageProblem(
+        raise Refused(
             f"the state root {str(root)!r} is reached through a symbolic link: nothing of the "
             "state was written; choose another --state-root"
         )
@@ -495,17 +497,17 @@ def cmd_restore(args: argparse.Namespace) -> int:
         tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
         what = attempt.record_ref + (f" (on {args.remote})" if args.remote else "")
         if args.state and commit and not repo.has_object(commit):
-            raise UsageProblem(
+            raise Refused(
                 f"{what} carries state, but its state is not on {args.remote}: its run "
                 "pushed no state (--agentgate-push-state)"
             ) from None
     if args.state and not commit:
-        raise UsageProblem(f"{what} carries no state (its test declared no state=[...])")
+        raise Refused(f"{what} carries no state (its test declared no state=[...])")
     dest = args.to.resolve()
     if dest.exists() and not dest.is_dir():
-        raise UsageProblem(f"--to {str(args.to)!r} is a file, not a directory")
+        raise Refused(f"--to {str(args.to)!r} is a file, not a directory")
     if dest.is_dir() and any(dest.iterdir()) and not args.force:
-        raise UsageProblem(
+        raise Refused(
             f"--to {str(args.to)!r} is not empty: nothing was written (--force writes over "
             "the files there)"
         )

@@ -224,7 +224,7 @@ def test_land_holds_an_attempt_to_its_test_s_own_rules(
     assert first.verdict.status == "rejected" and first.verdict.check == "protect"
     capsys.readouterr()
     code = main(["land", "--repo", str(service), first.record_ref, "--gate-exit-code", "true", "--sandbox", "none"])
-    assert code == 2 and "is not one land judges again" in capsys.readouterr().err
+    assert code == 1 and "is not one land judges again" in capsys.readouterr().err
     assert "BACKDOOR" not in git(service, "show", "main:ledger/api.py")
     record = git(service, "log", "-1", "--format=%B", first.record_ref)
     assert 'Agentgate-Protect: ["ledger/api.py"]' in record
@@ -250,7 +250,7 @@ def test_restore_sends_no_state_through_a_link_the_restored_code_holds(
     out = tmp_path / "restored"
     capsys.readouterr()
     code = main(["restore", "--repo", str(service), attempt.record_ref, "--to", str(out), "--state"])
-    assert code == 2 and "reached through a symbolic link" in capsys.readouterr().err
+    assert code == 1 and "reached through a symbolic link" in capsys.readouterr().err
     assert not (host / "planted.txt").exists()
 
 
@@ -277,5 +277,5 @@ def test_land_refuses_what_it_cannot_judge_again(
     capsys.readouterr()
     code = main(["land", "--repo", str(service), found.record_ref, "--gate-exit-code", "true",
                  "--sandbox", "none"])  # fmt: skip
-    assert code == 2 and "is not one land judges again" in capsys.readouterr().err
+    assert code == 1 and "is not one land judges again" in capsys.readouterr().err
     assert "EVIL.md" not in git(service, "ls-tree", "--name-only", "main")
