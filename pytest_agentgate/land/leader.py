@@ -1,0 +1,467 @@
+"""The leader's work: gather a batch, merge it onto the tip as a chain, re-test its top once,
+bisect it when it fails, move the target once to the longest passing prefix."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import _faults
+from ..errors import AgentgateError, RefMoved
+from ..git import transport
+from ..git.repo import Author
+from ..store import attempts, records
+from .retest import BatchRetest, Retested
+from .target import MoveNote
+
+if TYPE_CHECKING:
+    from ..remote.server_queue import ServerQueue
+
+from .queue_folder import (
+    GATHER_FLOOR_S,
+    GATHER_SHARE,
+    MAX_ROUNDS,
+    SERVER_POLL_S,
+    Entry,
+    Link,
+    Outcome,
+    posting_of,
+)
+from .recovery import Recovery
+
+
+class Leader(Recovery):
+    """Batches of one target's queue, as the holder of its lock lands them."""
+
+    def _gather(self, queued: list[Entry], gate_s: float) -> None:
+        """Wait (a bounded time) for the attempts whose gates began with the batch's own
+        to join it: they should arrive about when these did.
+
+        Not for one whose gate began later (by more than ``GATHER_SHARE`` of a gate's
+        duration, or ``GATHER_FLOOR_S``): waiting for it would hold every attempt of the
+        batch back by most of a
+        gate, to save it a re-test it can have on its own meanwhile.
+        """
+        key = queued[0].key
+        now = time.time()
+        # By this machine's clock: another's may be skewed.
+        latest = (
+            max((e.began or now - gate_s) for e in queued if not e.foreign)
+            if any(not e.foreign for e in queued)
+            else now - gate_s
+        )
+        began_by = latest + max(GATHER_FLOOR_S, GATHER_SHARE * gate_s)
+        deadline = time.monotonic() + min(30.0, max(0.2, 1.5 * gate_s))
+        have = len(queued)
+        while (
+            have < self.batch_max and time.monotonic() < deadline and self._in_flight(key, began_by)
+        ):
+            time.sleep(0.01)
+            have = sum(1 for e in self.entries() if e.key == key)
+
+    def _lead(self, key: str, retest: BatchRetest, gate_s: float, own: str = "") -> None:
+        settle = self._mark_leading()
+        self._sweep_answered()
+        try:
+            for _ in range(MAX_ROUNDS * 4):
+                if own and self.verdict(own) is not None:
+                    return  # decided: the next batch is a waiter's to lead
+                queued = self._queued(key)
+                if not queued:
+                    return
+                if settle:
+                    queued = self._settle_dead_leaders(queued)
+                if gate_s > 0 and len(queued) < self.batch_max:
+                    self._gather(queued, gate_s)
+                    queued = self._queued(key)
+                    if settle:
+                        queued = self._settle_dead_leaders(queued)
+                queued = self._without_dead_owners(queued)
+                if queued:
+                    self._batch(queued[: self.batch_max], retest)
+        finally:
+            with contextlib.suppress(OSError):
+                (self.folder / "leading").unlink(missing_ok=True)
+
+    def _batch(self, batch: list[Entry], retest: BatchRetest) -> None:
+        """Land ``batch`` (arrival order) onto the tip, re-tested once, bisected on failure."""
+        for turn in range(MAX_ROUNDS):
+            if turn:  # the move failed: some of them may be decided or taken back meanwhile
+                batch = self._still_queued(batch)
+                if not batch:
+                    return
+            tip = self.target.tip()  # read now, under the lock: never a stale tip
+            if tip is None:
+                raise RefMoved(self.target.ref, None, None)
+            chain, aside, already = self._chain(tip, batch)
+            for entry in already:
+                self._already(entry, tip)
+            if chain:
+                landed = self._test_and_land(tip, chain, retest)
+                if landed is None:
+                    continue  # the target moved under us: merge the same batch again
+            for entry in aside:  # judged alone, onto whatever landed
+                self._batch_alone(entry, retest)
+            return
+
+    def _batch_alone(self, entry: Entry, retest: BatchRetest) -> None:
+        for _ in range(MAX_ROUNDS):
+            tip = self.target.tip()
+            assert tip is not None
+            chain, aside, already = self._chain(tip, [entry])
+            if already:
+                self._already(entry, tip)
+                return
+            if aside:
+                preview = self.repo.merge_preview(tip, entry.change_commit)
+                self._decide(
+                    entry,
+                    Outcome(
+                        "conflict",
+                        f"merge conflicts in: {', '.join(preview.conflicts)}",
+                        "promote",
+                        conflicts=list(preview.conflicts),
+                    ),
+                )
+                return
+            if self._test_and_land(tip, chain, retest) is not None:
+                return
+
+    def _chain(
+        self, tip: str, batch: Sequence[Entry]
+    ) -> tuple[list[tuple[Entry, str, str, str]], list[Entry], list[Entry]]:
+        """Merge ``batch`` one after another onto ``tip``: (the chain of (entry, commit,
+        tree, kind)), the entries set aside (conflicts), the entries already on the tip)."""
+        chain: list[tuple[Entry, str, str, str]] = []
+        aside: list[Entry] = []
+        already: list[Entry] = []
+        head = tip
+        for entry in batch:
+            try:
+                head = self._link(tip, head, entry, chain, aside, already)
+            except AgentgateError as exc:  # one entry that cannot merge must not stop the rest
+                self._decide(
+                    entry, Outcome("error", f"the queue could not merge it: {exc}", "promote")
+                )
+        return chain, aside, already
+
+    def _link(
+        self,
+        tip: str,
+        head: str,
+        entry: Entry,
+        chain: list[tuple[Entry, str, str, str]],
+        aside: list[Entry],
+        already: list[Entry],
+    ) -> str:
+        """Add ``entry`` to the chain that ends at ``head`` (or set it aside); the new head."""
+        if head == entry.base:
+            chain.append(
+                (
+                    entry,
+                    entry.change_commit,
+                    self.repo.tree_of(entry.change_commit),
+                    "fast-forward",
+                )
+            )
+            return entry.change_commit
+        preview = self.repo.merge_preview(head, entry.change_commit)
+        if preview.conflicts:
+            aside.append(entry)
+            return head
+        if preview.tree == self.repo.tree_of(head):
+            # Nothing to land is not a merge: on the tip already, or (an identical
+            # change earlier in this batch) judged alone once the batch has landed.
+            (already if head == tip else aside).append(entry)
+            return head
+        merge = self.repo.commit_tree(
+            preview.tree,
+            [head, entry.change_commit],
+            records.merge_message(entry.task, entry.agent),
+            Author.for_agent(entry.agent),
+        )
+        chain.append((entry, merge, preview.tree, "merge"))
+        return merge
+
+    def _test_and_land(
+        self, tip: str, chain: list[tuple[Entry, str, str, str]], retest: BatchRetest
+    ) -> str | None:
+        """Re-test the chain's top (bisecting on failure) and land the longest passing
+        prefix; the new tip, or None when the target moved meanwhile."""
+        batch_id = uuid.uuid4().hex[:12]
+        tested: dict[int, Retested] = {}
+
+        def passes(k: int) -> bool:
+            """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
+            if k == 0:
+                return True
+            if all(kind == "fast-forward" and not e.foreign for e, _, _, kind in chain[:k]):
+                return True  # exactly the attempt's own tree, judged by its own gate here
+            if k not in tested:
+                if k == len(chain):
+                    tested[k] = self._top_test(tip, chain, retest)
+                else:
+                    bases = [entry.base for entry, _, _, _ in chain[:k]]
+                    self.early.decide(chain[0][0].key, chain[k - 1][2])
+                    tested[k] = retest(chain[k - 1][2], tip, bases)
+            return tested[k].ok
+
+        good = self._longest_passing(chain, passes, tested, batch_id)
+        if good == 0:
+            return tip
+        landed = _Landed(
+            tip, chain[:good], batch_id,
+            retested=any(k in tested and tested[k].ok for k in range(1, good + 1)),
+            top_early=good in tested and tested[good].early,
+        )  # fmt: skip
+        return self._move_batch(landed)
+
+    def _move_batch(self, landed: _Landed) -> str | None:
+        """Move the target to the top of ``landed``'s chain, its records written right
+        after the move and its waiters' verdicts with it; the new tip, or None when the
+        target moved meanwhile."""
+        landing, good = landed.links, landed.good
+        top = landing[-1][1]
+        # Another machine's attempts are recorded there, by the machine that reports them.
+        records_of = [
+            (commit, {**e.record, "pid": e.pid, "batch": f"{landed.batch_id} ({i + 1} of {good})"})
+            for i, (e, commit, _, _) in enumerate(landing)
+            if not e.foreign
+        ]
+        # On a server: the verdicts of other machines' attempts, and the queue refs of ours
+        # posted there, go in the same atomic push as the branch (each taken exactly once).
+        note = MoveNote(
+            "promote",
+            agent=landing[-1][0].agent,
+            task=f"batch of {good}: " + "; ".join(e.task for e, _, _, _ in landing)[:200],
+            kind="batch" if good > 1 else landing[0][3],
+            batch=tuple(records_of),
+            server_updates=self._server_updates(landing, landed.outcome),
+        )
+        _faults.point("merge-written")
+        # The move and its waiters' verdicts together: a Ctrl-C held through the move and
+        # raised before the verdicts would leave each waiter to record its landed attempt
+        # a second time, as interrupted.
+        with _faults.uninterrupted():
+            result = self.target.move(
+                top,
+                landed.tip,
+                records.landing_reflog(
+                    f"batch of {good}" if good > 1 else landing[0][0].task,
+                    landing[-1][0].agent,
+                    dry_run=not self.target.promotes,
+                )
+                + f" ({note.kind})",
+                note,
+                lambda: self._write_batch_records(landed),
+            )
+            if not result.moved:
+                return None
+            for i, (entry, _, _, _) in enumerate(landing):
+                if not entry.foreign:  # (another machine's verdict went with the move)
+                    self._unpost(entry.uid)
+                    self._write_verdict(entry, landed.outcome(i, result.problem or ""))
+                else:  # told in this leader's summary: every landing it made is named
+                    told = {"task": entry.task, "agent": entry.agent, "machine": entry.machine}
+                    self.landed_for_others.append({**told, "uid": entry.uid, "new": top})
+        return top
+
+    def _write_batch_records(self, landed: _Landed) -> bool:
+        """The records of this machine's attempts in ``landed`` (right after the move);
+        False when one could not be written (the next run completes it)."""
+        ok = True
+        for i, (entry, commit, _tree, _kind) in enumerate(landed.links):
+            if entry.foreign:
+                continue
+            try:
+                landed.written[entry.uid] = self._published(
+                    attempts.write_record(
+                        self.repo,
+                        landed.fields(i),
+                        status=str(entry.record.get("status", "promoted")),
+                        landed=commit if self.target.promotes else None,
+                        known_objects=entry.known_objects,
+                    ),
+                    entry.uid,
+                    landed.problems,
+                )
+            except (AgentgateError, OSError) as exc:
+                landed.problems[entry.uid] = (
+                    f"the target moved, but its attempt record could not be written ({exc}); "
+                    "the next run or agentgate command completes it"
+                )
+                ok = False
+        return ok
+
+    def _longest_passing(
+        self,
+        chain: Sequence[Link],
+        passes: Callable[[int], bool],
+        tested: Mapping[int, Retested],
+        batch_id: str,
+    ) -> int:
+        """How many of the chain land: all when its top passes; else, bisecting over its
+        prefixes, those before the first whose prefix fails, which is rejected (the
+        attempts after it stay queued, for the next batch)."""
+        n = len(chain)
+        if passes(n):
+            return n
+        lo, hi = 0, n  # prefix lo passes, prefix hi fails
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if passes(mid):
+                lo = mid
+            else:
+                hi = mid
+        culprit = chain[hi - 1][0]
+        why, output = tested[hi].why, tested[hi].output
+        others = [e.label for e, _, _, _ in chain[: hi - 1]]
+        self._decide(
+            culprit,
+            Outcome(
+                "rejected",
+                why + (f" (merged after {', '.join(others)})" if others else ""),
+                "retest",
+                output,
+                retested=True,
+                batch=batch_id,
+                tested_with=others,
+            ),
+        )
+        return lo
+
+    def _server_updates(
+        self, landing: Sequence[Link], outcome: Callable[[int], Outcome]
+    ) -> tuple[transport.RefUpdate, ...]:
+        """What a landing's push sets on the server besides the branch: the verdicts of
+        other machines' attempts, and the queue refs of this machine's posted ones taken."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return ()
+        updates: list[transport.RefUpdate] = shared.heartbeats()
+        for i, (entry, commit, _, _) in enumerate(landing):
+            if entry.foreign:
+                updates += shared.verdict_updates(
+                    entry.key, entry.uid, entry.posted, asdict(outcome(i)), commit
+                )
+            elif posted := self._post_of(entry.uid):
+                updates.append(shared.take_back(entry.key, entry.uid, posted))
+        return tuple(updates)
+
+    def _top_test(self, tip: str, chain: list[Link], retest: BatchRetest) -> Retested:
+        """Re-test the chain's top, or take the early re-test of exactly its tree."""
+        key, tree = chain[0][0].key, chain[-1][2]
+        early = self.early.result(key, tree, self._gate_s)
+        # Judged here now, one way or another: from now on no early run of this tree,
+        # written before or after, answers for it (a tree seen failing must not land on
+        # an early pass of a run that overlapped).
+        self.early.decide(key, tree)
+        bases = [entry.base for entry, _, _, _ in chain]
+        reuse = (
+            None
+            if early is None
+            else Retested(
+                early.ok,
+                early.why,
+                early.output,
+                early.tests,
+                early=True,
+                fingerprint=early.fingerprint,
+            )
+        )
+        return retest(tree, tip, bases, reuse=reuse)
+
+    def _still_queued(self, batch: list[Entry]) -> list[Entry]:
+        """What of ``batch`` is still to land after a move that failed: not decided meanwhile
+        (here or, for a posted one, by the server's queue)."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return [e for e in batch if self.verdict(e.uid) is None]
+        try:
+            listing = shared.listing()
+            self._sync_posted(shared, listing)
+        except (AgentgateError, OSError):
+            return [e for e in batch if not e.foreign and self.verdict(e.uid) is None]
+        return [
+            e
+            for e in batch
+            if (listing.queue.get(e.uid) == e.posted if e.foreign else self.verdict(e.uid) is None)
+        ]
+
+    def _while_waiting(self, shared: ServerQueue, key: str) -> bool:
+        """While another machine holds the lease: post this machine's queued attempts on the
+        server (for that leader; the lease's wait keeps the heartbeat), and read the verdicts.
+        Whether none of ``key`` is left to lead here."""
+        now = time.monotonic()
+        if now - self._last_poll < SERVER_POLL_S:
+            return False
+        self._last_poll = now
+        try:
+            listing = shared.listing()
+            self._sync_posted(shared, listing)
+            for entry in self._without_dead_owners(self.entries()):
+                if not self._post_of(entry.uid):
+                    commit = shared.post(
+                        entry.uid, entry.change_commit, entry.key, posting_of(entry)
+                    )
+                    if commit is not None:
+                        self._mark_posted(entry.uid, commit, entry.key)
+        except (AgentgateError, OSError):
+            return False  # the server cannot be read now: wait for the lease, as before
+        left = self.entries()
+        if not left:
+            shared.stop_waiting(listing)
+        return not any(e.key == key for e in left)
+
+
+@dataclass
+class _Landed:
+    """The passing prefix of a batch that one move lands, and what its records and its
+    waiters' verdicts say."""
+
+    tip: str
+    links: list[Link]
+    batch_id: str
+    retested: bool
+    top_early: bool
+    written: dict[str, tuple[str, str]] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def good(self) -> int:
+        return len(self.links)
+
+    def batch_label(self, i: int) -> str:
+        return f"{self.batch_id} ({i + 1} of {self.good})" if self.good > 1 else ""
+
+    def fields(self, i: int) -> dict[str, object]:
+        """The record of link ``i``: the top of a batch was tested; a merge below it was
+        not, by itself."""
+        entry, _, _, kind = self.links[i]
+        if i == self.good - 1 and self.retested:
+            retest: object = "passed early" if self.top_early else "passed"
+        else:
+            retest = "batched" if kind == "merge" else entry.record.get("retest", "")
+        return {**entry.record, "batch": self.batch_label(i), "retest": retest}
+
+    def outcome(self, i: int, problem: str = "") -> Outcome:
+        entry, commit, tree, kind = self.links[i]
+        ref_commit = self.written.get(entry.uid)
+        return Outcome(
+            str(entry.record.get("status", "promoted")),
+            problem,
+            old=self.tip if i == 0 else self.links[i - 1][1],
+            new=commit,
+            kind=kind,
+            tree=tree,
+            retested=self.retested,
+            batch=self.batch_label(i),
+            record_ref=ref_commit[0] if ref_commit else None,
+            record_commit=ref_commit[1] if ref_commit else None,
+            record_problem=self.problems.get(entry.uid),
+            tested_with=[e.label for e, _, _, _ in self.links if e is not entry],
+        )

@@ -1,0 +1,280 @@
+"""Attempts on a server's queue: posting this machine's, taking them back, believing another
+machine's verdicts, and judging the attempts other machines posted before a batch takes them.
+
+Above the queue's files, below recovery and the leader (see :mod:`.queue`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING
+
+from .. import _faults
+from ..errors import AgentgateError
+from ..store import records
+
+if TYPE_CHECKING:
+    from ..remote.server_queue import Listing, Posted, ServerQueue
+
+from .queue_folder import (
+    POSTED_NAME_MAX,
+    VERDICT_OUTPUT_MAX,
+    Entry,
+    Outcome,
+    QueueFolder,
+    posting_of,
+)
+
+
+class ServerPosting(QueueFolder):
+    """The queue's side of a branch on a server (:mod:`..remote.server_queue`)."""
+
+    def _sync_posted(self, shared: ServerQueue, listing: Listing) -> None:
+        """This machine's posted attempts that another machine's leader decided: their
+        verdicts, read from the server (and believed only as far as the server's branch
+        shows them); one whose post is gone without a verdict is this machine's again."""
+        waiting = {e.uid: e for e in self.entries()}
+        for path in self.folder.glob("*.posted"):
+            uid = path.name[: -len(".posted")]
+            commit = self._post_of(uid)
+            entry = waiting.get(uid)
+            key = self._posted_key(uid)
+            if entry is None:  # decided here meanwhile, or its process gone
+                if key and shared.still_posted(listing, key, uid, commit):
+                    shared.push([shared.take_back(key, uid, commit)])
+                self._unpost(uid)
+                continue
+            if shared.still_posted(listing, entry.key, uid, commit):
+                continue  # still waiting there
+            said = shared.verdicts(listing, [uid]).get(uid)
+            outcome = self._believe(entry, said[1]) if said is not None else None
+            if outcome is not None:
+                self._write_verdict(entry, outcome)
+                _faults.point("verdict-read")  # another machine's verdict read, not yet told
+                assert said is not None
+                shared.push([shared.clear_verdict(uid, said[0])])
+            self._unpost(uid)
+
+    def _believe(self, entry: Entry, said: Mapping[str, object]) -> Outcome | None:
+        """The verdict another machine's leader wrote for ``entry``, if it holds: a landing
+        only when the server's branch has the attempt's change (anyone who can push can
+        write a verdict)."""
+
+        def text(name: str) -> str:
+            value = said.get(name, "")
+            if not isinstance(value, str):
+                return ""
+            return value[: VERDICT_OUTPUT_MAX if name == "output" else POSTED_NAME_MAX * 10]
+
+        def texts(name: str) -> list[str]:
+            value = said.get(name, [])
+            return (
+                [v for v in value if isinstance(v, str)][:1000] if isinstance(value, list) else []
+            )
+
+        status = text("status")
+        outcome = Outcome(
+            status,
+            text("reason"),
+            text("check"),
+            text("output"),
+            old=text("old"),
+            new=text("new"),
+            kind=text("kind"),
+            tree=text("tree"),
+            retested=said.get("retested") is True,
+            batch=text("batch"),
+            tested_with=texts("tested_with"),
+            conflicts=texts("conflicts"),
+        )
+        if status not in ("promoted", "passed", "rejected", "conflict", "error"):
+            return None
+        tip = self.target.tip()
+        if tip is None:
+            return None
+        if status in ("rejected", "conflict", "error"):
+            # Not believed when the change is in the branch after all: a verdict written
+            # over the real one must not make a landed attempt report a failure.
+            return None if self.repo.is_ancestor(entry.change_commit, tip) else outcome
+        if outcome.kind == "already":
+            preview = self.repo.merge_preview(tip, entry.change_commit)
+            if preview.conflicts or preview.tree != self.repo.tree_of(tip):
+                return None
+            return replace(outcome, status=str(entry.record.get("status", status)), new=tip)
+        new = outcome.new
+        try:
+            landed = (
+                self.repo.has_object(new)
+                and self.repo.is_ancestor(entry.change_commit, new)
+                and self.repo.is_ancestor(new, tip)
+            )
+        except AgentgateError:
+            landed = False
+        if not landed:
+            return None
+        return replace(outcome, status=str(entry.record.get("status", status)))
+
+    def _take_back(self, entry: Entry) -> bool:
+        """Take this machine's attempt back from the server's queue, if it was posted there;
+        False when another machine's leader has taken it (its verdict is read instead)."""
+        commit = self._post_of(entry.uid)
+        shared = self.target.server_queue() if commit else None
+        if shared is None:
+            return True
+        if shared.push([shared.take_back(entry.key, entry.uid, commit)]):
+            self._unpost(entry.uid)
+            return True
+        try:
+            listing = shared.listing()
+        except AgentgateError:
+            return False
+        if shared.still_posted(listing, entry.key, entry.uid, commit):
+            return False  # the server could not be written: it stays posted
+        self._sync_posted(shared, listing)
+        if self.verdict(entry.uid) is not None or self._post_of(entry.uid):
+            return False
+        # Gone without a verdict one can believe: landed all the same when the branch holds
+        # its change (a verdict that could not be written, or was deleted), so not withdrawn.
+        tip = self.target.tip()
+        if tip is not None and self.repo.is_ancestor(entry.change_commit, tip):
+            self._write_verdict(
+                entry,
+                Outcome(
+                    str(entry.record.get("status", "promoted")),
+                    "landed by another machine's leader (its verdict is not on the server)",
+                    old="",
+                    new=tip,
+                    kind="landed",
+                ),
+            )
+            return False
+        return True
+
+    def _decide(self, entry: Entry, outcome: Outcome) -> None:
+        """Give the waiter its verdict (the leader's own included): on the server for
+        another machine's attempt; here for ours, once its post on the server (if any) is
+        taken back, so that no other machine's leader decides it too."""
+        if entry.foreign:
+            shared = self.target.server_queue()
+            if shared is not None:  # a lost race: another leader, or its poster, took it
+                shared.push(
+                    shared.verdict_updates(
+                        entry.key, entry.uid, entry.posted, asdict(outcome), None
+                    )
+                )
+            return
+        if self._take_back(entry):
+            self._write_verdict(entry, outcome)
+
+    def _post(self, entry: Entry) -> None:
+        """For a branch on a server, post a queued attempt there at once: a leader on
+        another machine that begins a batch now takes it in, rather than re-testing one
+        without it (the machines' gates run at the same time, so their attempts arrive
+        together). Best effort: a waiter that cannot post leads, or posts while it waits."""
+        shared = self.target.server_queue()
+        if shared is None:
+            return
+        with contextlib.suppress(AgentgateError, OSError):
+            commit = shared.post(entry.uid, entry.change_commit, entry.key, posting_of(entry))
+            if commit is not None:
+                self._mark_posted(entry.uid, commit, entry.key)
+
+    def _entry_of(self, posted: Posted, key: str) -> Entry:
+        def text(name: str) -> str:
+            value = posted.data.get(name)
+            if not isinstance(value, str):
+                return ""
+            return "".join(ch for ch in value if ch.isprintable())[:POSTED_NAME_MAX]
+
+        status = "promoted" if self.target.promotes else "passed"
+        agent, task = text("agent") or "agent", text("task") or "task"
+        return Entry(
+            seq=0,
+            uid=posted.uid,
+            key=key,
+            change_commit=posted.change_commit,
+            base=text("base"),
+            agent=agent,
+            task=task,
+            record={"uid": posted.uid, "agent": agent, "task": task, "status": status},
+            pid=0,
+            posted=posted.commit,
+            machine=posted.machine,
+        )
+
+    def _judge_posted(self, entry: Entry, posted: Posted) -> str | None:
+        """Why a posted attempt is refused (None: it may be batched): anyone who can push
+        can post one, so its change must stand on a base of the target's history, and pass
+        protection, the harness and the limits as this machine's own would."""
+        assert self._judge is not None
+        try:
+            records.check_name(entry.agent, "agent name", "a posted attempt")
+            parents = self.repo.parents(entry.change_commit)
+        except AgentgateError as exc:
+            return str(exc)
+        if parents != [entry.base]:
+            return "its change commit's parent is not the base it names"
+        tip = self.repo.ref_value(self.target.ref)
+        if tip is None or not self.repo.is_ancestor(entry.base, tip):
+            # Perhaps a tip this machine has not fetched yet (another machine landed it).
+            tip = self.target.tip()
+            if tip is None or not self.repo.is_ancestor(entry.base, tip):
+                return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
+        return self._judge(entry.change_commit, entry.base, posted.data)
+
+    def _foreign(self, shared: ServerQueue, listing: Listing, key: str) -> list[Entry]:
+        if self._judge is None:
+            return []  # nothing to judge them with: their own machine leads them
+        here = {e.uid for e in self.entries()}
+        found = []
+        for posted in shared.posted(listing, here, key):
+            if posted.machine == shared.machine:
+                # Posted from here, but no attempt here waits for it (it was decided, or its
+                # process died between posting and noting it): taken back.
+                shared.push([shared.take_back(key, posted.uid, posted.commit)])
+                continue
+            if not shared.can_decide(listing, posted.uid):
+                continue  # its verdict could not be written: left to its own machine
+            entry = self._entry_of(posted, key)
+            if not shared.waiting(listing, posted.machine):
+                self._decide(
+                    entry,
+                    Outcome(
+                        "error",
+                        "its machine stopped waiting for it (no heartbeat for a lease length)",
+                        "queue",
+                    ),
+                )
+                continue
+            if posted.commit not in self._judged:
+                untrusted = shared.untrusted(posted)
+                self._judged[posted.commit] = untrusted or self._judge_posted(entry, posted)
+            refused = self._judged[posted.commit]
+            if refused:
+                self._decide(
+                    entry,
+                    Outcome("rejected", f"the queue's leader refused it: {refused}", "queue"),
+                )
+                continue
+            found.append(entry)
+        return found
+
+    def _queued(self, key: str) -> list[Entry]:
+        """The attempts of ``key`` to batch: this machine's, in arrival order, then those
+        other machines posted on the server (judged here first), in the order they came."""
+        shared = self.target.server_queue()
+        listing = None
+        if shared is not None:
+            try:
+                listing = shared.listing()
+                self._sync_posted(shared, listing)  # (it may decide some of this machine's)
+            except (AgentgateError, OSError):
+                listing = None  # the server cannot be read now: this machine's batch goes on
+        local = [e for e in self.entries() if e.key == key]
+        if shared is None or listing is None:
+            return local
+        try:
+            return local + self._foreign(shared, listing, key)
+        except (AgentgateError, OSError):
+            return local

@@ -1,0 +1,319 @@
+"""The queue's files: its entries, the waiters' verdicts, the attempts on their way, and what
+was posted on a server, each a small file in the plugin's own directory, written whole.
+
+The lowest layer of the queue (see :mod:`.queue`): it knows the files' names and formats,
+not who leads or what a batch is."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+from .. import _constants, _faults
+from ..git.repo import BaseRepo
+from ..remote import server_records
+from ..store import attempts, locks, pending
+from ..store.files import write_whole as _write
+from .early import EarlyRetests
+from .target import Target
+
+MAX_ROUNDS = 20
+#: How much later than a batch's own (as a share of a gate's duration) an attempt's gate may
+#: have begun for the batch's leader to wait for it.
+GATHER_SHARE = 0.3
+#: ... or this many seconds, whichever is more: a loaded machine spreads gates' starts.
+GATHER_FLOOR_S = 0.5
+
+#: How often a machine waiting for another's lease reads the server's queue (seconds).
+SERVER_POLL_S = 0.2
+#: The longest task or agent name a posted attempt may bring (it goes into commit messages).
+POSTED_NAME_MAX = 200
+#: The most of a gate's output another machine's verdict may bring (as a record keeps).
+VERDICT_OUTPUT_MAX = 20_000
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One queued attempt: what the leader needs to land it and to write its record."""
+
+    seq: int
+    uid: str
+    key: str
+    change_commit: str
+    base: str
+    agent: str
+    task: str
+    #: What the attempt's record says (see ``Engine.record_fields``), with its status.
+    record: dict[str, object]
+    pid: int
+    known_objects: tuple[str, ...] = ()
+    #: When the attempt's own gate began (seconds since the epoch; 0: unknown).
+    began: float = 0.0
+    #: Another machine's attempt, posted on the server: its queue commit, and that machine.
+    posted: str = ""
+    machine: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.task!r} by {self.agent}"
+
+    @property
+    def foreign(self) -> bool:
+        """Posted by another machine: its own gate is that machine's word, not ours."""
+        return bool(self.machine)
+
+
+class Judge(Protocol):
+    """Judge another machine's posted attempt as this machine judges its own (protection,
+    the harness, the limits): why it is refused, or None. ``declared`` is what it posted."""
+
+    def __call__(
+        self, change_commit: str, base: str, declared: Mapping[str, object]
+    ) -> str | None: ...
+
+
+@dataclass
+class Outcome:
+    """A queued attempt's verdict, as the leader found it (written to the waiter's file)."""
+
+    status: str  # promoted / passed (landed), rejected, conflict, error
+    reason: str = ""
+    check: str = ""
+    output: str = ""
+    old: str = ""
+    new: str = ""
+    kind: str = ""
+    tree: str = ""
+    retested: bool = False
+    batch: str = ""
+    record_ref: str | None = None
+    record_commit: str | None = None
+    record_problem: str | None = None
+    lock_wait_ms: float = 0.0
+    tested_with: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+#: One link of a batch's chain: (its entry, the commit that lands it, that commit's tree,
+#: "merge" or "fast-forward").
+Link = tuple[Entry, str, str, str]
+
+
+class QueueFolder:
+    """The files of one target's queue, and the state its leader keeps between batches."""
+
+    def __init__(
+        self,
+        repo: BaseRepo,
+        target: Target,
+        *,
+        batch_max: int = _constants.DEFAULT_BATCH_MAX,
+        early: bool = False,
+    ) -> None:
+        self.repo = repo
+        self.target = target
+        self.batch_max = max(1, batch_max)
+        self._gate_s = 0.0
+        #: Batches' trees tested while their attempts' own gates run (see :mod:`.early`).
+        self.early = EarlyRetests(self, enabled=early)
+        #: How the leader judges other machines' posted attempts (None: it takes none).
+        self._judge: Judge | None = None
+        #: Other machines' attempts this process's leader landed (for its summary).
+        self.landed_for_others: list[dict[str, str]] = []
+        #: What the judge said of each posted attempt (by its queue commit): None, passed.
+        self._judged: dict[str, str | None] = {}
+        self._last_poll = 0.0
+
+    @property
+    def folder(self) -> Path:
+        """The queue's directory (named by the target's ref, which a dry run sets at start)."""
+        return self.repo.private_dir / "queue" / self.target.ref.replace("/", "%2F")
+
+    def discard(self, uid: str) -> None:
+        """Forget ``uid``'s entry and verdict here, whatever they said (its waiter read
+        them)."""
+        with self._queue_lock():
+            for path in self.folder.glob(f"*-{uid}.entry"):
+                path.unlink(missing_ok=True)
+            (self.folder / f"{uid}.verdict").unlink(missing_ok=True)
+            self._unpost(uid)
+
+    def _forget(self, entry: Entry) -> None:
+        """Remove ``entry`` and its verdict (by its id: it may not know its number yet)."""
+        self.discard(entry.uid)
+
+    def enqueue(self, new: Entry) -> Entry:
+        """Give ``new`` the next arrival number and write its entry (under the queue lock)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with self._queue_lock():
+            seq_file = self.folder / "seq"
+            try:
+                seq = int(seq_file.read_text(encoding="ascii").strip() or 0) + 1
+            except (FileNotFoundError, ValueError):
+                seq = 1
+            _write(seq_file, str(seq))
+            entry = replace(new, seq=seq)
+            _write(self._entry_path(entry.seq, entry.uid), json.dumps(asdict(entry)))
+        _faults.point("enqueued")  # the entry is written, its waiter not yet waiting
+        return entry
+
+    def verdict(self, uid: str) -> Outcome | None:
+        """The verdict the leader left for ``uid``, if it has one yet."""
+        try:
+            data = json.loads((self.folder / f"{uid}.verdict").read_text(encoding="utf-8"))
+            return Outcome(**data)
+        except (OSError, ValueError, TypeError):
+            return None  # none yet, or none this version can read (its waiter then leads)
+
+    def announce(self, uid: str, key: str, *, tree: str = "", base: str = "") -> float:
+        """An attempt of ``key`` is being judged and may soon need a merge: a leader making
+        a batch of attempts whose gates began with this one's waits for it, rather than
+        re-testing without it; an early re-test merges its ``tree`` (on ``base``) into the
+        batch it tests. Returns when its gate began (for :meth:`land`)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        began = time.time()
+        intent = {"key": key, "pid": os.getpid(), "since": began, "tree": tree, "base": base}
+        _write(self.folder / f"{uid}.intent", json.dumps(intent))
+        return began
+
+    def intents(self, key: str | None) -> list[tuple[str, dict[str, object]]]:
+        """The attempts of ``key`` (None: of any) being judged now (by live processes), in
+        the order their gates began: (uid, what it announced)."""
+        found = []
+        for path in self.folder.glob("*.intent"):
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if key not in (None, data.get("key")):
+                    continue
+                if not pending.pid_alive(int(data.get("pid", 0))):
+                    path.unlink(missing_ok=True)  # a process that died judging
+                    continue
+                data["since"] = float(data.get("since", 0))
+                found.append((data["since"], path.stem, data))
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+        return [(uid, data) for _, uid, data in sorted(found, key=lambda f: (f[0], f[1]))]
+
+    def arrived(self, uid: str) -> None:
+        """The attempt is judged (queued, landed or rejected): nobody need wait for it."""
+        (self.folder / f"{uid}.intent").unlink(missing_ok=True)
+
+    def _in_flight(self, key: str, began_by: float) -> int:
+        """How many attempts of ``key`` are being judged whose gate began by ``began_by``."""
+        return sum(1 for _, data in self.intents(key) if float(str(data["since"])) <= began_by)
+
+    def entries(self) -> list[Entry]:
+        """The queued attempts that have no verdict yet, in arrival order."""
+        with self._queue_lock():
+            found = []
+            for path in sorted(self.folder.glob("*.entry")):
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    entry = Entry(**{**data, "known_objects": tuple(data["known_objects"])})
+                except (OSError, ValueError, TypeError, KeyError):
+                    continue
+                if not (self.folder / f"{entry.uid}.verdict").exists():
+                    found.append(entry)
+            return sorted(found, key=lambda e: e.seq)
+
+    def _write_verdict(self, entry: Entry, outcome: Outcome) -> None:
+        _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
+
+    def _entry_path(self, seq: int, uid: str) -> Path:
+        return self.folder / f"{seq:012d}-{uid}.entry"
+
+    @contextmanager
+    def _queue_lock(self) -> Iterator[None]:
+        with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
+            yield
+
+    def _post_of(self, uid: str) -> str:
+        """The commit this machine posted ``uid`` as on the server's queue ("" if none)."""
+        return self._posted_note(uid)[0]
+
+    def _posted_key(self, uid: str) -> str:
+        """The batch key (the folder) ``uid`` was posted under ("" if unknown)."""
+        return self._posted_note(uid)[1]
+
+    def _posted_note(self, uid: str) -> tuple[str, str]:
+        try:
+            words = (self.folder / f"{uid}.posted").read_text(encoding="ascii").split()
+        except (OSError, ValueError):
+            return "", ""
+        return (words[0] if words else "", words[1] if len(words) > 1 else "")
+
+    def _mark_posted(self, uid: str, commit: str, key: str = "") -> None:
+        _write(self.folder / f"{uid}.posted", f"{commit} {key}".strip())
+
+    def _unpost(self, uid: str) -> None:
+        (self.folder / f"{uid}.posted").unlink(missing_ok=True)
+
+    def _published(
+        self, written: tuple[str, str], uid: str, problems: dict[str, str]
+    ) -> tuple[str, str]:
+        """A record just written, pushed to a remote target's server (its number claimed
+        there: it may come back renumbered); a failure to push goes into ``problems``."""
+        server = self.target.records()
+        if server is None:
+            return written
+        ref, problem = server_records.publish(self.repo, server, *written)
+        if problem:
+            problems[uid] = problem
+        return ref, written[1]
+
+    def _landed_record(self, uid: str) -> attempts.AttemptInfo | None:
+        """The record of attempt ``uid`` that says it landed (promoted, or passed in a dry
+        run), if one was written."""
+        return next(
+            (
+                a
+                for a in attempts.list_attempts(self.repo)
+                if a.trailers.get("Id") == uid and a.verdict in ("promoted", "passed")
+            ),
+            None,
+        )
+
+    def _recorded(self, entry: Entry, mine: attempts.AttemptInfo, new: str) -> Outcome:
+        """The verdict of an attempt a leader landed and recorded, then stopped (SIGKILL)
+        before it wrote the verdict: its record says what it is."""
+        return Outcome(
+            str(entry.record.get("status", "promoted")),
+            "landed by a leader that stopped before its verdict; completed by the next",
+            new=new,
+            kind="merge",
+            record_ref=mine.record_ref,
+            record_commit=mine.record_commit,
+        )
+
+    def _mark_leading(self) -> bool:
+        """Mark that a leader is at work (gone when it finishes); whether an earlier one may
+        have died leading, so that its pending lines must be read: its mark is still there,
+        or no mark can be written (then every round reads them, as nobody would know)."""
+        mark = self.folder / "leading"
+        left = mark.exists()
+        try:
+            _write(mark, str(os.getpid()))
+        except OSError:
+            return True
+        return left
+
+
+def posting_of(entry: Entry) -> dict[str, object]:
+    """What the server's queue says of an attempt: what a leader on another machine needs
+    to merge it, and what it declared of its limits (the leader adds its own)."""
+    return {
+        "key": entry.key,
+        "base": entry.base,
+        "agent": entry.agent,
+        "task": entry.task,
+        "test": entry.record.get("test", ""),
+        "began": entry.began,
+        "protect": entry.record.get("protect", []),
+        "max_changed_lines": entry.record.get("max_changed_lines"),
+    }

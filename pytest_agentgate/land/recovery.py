@@ -1,0 +1,175 @@
+"""What a dead waiter or a dead leader left in the queue, settled by the next leader: entries
+whose waiter died, moves whose records were not written, verdicts nobody will read."""
+
+from __future__ import annotations
+
+import json
+
+from ..store import attempts, pending
+from ..store.oplog import OpRecord
+from .posting import ServerPosting
+from .queue_folder import Entry, Outcome
+
+
+class Recovery(ServerPosting):
+    """How a leader finds and finishes what the processes before it left undone."""
+
+    def _sweep_answered(self) -> None:
+        """Forget the entries that have a verdict and no waiter left to read it (it died
+        after its verdict was written: its record is the leader's). Found by a trial: they
+        stayed in the queue's folder for good. Not for a branch on a server: a dead
+        poster's verdict from another machine is read at its machine's next run, to record
+        it (:meth:`settle_posted`)."""
+        if self.target.server_queue() is not None:
+            return
+        for path in self.folder.glob("*.entry"):
+            uid = path.stem.split("-", 1)[-1]
+            if not (self.folder / f"{uid}.verdict").exists():
+                continue
+            try:
+                pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
+            except (OSError, ValueError, TypeError, KeyError):
+                continue
+            if not pending.pid_alive(pid):
+                self.discard(uid)
+
+    def _without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
+        """Drop the entries whose process is gone: nobody would report them, so nothing of
+        theirs lands (what a dead leader already landed was finished just before)."""
+        alive = []
+        for entry in queued:
+            if entry.foreign or pending.pid_alive(entry.pid):  # posted: its heartbeat said
+                alive.append(entry)
+            else:
+                self._drop_dead(entry)
+        return alive
+
+    def settle_posted(self) -> list[str]:
+        """At a run's start: this machine's posted attempts whose process is gone. Each is
+        taken back from the server, or, when another machine's leader decided it meanwhile,
+        recorded as it decided (nobody else would: that leader records its own machine's
+        attempts only). What the server cannot be asked about now stays for the next run."""
+        if self.target.server_queue() is None or not any(self.folder.glob("*.posted")):
+            return []
+        settled = []
+        with self.target.lock():
+            for entry in self.entries():
+                if entry.foreign or pending.pid_alive(entry.pid) or not self._post_of(entry.uid):
+                    continue
+                if (note := self._drop_dead(entry)) is not None:
+                    settled.append(note)
+        return settled
+
+    def _drop_dead(self, entry: Entry) -> str | None:
+        """A dead process's entry: taken back (from the server too, if it was posted) and
+        forgotten, or recorded as another machine's leader decided it; what became of a
+        posted one (None: nothing to say, or no verdict known yet)."""
+        posted = bool(self._post_of(entry.uid))
+        if self._take_back(entry):
+            self._forget(entry)
+            return f"took back {entry.label}, posted by a run that stopped" if posted else None
+        return self._settle_posted(entry)
+
+    def _settle_posted(self, entry: Entry) -> str | None:
+        """Record a dead process's posted attempt as another machine's leader decided it
+        (its verdict, read here); None while no verdict is known."""
+        found = self.verdict(entry.uid)
+        if found is None:
+            return None
+        landed = found.status in ("promoted", "passed") and found.kind != "already"
+        problems: dict[str, str] = {}
+        ref, _ = self._published(
+            attempts.write_record(
+                self.repo,
+                {**entry.record, "batch": found.batch},
+                status=found.status,
+                reason=found.reason or "decided by another machine's leader after it stopped",
+                check=found.check,
+                output=found.output,
+                landed=found.new if landed and self.target.promotes else None,
+                known_objects=entry.known_objects,
+            ),
+            entry.uid,
+            problems,
+        )
+        self.discard(entry.uid)
+        return f"recorded {entry.label} as {found.status} ({ref}), decided after its run stopped"
+
+    def _settle_dead_leaders(self, queued: list[Entry]) -> list[Entry]:
+        """Entries an earlier leader died landing: finish them from its pending lines.
+
+        With the target's lock held no mover is at work, so an open pending line for one of
+        these entries is a dead leader's: on the target, the attempt landed (its record is
+        written now); not on it, nothing moved and the entry stays queued.
+        """
+        log = self.target.log
+        open_lines = {
+            str(line.record.get("uid")): line
+            for line in pending.open_lines(log.read(), self.target.ref)
+        }
+        left = []
+        tip = self.target.tip()
+        for entry in queued:
+            line = open_lines.get(entry.uid)
+            if line is None:
+                left.append(entry)
+                continue
+            if line.new and tip and self.repo.is_ancestor(line.new, tip):
+                found: dict[str, str] = {}
+                written = self._landed_record(entry.uid)  # killed after its records
+                ref, commit = (
+                    (written.record_ref, written.record_commit)
+                    if written is not None
+                    else self._published(
+                        attempts.write_record(
+                            self.repo,
+                            line.record,
+                            status=str(line.record.get("status", "promoted")),
+                            landed=line.new if self.target.promotes else None,
+                        ),
+                        entry.uid,
+                        found,
+                    )
+                )
+                log.append(
+                    OpRecord("pending-done", self.target.ref, None, None, pending=line.pending)
+                )
+                self._decide(
+                    entry,
+                    Outcome(
+                        str(line.record.get("status", "promoted")),
+                        "landed by a leader that then stopped; completed by the next",
+                        new=line.new,
+                        old=line.old or "",
+                        kind="merge",
+                        record_ref=ref,
+                        record_commit=commit,
+                        record_problem=found.get(entry.uid),
+                    ),
+                )
+            else:
+                log.append(
+                    OpRecord("pending-abandoned", self.target.ref, None, None, pending=line.pending)
+                )
+                left.append(entry)
+        return left
+
+    def _already(self, entry: Entry, tip: str) -> None:
+        """Nothing to land is not a merge: no commit, no move, no re-test. Unless this very
+        attempt landed it: a leader that stopped (SIGKILL) after its move and records, before
+        its verdicts, left its record: the verdict says so, and no second record is made."""
+        mine = self._landed_record(entry.uid)
+        if mine is not None:
+            self._decide(entry, self._recorded(entry, mine, mine.landed or tip))
+            return
+        self._decide(
+            entry,
+            Outcome(
+                str(entry.record.get("status", "promoted")),
+                f"its change was already on the target, at {tip[:12]}: nothing moved",
+                old=tip,
+                new=tip,
+                kind="already",
+                tree=self.repo.tree_of(tip),
+            ),
+        )
