@@ -21,7 +21,7 @@ import pytest
 from helpers import fsck, git, wait_for
 from test_queue import GATE, KEY, LEADER, Bench, agent, logs
 
-from pytest_agentgate.engine import _reusable
+from pytest_agentgate.engine.landing import _reusable
 from pytest_agentgate.git.repo import BaseRepo
 from pytest_agentgate.land.queue import Entry, LandingQueue
 from pytest_agentgate.land.retest import Retested

@@ -13,9 +13,6 @@ LIMITS = {"module": 800, "class": 500, "function": 80}
 #: story and its helpers, the fork module into
 #: fork, snapshot and recycle, the repository's operations by concern.
 OVER = {
-    "engine.py": 1272,
-    "engine.py:Engine": 1064,
-    "engine.py:Engine._decide": 135,
     "git/repo.py": 819,
     "git/repo.py:BaseRepo": 635,
     "land/target.py": 803,

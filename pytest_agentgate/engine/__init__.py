@@ -1,0 +1,29 @@
+"""The gated lifecycle as plain Python: fork, snapshot, gate, preflight, promote, record.
+
+The pytest plugin is a thin layer over :class:`Engine`; an orchestrator that is not pytest
+drives the same calls::
+
+    engine = Engine.open("../service", "main", promote=True,
+                         gate=GateSpec(commands=("python -m pytest -q",)))
+    ws = engine.fork(task="Add total()")
+    ...  # the agent edits ws.path
+    attempt = engine.run_attempt(ws, task="Add total()", agent="agent-a")
+    print(attempt.verdict.status, attempt.record_ref)
+
+The engine holds the lifecycle only. Where attempts land is its :class:`~..land.target.Target`;
+workspaces come from a :class:`~..pool.WorkspacePool`; what a test is held to from
+:class:`~..judge.baseline.Baselines`; the verdict from :mod:`..judge.gate`; messages from
+:mod:`..store.records`. Its settings are one frozen :class:`EngineSettings`, given whole.
+
+Its modules, each using only those after it: :mod:`.story` (the one place that tells the
+lifecycle in order: :meth:`Engine.run_attempt`), :mod:`.landing` (records, the queue, the
+batch re-test), :mod:`.base` (its parts and the steps that stand alone), :mod:`.settings`.
+May use every folder below it; nothing below imports it.
+"""
+
+from ..attempt import Attempt
+from ..judge.baseline import HarnessBroken
+from .settings import NO_GATE, EngineSettings, make_target
+from .story import Engine
+
+__all__ = ["NO_GATE", "Attempt", "Engine", "EngineSettings", "HarnessBroken", "make_target"]

@@ -1,0 +1,385 @@
+"""How a passed attempt lands: its record's fields and message, the queue it waits in (a
+batch's re-test with the baselines of its bases), and how another machine's posted attempt
+is judged before a batch takes it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ..attempt import Attempt, posted_checks
+from ..errors import AgentgateError
+from ..git.repo import Author
+from ..judge import results
+from ..judge.baseline import Stored, either_passed
+from ..judge.channel import unexpected
+from ..judge.gate import (
+    GateSpec,
+    Status,
+    Verdict,
+    check_limits,
+    run_commands,
+)
+from ..land.promote import Move, PromoteOutcome, promote
+from ..land.queue import Outcome
+from ..land.retest import BatchRetest, Retested
+from ..remote import server_records
+from ..sandbox.process import Running
+from ..store import attempts, checkpoints, records
+from ..workspace import fork as workspace
+from .base import EngineBase
+
+
+class Landing(EngineBase):
+    """The engine's landing: records, the queue, the batch re-test."""
+
+    def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
+        """Promote the attempt's change commit onto the target (or the dry-run ref)."""
+        assert attempt.change_commit is not None
+        retest = None
+        if spec.commands and self.settings.retest:
+            base_results = (
+                attempt.graded_baseline
+                if attempt.graded_tree is not None
+                else self.baselines.of_commit(attempt.base, spec)
+            )
+
+            def retest(tree: str, tip: str) -> tuple[bool, str, str]:
+                # Held to what passed on the attempt's base and on the tip it merges onto: a
+                # test another landing fixed must not break again in the merge.
+                on_tip = self.baselines.of_tip(tip, spec)
+                held = either_passed(base_results, on_tip.tests if on_tip else None)
+                result = run_commands(
+                    self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+                    expected=self._expected(spec, on_tip, [attempt.base]),
+                )  # fmt: skip
+                if result.ok and result.tests:  # the merged tree is a baseline for free
+                    self.baselines.keep(tree, spec, result)
+                return result.ok, result.message, result.output
+
+        elif spec.commands:
+            attempt.retest_skipped = True
+        promotes = self.target.promotes
+        status: Status = "promoted" if promotes else "passed"
+        # The queue is for merges: a target still at the attempt's base (as the preflight
+        # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
+        # target have moved meanwhile, the attempt joins the queue after all.
+        queued = retest is not None and attempt.graded_tree is None
+        # Another machine leading now would make a fast-forward wait for its whole batch,
+        # and then need a merge: it joins that leader's batch. A queued attempt's intent
+        # stays until its entry is written (the queue removes it then), so a leader
+        # gathering a batch waits for it rather than starting without it.
+        if queued and (attempt.target_before != attempt.base or self.target.busy()):
+            return self._land_queued(attempt, spec, status)
+        self.queue.arrived(attempt.uid)  # judged: no leader need wait for it any more
+
+        def on_moved(move: Move) -> bool:
+            """The target moved: write the record now, before the checked-out files follow."""
+            attempt.move = move
+            attempt.verdict = Verdict(status)
+            try:
+                self.record(attempt)
+            except (AgentgateError, OSError) as exc:
+                attempt.record_problem = (
+                    f"the target moved, but its attempt record could not be written ({exc}); "
+                    "the next run or agentgate command completes it"
+                )
+                return False
+            return True
+
+        outcome = promote(
+            self.target,
+            attempt.change_commit,
+            attempt.base,
+            author=Author.for_agent(attempt.agent),
+            message=records.merge_message(attempt.task, attempt.agent),
+            reflog_message=records.landing_reflog(
+                attempt.task, attempt.agent, dry_run=not promotes
+            ),
+            retest=retest,
+            agent=attempt.agent,
+            task=attempt.task,
+            expected_tip=attempt.target_before,
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
+            pending={**self.record_fields(attempt), "status": status},
+            on_moved=on_moved,
+            fast_forward_only=queued,
+        )
+        if outcome.needs_queue:
+            return self._land_queued(attempt, spec, status)
+        return outcome
+
+    def _land_queued(self, attempt: Attempt, spec: GateSpec, status: Status) -> PromoteOutcome:
+        """Land through the queue: one re-test for a batch of attempts that share this gate
+        (see :mod:`.queue`); the verdict may come from another process that led."""
+        assert attempt.change_commit is not None
+        self._step(attempt, "queue")
+
+        batch_retest = self._batch_retest(spec)
+        gate_s = attempt.timings.get("gate", 0.0) / 1000
+        try:
+            found = self._queue_land(attempt, spec, status, batch_retest, gate_s)
+            attempt.landed_for_others = list(self.queue.landed_for_others)
+            self.queue.landed_for_others.clear()
+        except BaseException:
+            # Interrupted while it waited: a leader (here, or another machine's) may have
+            # landed it just before. Then the move stands, and its record says so (the
+            # leader here wrote it; for another machine's landing it is written here).
+            landed = self.queue.verdict(attempt.uid)
+            if landed is not None:
+                if landed.status in ("promoted", "passed"):
+                    if landed.kind != "already":
+                        attempt.move = self._move_of(landed)
+                    attempt.record_ref = landed.record_ref
+                    attempt.record_commit = landed.record_commit
+                self.queue.discard(attempt.uid)
+            # Else it was withdrawn, or (the server out of reach) it is still posted there:
+            # its entry stays, for the next run here to take back.
+            raise
+        return self._queued_outcome(attempt, found)
+
+    def _batch_retest(self, spec: GateSpec) -> BatchRetest:
+        """How this run re-tests a merged tree of ``spec``'s batches (see :mod:`.queue`)."""
+
+        def batch_retest(
+            tree: str,
+            tip: str,
+            bases: Sequence[str],
+            *,
+            ahead: bool = False,
+            running: Running | None = None,
+            reuse: Retested | None = None,
+        ) -> Retested:
+            # Held to what passed on every attempt's base and on the tip: a test another
+            # landing fixed must not break again in the merge. A run ahead stands on a tip
+            # not tested yet: the queue checks the tip's own results against it afterwards.
+            on_tip = None if ahead else self.baselines.of_tip(tip, spec)
+            held = on_tip.tests if on_tip is not None else None
+            for base in dict.fromkeys(bases):
+                held = either_passed(self.baselines.of_commit(base, spec), held)
+            expected = self._expected(spec, on_tip, bases)
+            if reuse is not None and _reusable(reuse, held, expected, spec):
+                return reuse  # run early, on exactly this tree: as good as running it now
+            result = run_commands(
+                self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+                running=running, expected=expected,
+            )  # fmt: skip
+            if result.ok and result.tests:  # the merged tree is a baseline for free
+                self.baselines.keep(tree, spec, result)
+            return Retested(
+                result.ok, result.message, result.output, result.tests,
+                fingerprint=result.fingerprint,
+            )  # fmt: skip
+
+        return batch_retest
+
+    def _expected(
+        self, spec: GateSpec, on_tip: Stored | None, bases: Sequence[str]
+    ) -> frozenset[str] | None:
+        """What the gate's pytest must load on a merged tree: what it loaded on the tip it
+        lands on (a person may have changed the configuration there), else on a base."""
+        if on_tip is not None and on_tip.fingerprint:
+            return on_tip.fingerprint
+        for base in bases:
+            found = self.baselines.stored_of_commit(base, spec)
+            if found is not None and found.fingerprint:
+                return found.fingerprint
+        return None
+
+    def _queue_land(
+        self,
+        attempt: Attempt,
+        spec: GateSpec,
+        status: Status,
+        batch_retest: BatchRetest,
+        gate_s: float,
+    ) -> Outcome:
+        assert attempt.change_commit is not None
+        return self.queue.land(
+            gate_s=gate_s,
+            began=attempt.gate_began,
+            uid=attempt.uid,
+            key=attempt.batch_key or self._batch_key(spec),
+            change_commit=attempt.change_commit,
+            base=attempt.base,
+            agent=attempt.agent,
+            task=attempt.task,
+            record={**self.record_fields(attempt), "status": status},
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
+            retest=batch_retest,
+            judge=lambda change, base, declared: self.judge_posted(spec, change, base, declared),
+        )
+
+    def _move_of(self, found: Outcome) -> Move:
+        return Move(
+            self.target.moved_ref,
+            found.old,
+            found.new,
+            found.kind,
+            found.tree,
+            found.retested,
+            found.lock_wait_ms,
+            found.reason or None,
+        )
+
+    def _queued_outcome(self, attempt: Attempt, found: Outcome) -> PromoteOutcome:
+        """What the queue's verdict means for the attempt."""
+        attempt.batch = found.batch
+        if found.status == "conflict":
+            return PromoteOutcome(None, conflicts=tuple(found.conflicts))
+        if found.status == "rejected":
+            return PromoteOutcome(None, retest_failure=found.reason, retest_output=found.output)
+        if found.status == "error":
+            raise AgentgateError(found.reason)
+        if found.kind == "already":
+            return PromoteOutcome(None, already=found.reason)
+        move = self._move_of(found)
+        attempt.move = move
+        attempt.record_ref, attempt.record_commit = found.record_ref, found.record_commit
+        attempt.record_problem = found.record_problem
+        return PromoteOutcome(move)
+
+    def judge_posted(
+        self, spec: GateSpec, change_commit: str, base: str, declared: Mapping[str, object]
+    ) -> str | None:
+        """Why another machine's posted attempt may not join this gate's batch (None: it
+        may): its tree judged as this run judges its own agents' files, protection, the
+        harness and the limits this run's own, made stricter (never looser) by what the
+        attempt declared of its own test's."""
+        s = self.settings
+        try:
+            snap = workspace.tree_snapshot(
+                self.repo, base, self.repo.tree_of(change_commit), exclude=s.exclude,
+                max_files=s.max_files, max_bytes=s.max_bytes, allow_symlinks=s.allow_symlinks,
+            )  # fmt: skip
+        except workspace.SnapshotRefused as exc:
+            return exc.reason
+        if not snap.changes:
+            return "no changes"
+        theirs = declared.get("protect")
+        protect = (
+            (*spec.protect, *(p for p in theirs if isinstance(p, str)))
+            if isinstance(theirs, list)
+            else spec.protect
+        )
+        limit = spec.max_changed_lines
+        declared_limit = declared.get("max_changed_lines")
+        if isinstance(declared_limit, int) and not isinstance(declared_limit, bool):
+            limit = declared_limit if limit is None else min(limit, declared_limit)
+        found = check_limits(
+            self.repo, snap, replace(spec, protect=tuple(dict.fromkeys(protect)),
+                                     max_changed_lines=limit),
+            s.allow_symlinks,
+        )  # fmt: skip
+        if not found.ok:
+            return found.message
+        test = str(declared.get("test") or "")
+        return posted_checks(self.repo, snap, test, self.checks_by_test.get(test, ()),
+                             self.private_root())  # fmt: skip
+
+    def _batch_key(self, spec: GateSpec) -> str:
+        """Which attempts may share a re-test: the same gate, environment and sandbox, and
+        the same tests allowed to go (one batch's re-test judges every attempt in it so)."""
+        import hashlib
+
+        material = repr(
+            (self.baselines.key("batch", spec), spec.timeout, spec.rerun, spec.flaky, spec.env,
+             sorted(spec.allow_removed))
+        )  # fmt: skip
+        return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+    def record_fields(self, attempt: Attempt) -> dict[str, object]:
+        """What the attempt's record says besides its verdict: enough to write it later."""
+        snap = attempt.snapshot
+        return {
+            "uid": attempt.uid,
+            "task": attempt.task,
+            "agent": attempt.agent,
+            "test": attempt.test,
+            "base": attempt.base,
+            "tree": snap.tree if snap else self.repo.tree_of(attempt.base),
+            "excluded": [*(snap.excluded if snap else ()), *attempt.state_excluded],
+            "state": attempt.state,
+            "sandbox": attempt.sandbox,
+            "transcript": attempt.workspace.output_tail(),
+            "results": attempt.results,
+            "graded_tree": attempt.graded_tree or "",
+            "try": attempt.try_number,
+            "protect": list(attempt.protect),
+            "max_changed_lines": attempt.max_changed_lines,
+            # The folder of the try's checkpoints (refs/agentgate/checkpoints/<this>/<k>).
+            "checkpoints": attempt.checkpoints[-1]
+            .removeprefix(checkpoints.PREFIX)
+            .rsplit("/", 1)[0]
+            if attempt.checkpoints
+            else "",
+            "retest": "passed"
+            if attempt.move is not None and attempt.move.retested
+            else "skipped"
+            if attempt.retest_skipped
+            else "",
+        }
+
+    def record(self, attempt: Attempt) -> str:
+        """Write the attempt's record commit and its ref, now that the verdict is final.
+
+        Written once: a promotion writes it right after the target moved (see :meth:`land`).
+        """
+        if attempt.record_ref is not None:
+            return attempt.record_ref
+        v = attempt.verdict
+        output = "" if v.accepted else (v.output or attempt.workspace.output_tail())
+        ref, commit = attempts.write_record(
+            self.repo,
+            self.record_fields(attempt),
+            status=v.status,
+            reason=v.reason,
+            check=v.check,
+            output=output,
+            landed=attempt.move.new if attempt.move and self.target.promotes else None,
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
+        )
+        server = self.target.records()
+        if server is not None:  # on the server too, its number claimed there
+            ref, problem = server_records.publish(self.repo, server, ref, commit)
+            problems = [problem] if problem else []
+            if server.push_state:  # a checkpoint carries its state and the agent's git
+                for point in attempt.checkpoints:
+                    found = self.repo.ref_value(point)
+                    if found is not None:
+                        problems.append(
+                            server_records.publish_ref(self.repo, server, point, found) or ""
+                        )
+            problems = [p for p in problems if p]
+            if problems and attempt.record_problem is None:
+                attempt.record_problem = "; ".join(problems)
+        attempt.record_ref, attempt.record_commit = ref, commit
+        return ref
+
+
+def _reusable(
+    found: Retested,
+    held: Mapping[str, str] | None,
+    expected: frozenset[str] | None = None,
+    spec: GateSpec | None = None,
+) -> bool:
+    """Whether an early re-test's ``found`` answers for the batch's re-test, which would be
+    held to ``held`` (what passed on the batch's bases and on the tip it lands on; the early
+    run knew neither that tip nor, for a batch of other attempts with the same top, those
+    bases). A gate that reports no tests: its answer is the same either way. Else only a
+    pass with no failing test at all (so its exit status was 0, whatever it is held to)
+    that the comparison with ``held`` accepts as a re-test's would, nothing removed allowed:
+    what passed there passes, a test new to it passes. A failure is never taken as is (held
+    to other bases, it may have failed a test the batch may fail): the tree is run again.
+    The second trial found a pass held to other bases that a re-test would have failed."""
+    if found.tests is None:
+        return not held
+    if not found.ok or results.failing(found.tests):
+        return False
+    if (
+        expected is not None
+        and spec is not None
+        and unexpected(found.fingerprint, expected, spec.harness)
+    ):
+        return False
+    return results.compare(found.tests, held).ok
