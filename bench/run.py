@@ -40,6 +40,8 @@ from pytest_agentgate.judge.gate import GateSpec
 from pytest_agentgate.land import promote, target
 from pytest_agentgate.sandbox import containment as sandbox
 from pytest_agentgate.workspace import fork as workspace
+from pytest_agentgate.workspace import recycle as recycling
+from pytest_agentgate.workspace import snapshot as snapshots
 
 ARTICLE = [
     ("fork", "161-183 ms"),
@@ -250,7 +252,7 @@ class Bench:
                     (ws.path / name).write_text(f"agent edit {i}\n")
                 (ws.path / "scratch.tmp").write_text("junk")
                 target = bases[(i + 1) % 2]
-                p_ms.append(clock(lambda: workspace.recycle(ws, target)))
+                p_ms.append(clock(lambda: recycling.recycle(ws, target)))
                 path = Path(tempfile.mkdtemp(dir=root))
                 idx = root / "recycle-floor-index"
                 f_ms.append(
@@ -454,7 +456,7 @@ class Bench:
                 return {"ws": ws, "copy": copy}
 
             def plugin(s: dict) -> None:
-                snap = workspace.snapshot(s["ws"])
+                snap = snapshots.snapshot(s["ws"])
                 hashed.append(snap.hashed)
                 self.repo.commit_tree(snap.tree, [self.base], "snapshot\n", AGENT)
 
@@ -492,7 +494,7 @@ class Bench:
 
         def plugin(s: dict) -> None:
             ws = s["ws"]
-            snap = workspace.snapshot(ws)
+            snap = snapshots.snapshot(ws)
             checkpoints.write(
                 self.repo, slug="bench", try_id=f"t{self.counter}", base=self.base,
                 code_tree=snap.tree, state=None,

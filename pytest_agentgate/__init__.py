@@ -33,9 +33,9 @@ _EXPORTS = {
     "CheckResult": "judge.gate",
     "Verdict": "judge.gate",
     "Workspace": "workspace.fork",
-    "Snapshot": "workspace.fork",
+    "Snapshot": "workspace.snapshot",
     "fork": "workspace.fork",
-    "snapshot": "workspace.fork",
+    "snapshot": "workspace.snapshot",
     "BaseRepo": "git.repo",
     "Author": "git.repo",
     "MergePreview": "git.repo",
@@ -156,4 +156,5 @@ if TYPE_CHECKING:
     from .land.target import DryRunRef, LocalBranch, MoveNote, MoveResult, RemoteBranch, Target
     from .store.attempts import list_attempts
     from .store.oplog import OpLog, OpRecord
-    from .workspace.fork import Snapshot, Workspace, fork, snapshot
+    from .workspace.fork import Workspace, fork
+    from .workspace.snapshot import Snapshot, snapshot

@@ -22,7 +22,8 @@ from .git.repo import MergePreview
 from .judge.gate import Check, CheckResult, Verdict, run_check
 from .land.promote import Move
 from .sandbox.removal import remove_tree
-from .workspace.fork import Snapshot, Workspace, checkout_tree
+from .workspace.fork import Workspace, checkout_tree
+from .workspace.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from .git.repo import BaseRepo

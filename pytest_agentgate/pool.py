@@ -18,6 +18,7 @@ from .sandbox import containment as sandbox
 from .sandbox.removal import remove_tree
 from .store.records import slugify
 from .workspace import fork as workspace
+from .workspace import recycle as recycling
 from .workspace.checkouts import GateCheckouts
 from .workspace.fork import Workspace
 
@@ -62,8 +63,8 @@ class WorkspacePool:
         while self.recycle and self._free:
             used = self._free.pop()
             try:
-                return self._contain(workspace.recycle(used, at, name))
-            except workspace.RecycleFailed:
+                return self._contain(recycling.recycle(used, at, name))
+            except recycling.RecycleFailed:
                 workspace.remove(used)
         private = self.private_root() / secrets.token_hex(16)
         private.mkdir(mode=0o700)

@@ -11,7 +11,9 @@ import pytest
 from helpers import git, land
 
 from pytest_agentgate import Engine, GateSpec
-from pytest_agentgate.workspace.fork import RecycleFailed, fork, prove_clean, recycle, snapshot
+from pytest_agentgate.workspace.fork import fork
+from pytest_agentgate.workspace.recycle import RecycleFailed, prove_clean, recycle
+from pytest_agentgate.workspace.snapshot import snapshot
 
 
 def describe(root: Path) -> dict[str, tuple[str, object]]:

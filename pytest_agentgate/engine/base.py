@@ -31,8 +31,9 @@ from ..land.target import LocalBranch, RemoteBranch, Target
 from ..pool import WorkspacePool
 from ..sandbox import containment as sandbox
 from ..store import oplog, schema
-from ..workspace import fork as workspace
-from ..workspace.fork import Snapshot, Workspace
+from ..workspace import snapshot as snapshots
+from ..workspace.fork import Workspace
+from ..workspace.snapshot import Snapshot
 from .settings import EngineSettings, make_target, program_exists
 
 
@@ -224,7 +225,7 @@ class EngineBase:
 
     def snapshot(self, ws: Workspace) -> Snapshot:
         s = self.settings
-        return workspace.snapshot(
+        return snapshots.snapshot(
             ws,
             exclude=s.exclude,
             max_files=s.max_files,

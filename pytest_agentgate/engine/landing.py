@@ -26,7 +26,7 @@ from ..land.retest import BatchRetest, Retested
 from ..remote import server_records
 from ..sandbox.process import Running
 from ..store import attempts, checkpoints, records
-from ..workspace import fork as workspace
+from ..workspace import snapshot as snapshots
 from .base import EngineBase
 
 
@@ -248,11 +248,11 @@ class Landing(EngineBase):
         attempt declared of its own test's."""
         s = self.settings
         try:
-            snap = workspace.tree_snapshot(
+            snap = snapshots.tree_snapshot(
                 self.repo, base, self.repo.tree_of(change_commit), exclude=s.exclude,
                 max_files=s.max_files, max_bytes=s.max_bytes, allow_symlinks=s.allow_symlinks,
             )  # fmt: skip
-        except workspace.SnapshotRefused as exc:
+        except snapshots.SnapshotRefused as exc:
             return exc.reason
         if not snap.changes:
             return "no changes"

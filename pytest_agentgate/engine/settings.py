@@ -21,7 +21,7 @@ from ..pool import ISOLATIONS
 from ..remote.server_queue import Trust
 from ..sandbox import containment as sandbox
 from ..store import oplog, records
-from ..workspace.fork import DEFAULT_EXCLUDE
+from ..workspace.snapshot import DEFAULT_EXCLUDE
 
 NO_GATE = (
     "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "

@@ -39,7 +39,8 @@ from ..land.promote import Move
 from ..land.target import RemoteBranch
 from ..sandbox.process import terminate_as_interrupt
 from ..store import attempts, checkpoints, records
-from ..workspace import fork as workspace
+from ..workspace import recycle as recycling
+from ..workspace import snapshot as snapshots
 from ..workspace import state as state_module
 from ..workspace.fork import Workspace
 from .landing import Landing
@@ -139,11 +140,11 @@ class Engine(Landing):
         tip = self.repo.ref_value(self.target.ref) if conflicted else None
         if tip is not None and (mode == "restart" or source is None):
             # From the same base the try would meet the same conflict: it starts on the tip.
-            workspace.recycle(ws, tip)
+            recycling.recycle(ws, tip)
             ws.new_try()
             self.resume_into(ws, None, mode)
             return f"a fresh workspace at the target's tip {tip[:12]} (the last try conflicted)"
-        workspace.recycle(ws, ws.base)
+        recycling.recycle(ws, ws.base)
         ws.new_try()
         if mode == "restart" or source is None:
             self.resume_into(ws, None, mode)
@@ -377,7 +378,7 @@ class Engine(Landing):
         refused = None
         try:
             attempt.snapshot = self.snapshot(attempt.workspace)
-        except workspace.SnapshotRefused as exc:
+        except snapshots.SnapshotRefused as exc:
             refused = Verdict("rejected", exc.reason, "snapshot")
         finally:
             lap("snapshot")

@@ -32,7 +32,7 @@ from .grading import Grading
 if TYPE_CHECKING:
     from ..git.repo import BaseRepo
     from ..workspace.checkouts import GateCheckouts
-    from ..workspace.fork import Snapshot
+    from ..workspace.snapshot import Snapshot
 
 Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
 DEFAULT_GATE_TIMEOUT = DEFAULT_GATE_TIMEOUT_S

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import ConfigError
 from ..git.repo import BaseRepo
-from ..workspace.fork import Snapshot
+from ..workspace.snapshot import Snapshot
 from . import grading, results
 from .baseline import Baselines
 from .gate import GateContext, GateSpec, Verdict, run_commands

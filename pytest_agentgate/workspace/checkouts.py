@@ -26,7 +26,8 @@ from pathlib import Path
 from ..errors import GitError
 from ..git.repo import BaseRepo
 from ..sandbox.removal import remove_tree
-from .fork import RecycleFailed, checkout_with_index, prove_clean, reset_checkout
+from .fork import checkout_with_index
+from .recycle import RecycleFailed, prove_clean, reset_checkout
 
 
 @dataclass

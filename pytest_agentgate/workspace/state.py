@@ -146,7 +146,7 @@ def capture(
 
     Paths matching ``exclude`` (the secrets patterns) are left out and appended to ``skipped``.
     """
-    from .fork import excluded_by
+    from .snapshot import excluded_by
 
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
         scratch = Path(tmp) / "copies"

@@ -339,7 +339,7 @@ def test_recycling_never_deletes_through_a_swapped_symlink(service: Path, tmp_pa
     )
     try:
         for _ in range(25):
-            from pytest_agentgate.workspace import fork as workspace
+            from pytest_agentgate.workspace import recycle as workspace
 
             with contextlib.suppress(workspace.RecycleFailed):  # falling back is fine
                 workspace.recycle(ws, base)

@@ -1,0 +1,354 @@
+"""Snapshotting what the agent left: its changes as a tree of the base repository, hashed
+with the base's git directory and a private index outside the workspace (so only the files
+the agent changed are read), refused when they hold what git would not compare or what
+would reach outside the tree."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._constants import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from ..errors import AgentgateError, GitError
+from ..git import runner as _git
+from ..git.repo import BaseRepo, TreeChange
+
+if TYPE_CHECKING:
+    pass
+
+from .fork import Workspace, _index
+
+#: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
+#: pattern without a slash matches any component of a path, so ``.env`` also keeps out
+#: everything in a ``.env/`` directory; a pattern with one matches the path or a parent.
+DEFAULT_EXCLUDE = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    "id_ecdsa*",
+    "id_dsa*",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+)
+
+
+#: One path that differs between the base tree and the snapshot.
+Change = TreeChange
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The tree the agent left, and what it changed against the base."""
+
+    base: str
+    base_tree: str
+    tree: str
+    changes: tuple[Change, ...]
+    excluded: tuple[str, ...] = ()
+    hashed: int = 0
+    #: Gitlinks the agent changed or removed; the snapshot keeps the base's value.
+    kept_gitlinks: tuple[str, ...] = ()
+    #: Trees and blobs the snapshot has that the base lacks (for the operations log).
+    new_objects: tuple[str, ...] = ()
+
+    @property
+    def changed_paths(self) -> tuple[str, ...]:
+        return tuple(change.path for change in self.changes)
+
+
+class SnapshotRefused(AgentgateError):
+    """The workspace holds something that must not become a tree (reported, not stored)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def excluded_by(path: str, patterns: Iterable[str]) -> bool:
+    """Whether ``path`` matches an exclude pattern (see :data:`DEFAULT_EXCLUDE`)."""
+    parts = path.strip("/").split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for raw in patterns:
+        pattern = raw.strip("/")
+        if not pattern:
+            continue
+        if "/" in pattern:
+            if any(fnmatch.fnmatchcase(prefix, pattern) for prefix in prefixes):
+                return True
+        elif any(fnmatch.fnmatchcase(part, pattern) for part in parts):
+            return True
+    return False
+
+
+def snapshot(
+    ws: Workspace,
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_symlinks: Sequence[str] = (),
+) -> Snapshot:
+    """Turn the files the agent left into a tree whose parent is the base.
+
+    One pass lists what differs from the private index (new, modified, deleted; ignore rules
+    honoured); only those paths become new objects. Secrets matching ``exclude`` stay out and
+    are named in the result. Gitlinks keep the base's value (an agent cannot repoint a
+    submodule). Nested repositories and paths git refuses raise :class:`SnapshotRefused`.
+    The limits are checked from file sizes before anything is read.
+    """
+    repo = ws.repo
+    _settle_index(ws)
+    found = _index(ws).differences()
+    others, tracked = list(found.untracked), list(found.changed)
+    nested = [p.rstrip("/") for p in others if p.endswith("/")]
+    if nested:
+        raise SnapshotRefused(
+            f"nested git repository at {', '.join(nested)}: an agent may not add a repository "
+            "inside the workspace (it would be stored as a gitlink)"
+        )
+    excluded = tuple(p for p in (*tracked, *others) if excluded_by(p, exclude))
+    # Tracked paths that are no longer a file here: deleted, now a directory, or behind a
+    # symlink. They leave the index first; a gitlink among them keeps the base's value.
+    excluded_set = set(excluded)
+    gitlinks = _gitlinks(ws, [p for p in tracked if p not in excluded_set])
+    removals = {
+        p
+        for p in tracked
+        if p not in excluded_set and p not in gitlinks and not _is_file_here(ws.path, p)
+    }
+    additions = [
+        p
+        for p in (*tracked, *others)
+        if p not in excluded_set and p not in gitlinks and p not in removals
+    ]
+    if len(additions) + len(removals) > max_files:
+        raise SnapshotRefused(
+            f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
+        )
+    total = 0
+    for rel in additions:
+        total += (ws.path / rel).lstat().st_size
+        if total > max_bytes:
+            raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    index = _index(ws)
+    try:
+        index.stage_paths(sorted(removals), remove=True)
+        index.stage_paths(additions)
+    except GitError as err:
+        if _git.disk_trouble(err.stderr):
+            raise  # a full or failing disk is the machine's trouble, not the agent's
+        raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
+    ws.index_written = time.time()
+    tree = index.write_tree()
+    base_tree = repo.tree_of(ws.base)
+    changes, new_objects = diff_trees(repo, base_tree, tree)
+    _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
+    return Snapshot(
+        base=ws.base,
+        base_tree=base_tree,
+        tree=tree,
+        changes=changes,
+        new_objects=new_objects,
+        excluded=excluded,
+        hashed=len(additions),
+        kept_gitlinks=tuple(sorted(gitlinks)),
+    )
+
+
+def tree_snapshot(
+    repo: BaseRepo,
+    base: str,
+    tree: str,
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+    max_files: int = DEFAULT_MAX_FILES,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    allow_symlinks: Sequence[str] = (),
+) -> Snapshot:
+    """A tree somebody else made (another machine's posted attempt), judged as the files an
+    agent left would be: what :func:`snapshot` keeps out or refuses is refused here.
+
+    A workspace never yields a changed gitlink, a path ``exclude`` matches, more than
+    ``max_files`` changes or ``max_bytes`` written, or a symlink out of the tree; a tree
+    written by hand can hold any of them, so each raises :class:`SnapshotRefused`.
+    """
+    base_tree = repo.tree_of(base)
+    changes, new_objects = diff_trees(repo, base_tree, tree)
+    gitlinks = [c.path for c in changes if "160000" in (c.old_mode, c.new_mode)]
+    if gitlinks:
+        raise SnapshotRefused(f"changes a submodule's commit: {', '.join(gitlinks[:10])}")
+    kept_out = [c.path for c in changes if c.status != "D" and excluded_by(c.path, exclude)]
+    if kept_out:
+        raise SnapshotRefused(
+            f"writes paths every attempt keeps out (--agentgate-exclude): {', '.join(kept_out[:10])}"
+        )
+    if len(changes) > max_files:
+        raise SnapshotRefused(
+            f"attempt changes {len(changes)} files, over the limit of {max_files}"
+        )
+    if repo.total_size([c.new_oid for c in changes if c.status != "D"]) > max_bytes:
+        raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
+    return Snapshot(base, base_tree, tree, changes, new_objects=new_objects)
+
+
+#: How many symlinks one path may pass through before it counts as a loop (Linux: 40).
+_MAX_HOPS = 40
+
+
+def _refuse_escaping_links(
+    repo: BaseRepo, base_tree: str, tree: str, changes: Sequence[Change], allowed: Sequence[str]
+) -> None:
+    """Reject a symlink the attempt added or changed that is absolute or leaves the tree.
+
+    Each link is resolved inside the snapshot's own tree, following the tree's symlinks, so a
+    link that climbs out (to an ignored file of the workspace, to the base checkout) or goes
+    through another link that does is caught; what lands is never a link out. Links the base
+    already had are not the attempt's, unless the change makes one leave the tree that did not
+    before (``up -> a/..`` once ``a`` becomes a link). Paths matching ``allowed`` pass.
+    """
+    changed_links = [c.path for c in changes if c.new_mode == "120000" and c.status != "D"]
+    if not changed_links:
+        return
+    in_new, in_base = _tree_lookup(repo, tree), _tree_lookup(repo, base_tree)
+    bad = []
+    for path in changed_links:
+        if _matches_glob(path, allowed):
+            continue
+        found = in_new(path)
+        target = found[1] if found else ""
+        if not _resolves_inside(path, target, in_new):
+            bad.append(f"{path} -> {target}")
+    # A new link can change where an old one leads: judge the base's links again.
+    changed = {c.path for c in changes}
+    for entry in repo.ls_tree(tree):
+        path = entry.path
+        if not entry.is_link or path in changed or _matches_glob(path, allowed):
+            continue
+        target = (in_new(path) or ("", ""))[1]
+        if not _resolves_inside(path, target, in_new) and _resolves_inside(path, target, in_base):
+            bad.append(f"{path} -> {target} (a link of the base that this change makes leave)")
+    if bad:
+        raise SnapshotRefused(
+            f"symlink leaves the tree: {', '.join(bad)} (a symlink must be relative and resolve "
+            "inside the repository; allow one with --agentgate-allow-symlink GLOB)"
+        )
+
+
+def _tree_lookup(repo: BaseRepo, tree: str) -> Callable[[str], tuple[str, str] | None]:
+    """(mode, link target or "") of a path in ``tree``, or None when it is not there; cached."""
+    cache: dict[str, tuple[str, str] | None] = {}
+
+    def lookup(path: str) -> tuple[str, str] | None:
+        if path not in cache:
+            entry = repo.tree_entry(tree, path)
+            if entry is None:
+                cache[path] = None
+            else:
+                target = ""
+                if entry.is_link:
+                    target = repo.blob(entry.oid).decode("utf-8", "surrogateescape")
+                cache[path] = (entry.mode, target)
+        return cache[path]
+
+    return lookup
+
+
+def _resolves_inside(
+    link: str, target: str, lookup: Callable[[str], tuple[str, str] | None]
+) -> bool:
+    """Whether the link at ``link`` with ``target`` resolves to a path inside the tree."""
+    if target.startswith("/") or not target:
+        return False
+    pending = [*link.split("/")[:-1], *target.split("/")]
+    resolved: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return False
+            resolved.pop()
+            continue
+        resolved.append(part)
+        found = lookup("/".join(resolved))
+        if found is not None and found[0] == "120000":
+            hops += 1
+            if hops > _MAX_HOPS or found[1].startswith("/") or not found[1]:
+                return False
+            resolved.pop()
+            pending[:0] = found[1].split("/")
+    return True
+
+
+def _matches_glob(path: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns)
+
+
+def _settle_index(ws: Workspace) -> None:
+    """Make the private index stat-valid once a second has passed since it was written.
+
+    git trusts a file's stat data only when the file is older than the index; files written
+    in the same second as the index are "racily clean" and have their content compared, by
+    every command that reads the index. One refresh, a second or more later, compares them
+    once and rewrites the index, so the snapshot's own pass is stat-only.
+    """
+    if ws.index_written and time.time() - ws.index_written >= 1.0:
+        _index(ws).refresh()
+        ws.index_written = 0.0
+
+
+def _is_file_here(root: Path, rel: str) -> bool:
+    """Whether ``rel`` is a file or symlink reached without passing through a symlink."""
+    path = root
+    parts = rel.split("/")
+    for part in parts[:-1]:
+        path = path / part
+        if path.is_symlink() or not path.is_dir():
+            return False
+    last = path / parts[-1]
+    return last.is_symlink() or last.is_file()
+
+
+def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
+    """Those of ``paths`` that the private index holds as gitlinks (submodules).
+
+    A few paths are looked up by name; many (an agent that deleted a vendored tree) are
+    answered from one listing of the index, so the cost never grows with their product.
+    """
+    if not paths:
+        return set()
+    entries = _index(ws).entries(paths if len(paths) <= 64 else ())
+    wanted = set(paths)
+    return {e.path for e in entries if e.mode == "160000" and e.path in wanted}
+
+
+def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], tuple[str, ...]]:
+    """The paths that differ between two trees (no rename detection), and the objects
+    ``new`` has that ``old`` lacks (its changed trees and blobs; the root tree first).
+
+    One ``diff-tree -t`` answers both: the snapshot's change list, and the object count the
+    operations log records, which then costs no git process of its own.
+    """
+    if old == new:
+        return (), ()
+    changes = []
+    objects = [new]
+    for change in repo.diff_tree(old, new, trees=True):
+        if change.new_oid.strip("0") and change.new_mode != "160000":
+            objects.append(change.new_oid)
+        if not change.is_tree:  # a directory entry, listed by trees=True: not a changed path
+            changes.append(change)
+    return tuple(changes), tuple(objects)
