@@ -18,8 +18,8 @@ _EXPORTS = {
     "Attempt": "attempt",
     "Target": "land.target",
     "LocalBranch": "land.target",
-    "DryRunRef": "land.target",
-    "RemoteBranch": "land.target",
+    "DryRunRef": "land.dry_run",
+    "RemoteBranch": "land.remote_branch",
     "MoveNote": "land.target",
     "MoveResult": "land.target",
     "Move": "land.promote",
@@ -152,8 +152,10 @@ if TYPE_CHECKING:
     from .git.repo import Author, BaseRepo, MergePreview, TreeChange, TreeEntry
     from .git.transport import PushResult
     from .judge.gate import CheckResult, GateSpec, Verdict
+    from .land.dry_run import DryRunRef
     from .land.promote import Move, revert, rollback
-    from .land.target import DryRunRef, LocalBranch, MoveNote, MoveResult, RemoteBranch, Target
+    from .land.remote_branch import RemoteBranch
+    from .land.target import LocalBranch, MoveNote, MoveResult, Target
     from .store.attempts import list_attempts
     from .store.oplog import OpLog, OpRecord
     from .workspace.fork import Workspace, fork

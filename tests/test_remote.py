@@ -296,7 +296,7 @@ def test_a_depth_1_clone_is_deepened_just_enough_for_a_merge(tmp_path: Path) -> 
 def test_a_shallow_clone_too_far_from_the_target_names_the_command_to_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.land.remote_branch import RemoteBranch
 
     monkeypatch.setattr(RemoteBranch, "DEEPEN_STEPS", (1,))  # the merge base is 2 behind
     server = _diverged(tmp_path, shared=2, on_main=6)

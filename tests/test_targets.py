@@ -13,13 +13,9 @@ from helpers import fsck, git
 
 from pytest_agentgate.errors import PushRefused
 from pytest_agentgate.git.repo import ZERO, Author, BaseRepo
-from pytest_agentgate.land.target import (
-    DryRunRef,
-    LocalBranch,
-    MoveNote,
-    RemoteBranch,
-    Target,
-)
+from pytest_agentgate.land.dry_run import DryRunRef
+from pytest_agentgate.land.remote_branch import RemoteBranch
+from pytest_agentgate.land.target import LocalBranch, MoveNote, Target
 from pytest_agentgate.store import oplog, pending
 
 AUTHOR = Author("contract", "contract@agentgate.invalid")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..git.repo import Author, BaseRepo
-    from ..land.target import RemoteBranch
+    from ..land.remote_branch import RemoteBranch
 
 #: The command line itself is wrong: a flag's value names nothing, or flags that need each
 #: other are not given together.
@@ -60,7 +60,7 @@ def moved_branch(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteB
         return target_branch(repo, args), None
     from ..errors import ConfigError
     from ..git.repo import check_branch_name
-    from ..land.target import RemoteBranch
+    from ..land.remote_branch import RemoteBranch
     from ..store.oplog import OpLog
 
     branch = args.target or repo.head_branch()

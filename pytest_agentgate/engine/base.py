@@ -27,7 +27,8 @@ from ..judge.gate import (
 )
 from ..land.external import ExternalMoves
 from ..land.queue import LandingQueue
-from ..land.target import LocalBranch, RemoteBranch, Target
+from ..land.remote_branch import RemoteBranch
+from ..land.target import LocalBranch, Target
 from ..pool import WorkspacePool
 from ..sandbox import containment as sandbox
 from ..store import oplog, schema

@@ -16,7 +16,9 @@ from ..git.repo import BaseRepo
 from ..judge.gate import (
     GateSpec,
 )
-from ..land.target import DryRunRef, LocalBranch, RemoteBranch, Target
+from ..land.dry_run import DryRunRef
+from ..land.remote_branch import RemoteBranch
+from ..land.target import LocalBranch, Target
 from ..pool import ISOLATIONS
 from ..remote.server_queue import Trust
 from ..sandbox import containment as sandbox

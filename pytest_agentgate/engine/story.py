@@ -36,7 +36,7 @@ from ..judge.gate import (
     Verdict,
 )
 from ..land.promote import Move
-from ..land.target import RemoteBranch
+from ..land.remote_branch import RemoteBranch
 from ..sandbox.process import terminate_as_interrupt
 from ..store import attempts, checkpoints, records
 from ..workspace import recycle as recycling

@@ -8,7 +8,8 @@ import contextlib
 
 from ..git.repo import BaseRepo
 from ..store import attempts, oplog
-from .target import LocalBranch, RemoteBranch, Target
+from .remote_branch import RemoteBranch
+from .target import LocalBranch, Target
 
 #: The operations whose lines account for a tip.
 _OURS = ("promote", "rollback", "revert", "pending", "external-move")

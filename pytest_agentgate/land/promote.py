@@ -23,7 +23,8 @@ from ..errors import (
 from ..git.repo import Author, BaseRepo
 from ..git.worktree import recover_worktree
 from ..store import records
-from .target import LocalBranch, MoveNote, RemoteBranch, Target, check_move, for_ref
+from .remote_branch import RemoteBranch
+from .target import LocalBranch, MoveNote, Target, check_move, for_ref
 
 MAX_RETRIES = 20
 

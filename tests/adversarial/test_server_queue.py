@@ -593,7 +593,7 @@ def test_each_clone_is_a_machine_of_its_own_and_stays_one(daemon: str, tmp_path:
     """The machine name is drawn once per clone and kept: the same hostname and path (two
     containers) would otherwise make two machines one, each deleting the other's posts."""
     from pytest_agentgate.git.repo import BaseRepo
-    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.land.remote_branch import RemoteBranch
     from pytest_agentgate.store import oplog
 
     names = []
@@ -617,7 +617,7 @@ def test_a_machine_waiting_for_the_lease_keeps_its_heartbeat(daemon: str, tmp_pa
     import threading
 
     from pytest_agentgate.git.repo import BaseRepo
-    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.land.remote_branch import RemoteBranch
     from pytest_agentgate.store import oplog
 
     work = _clone(daemon, tmp_path / "waiter")
@@ -788,7 +788,7 @@ def test_a_machine_id_cut_short_is_drawn_again(daemon: str, tmp_path: Path, left
     """Found by attack: a machine-id file a kill or a full disk cut short made every queued
     landing of the clone fail with RecursionError, run after run."""
     from pytest_agentgate.git.repo import BaseRepo
-    from pytest_agentgate.land.target import RemoteBranch
+    from pytest_agentgate.land.remote_branch import RemoteBranch
     from pytest_agentgate.store import oplog
 
     work = _clone(daemon, tmp_path / "work")
