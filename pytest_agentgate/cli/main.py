@@ -66,7 +66,7 @@ REMOTE_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaration per option
+def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--repo",
@@ -78,7 +78,20 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     )
     parser.add_argument("--version", action="version", version=f"agentgate {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_reading_parsers(sub, common)
+    _add_moving_parsers(sub, common)
+    _add_tidying_parsers(sub, common)
+    add_judging_parsers(sub, common)
+    p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
+    p.set_defaults(func=cmd_demo)
+    return parser
 
+
+def _add_reading_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The commands that only read: attempts, show, log."""
     p = sub.add_parser("attempts", parents=[common], help="list recorded attempts, newest first")
     p.add_argument("--task", help="only attempts whose task contains this text")
     p.add_argument("--agent", help="only this agent's attempts")
@@ -102,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     )  # fmt: skip
     p.set_defaults(func=cmd_log)
 
+
+def _add_moving_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The commands that move a branch by hand: rollback, revert."""
     target_args = argparse.ArgumentParser(add_help=False)
     target_args.add_argument("--target", help="the branch (default: the one checked out)")
     target_args.add_argument("--expect", help="refuse unless the target is at this commit")
@@ -134,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT_S, metavar="SECONDS")
     p.set_defaults(func=cmd_revert)
 
+
+def _add_tidying_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The commands that remove or write files: prune, restore."""
     p = sub.add_parser("prune", parents=[common], help="remove old attempt refs, rotate the log")
     p.add_argument("--older-than", type=_duration, default=timedelta(days=30), metavar="AGE",
                    help="remove attempts older than this (default 30d)")  # fmt: skip
@@ -170,13 +193,6 @@ def build_parser() -> argparse.ArgumentParser:  # noqa: PLR0915 - one declaratio
     p.add_argument("--force", action="store_true", help="write over files that exist there")
     p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP + " (an attempt, not a checkpoint)")
     p.set_defaults(func=cmd_restore)
-
-    add_judging_parsers(sub, common)
-
-    p = sub.add_parser("demo", help="play the whole story in a throwaway repository")
-    p.add_argument("--keep", type=Path, metavar="DIR", help="build the demo here and keep it")
-    p.set_defaults(func=cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -96,6 +96,49 @@ def gated(
         or max_changed_lines < 0
     ):
         raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
+    state = _check_state(state)
+    if not isinstance(resume, bool) and resume not in RETRY_MODES:
+        raise TypeError(
+            f"resume must be one of {', '.join(map(repr, RETRY_MODES))} (or True), got {resume!r}"
+        )
+    if resume is True and not state:
+        raise TypeError("resume=True needs state=[...] naming what to resume from")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise TypeError(f"retries must be a non-negative int, got {retries!r}")
+    if resume_from is not None and (not isinstance(resume_from, str) or not resume_from.strip()):
+        raise TypeError(
+            f"resume_from must be a checkpoint or attempt (ref or id), got {resume_from!r}"
+        )
+    limits = _check_budget(budget)
+    if isinstance(allow_removed, str) or not all(
+        isinstance(t, str) and t.strip() for t in allow_removed
+    ):
+        raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
+    _check_grading(fail_to_pass, pass_to_pass, tests_from)
+    _check_choice("results", results, RESULTS)
+    return GatedMarker(
+        task.strip(),
+        agent,
+        gate,
+        tuple(checks),
+        tuple(protect),
+        max_changed_lines,
+        state,
+        resume,
+        tuple(allow_removed),
+        tuple(fail_to_pass),
+        None if pass_to_pass is None else tuple(pass_to_pass),
+        tests_from,
+        retries,
+        limits,
+        resume_from.strip() if resume_from else None,
+        results,
+    )
+
+
+def _check_state(state: Any) -> tuple[str, ...]:
+    """The declared state paths, normalised: relative or absolute, never everything, never
+    overlapping."""
     if isinstance(state, str) or not all(isinstance(p, str) and p.strip() for p in state):
         raise TypeError(f"state must be a list of paths, got {state!r}")
     for path in state:
@@ -116,18 +159,11 @@ def gated(
         raise TypeError(
             f"state paths {overlap[0]!r} and {overlap[1]!r} overlap: declare the outer one alone"
         )
-    if not isinstance(resume, bool) and resume not in RETRY_MODES:
-        raise TypeError(
-            f"resume must be one of {', '.join(map(repr, RETRY_MODES))} (or True), got {resume!r}"
-        )
-    if resume is True and not state:
-        raise TypeError("resume=True needs state=[...] naming what to resume from")
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise TypeError(f"retries must be a non-negative int, got {retries!r}")
-    if resume_from is not None and (not isinstance(resume_from, str) or not resume_from.strip()):
-        raise TypeError(
-            f"resume_from must be a checkpoint or attempt (ref or id), got {resume_from!r}"
-        )
+    return tuple(state)
+
+
+def _check_budget(budget: Any) -> tuple[tuple[str, float], ...]:
+    """The budget as sorted (noted field, limit) pairs."""
     limits: list[tuple[str, float]] = []
     if budget is not None:
         if not isinstance(budget, dict) or not all(
@@ -142,30 +178,7 @@ def gated(
                 f"budget must map noted field names to positive numbers, got {budget!r}"
             )
         limits = sorted((k, float(v)) for k, v in budget.items())
-    if isinstance(allow_removed, str) or not all(
-        isinstance(t, str) and t.strip() for t in allow_removed
-    ):
-        raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
-    _check_grading(fail_to_pass, pass_to_pass, tests_from)
-    _check_choice("results", results, RESULTS)
-    return GatedMarker(
-        task.strip(),
-        agent,
-        gate,
-        tuple(checks),
-        tuple(protect),
-        max_changed_lines,
-        tuple(state),
-        resume,
-        tuple(allow_removed),
-        tuple(fail_to_pass),
-        None if pass_to_pass is None else tuple(pass_to_pass),
-        tests_from,
-        retries,
-        tuple(limits),
-        resume_from.strip() if resume_from else None,
-        results,
-    )
+    return tuple(limits)
 
 
 def _check_grading(fail_to_pass: Any, pass_to_pass: Any, tests_from: Any) -> None:

@@ -32,6 +32,86 @@ if TYPE_CHECKING:
     from .marker import GatedMarker
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """The raw settings and where each came from, with the checks that need both (a bad
+    value is a usage error that names its flag and its source)."""
+
+    values: dict[str, Any]
+    sources: dict[str, str]
+
+    def choice(self, name: str, allowed: Sequence[str], *, lower: bool = False) -> str:
+        raw = self.values[name]
+        value = str(raw) if not lower else str(raw).strip().lower()
+        if value not in allowed:
+            expected = " or ".join(allowed) if not lower else "one of " + ", ".join(allowed)
+            raise usage(
+                f"invalid {BY_NAME[name].flag} {value!r} (from {self.sources[name]}): "
+                f"expected {expected}"
+            )
+        return value
+
+    def agent(self) -> str:
+        agent = str(self.values["agent"] or "agent")
+        if any(ord(c) < 32 or ord(c) in (127, 0x85, 0x2028, 0x2029) for c in agent):
+            raise usage(
+                f"invalid --agentgate-agent {agent!r} (from {self.sources['agent']}): it "
+                "contains a control character (a newline, a tab...); use a plain name"
+            )
+        return agent
+
+    def agent_command(self) -> AgentCommand | None:
+        text = self.values["agent_command"]
+        if not text or not str(text).strip():
+            return None
+        from ..sandbox.agent_command import AgentCommand, AgentCommandError
+
+        try:
+            return AgentCommand.parse(str(text))
+        except AgentCommandError as exc:
+            raise usage(
+                f"invalid --agentgate-agent-command (from {self.sources['agent_command']}): "
+                f"{exc.reason}"
+            ) from exc
+
+    def positive_seconds(self, name: str) -> None:
+        if float(self.values[name]) <= 0:
+            raise usage(
+                f"invalid --agentgate-{name.replace('_', '-')} {self.values[name]!r} (from "
+                f"{self.sources[name]}): give a number of seconds above 0"
+            )
+
+    def writable(self, name: str) -> None:
+        path = self.values[name]
+        if path and not _writable_parent(Path(path)):
+            raise usage(
+                f"cannot write --agentgate-{name} {path!r} (from {self.sources[name]}): its "
+                "directory does not exist or is not writable"
+            )
+
+    def workdir(self) -> Path | None:
+        raw = self.values["workdir"]
+        workdir = Path(raw).expanduser() if raw else None
+        if workdir is not None and workdir.exists() and not workdir.is_dir():
+            raise usage(
+                f"--agentgate-workdir {raw!r} (from {self.sources['workdir']}) is not a directory"
+            )
+        return workdir
+
+    def unprotect(self) -> tuple[str, ...]:
+        unprotect = _words(self.values["unprotect"])
+        if unprotect:
+            from ..judge.harness import DEFAULT_HARNESS, unknown_rules
+
+            unknown = unknown_rules(unprotect)
+            if unknown:
+                raise usage(
+                    f"invalid --agentgate-unprotect {unknown[0]!r} (from "
+                    f"{self.sources['unprotect']}): the rules are {', '.join(DEFAULT_HARNESS)}"
+                )
+        return unprotect
+
+
 def _words(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in values or () if v.strip())
 
@@ -97,67 +177,15 @@ class Settings:
         sources: dict[str, str] = {}
         for option in OPTIONS:
             values[option.name], sources[option.name] = raw_setting(config, option.name)
-
-        def choice(name: str, allowed: Sequence[str], *, lower: bool = False) -> str:
-            value = str(values[name]) if not lower else str(values[name]).strip().lower()
-            if value not in allowed:
-                expected = " or ".join(allowed) if not lower else "one of " + ", ".join(allowed)
-                raise usage(
-                    f"invalid {BY_NAME[name].flag} {value!r} (from {sources[name]}): "
-                    f"expected {expected}"
-                )
-            return value
-
-        agent = values["agent"] or "agent"
-        if any(ord(c) < 32 or ord(c) in (127, 0x85, 0x2028, 0x2029) for c in agent):
-            raise usage(
-                f"invalid --agentgate-agent {agent!r} (from {sources['agent']}): it contains a "
-                "control character (a newline, a tab...); use a plain name"
-            )
-        command = None
-        if values["agent_command"] and str(values["agent_command"]).strip():
-            from ..sandbox.agent_command import AgentCommand, AgentCommandError
-
-            try:
-                command = AgentCommand.parse(str(values["agent_command"]))
-            except AgentCommandError as exc:
-                raise usage(
-                    f"invalid --agentgate-agent-command (from {sources['agent_command']}): "
-                    f"{exc.reason}"
-                ) from exc
-        if float(values["lease_seconds"]) <= 0:
-            raise usage(
-                f"invalid --agentgate-lease-seconds {values['lease_seconds']!r} (from "
-                f"{sources['lease_seconds']}): give a number of seconds above 0"
-            )
-        if float(values["agent_timeout"]) <= 0:
-            raise usage(
-                f"invalid --agentgate-agent-timeout {values['agent_timeout']!r} (from "
-                f"{sources['agent_timeout']}): give a number of seconds above 0"
-            )
+        read = _Checked(values, sources)
+        choice = read.choice
+        agent, command = read.agent(), read.agent_command()
+        for name in ("lease_seconds", "agent_timeout"):
+            read.positive_seconds(name)
         for name in ("report", "markdown"):
-            path = values[name]
-            if path and not _writable_parent(Path(path)):
-                raise usage(
-                    f"cannot write --agentgate-{name} {path!r} (from {sources[name]}): its "
-                    "directory does not exist or is not writable"
-                )
-        workdir = Path(values["workdir"]).expanduser() if values["workdir"] else None
-        if workdir is not None and workdir.exists() and not workdir.is_dir():
-            raise usage(
-                f"--agentgate-workdir {values['workdir']!r} (from {sources['workdir']}) is not a "
-                "directory"
-            )
-        protect, unprotect = _words(values["protect"]), _words(values["unprotect"])
-        if unprotect:
-            from ..judge.harness import DEFAULT_HARNESS, unknown_rules
-
-            unknown = unknown_rules(unprotect)
-            if unknown:
-                raise usage(
-                    f"invalid --agentgate-unprotect {unknown[0]!r} (from {sources['unprotect']}): "
-                    f"the rules are {', '.join(DEFAULT_HARNESS)}"
-                )
+            read.writable(name)
+        workdir = read.workdir()
+        protect, unprotect = _words(values["protect"]), read.unprotect()
         return cls(
             rootpath=config.rootpath,
             repo=values["repo"] or None,
