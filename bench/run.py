@@ -26,6 +26,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from pytest_agentgate.git.repo import Author, BaseRepo
 from pytest_agentgate.judge import gate
 from pytest_agentgate.judge.gate import GateSpec
 from pytest_agentgate.land import promote, target
+from pytest_agentgate.land.queue import LandingQueue
+from pytest_agentgate.land.retest import no_retest
 from pytest_agentgate.sandbox import containment as sandbox
 from pytest_agentgate.workspace import fork as workspace
 from pytest_agentgate.workspace import recycle as recycling
@@ -329,11 +332,15 @@ class Bench:
                     subprocess.run(line, cwd=ws.path, check=True)
 
                 p, f = pair(self.runs, lambda i: {}, bwrap_alone, floor)
-                self.add("bwrap alone, the same view", p, f, "bwrap's own start: the contained floor")
+                self.add(
+                    "bwrap alone, the same view", p, f, "bwrap's own start: the contained floor"
+                )
             context = gate.GateContext(gate_root, hidden)
 
             def gate_run(_s: dict, context: gate.GateContext = context) -> None:
-                assert gate.run_commands(self.repo, tree, GateSpec(commands=("true",), exit_code=("true",)), context).ok
+                assert gate.run_commands(
+                    self.repo, tree, GateSpec(commands=("true",), exit_code=("true",)), context
+                ).ok
 
             def gate_floor(_s: dict) -> None:
                 path, idx = Path(tempfile.mkdtemp(dir=self.disk)), self.disk / "gate-floor-index"
@@ -544,12 +551,30 @@ class Bench:
                     if kind.endswith("known")
                     else None
                 )
-                return {"ref": ref, "attempt": attempt, "start": start, "known": known}
+                record = {"task": "bench", "agent": "bench", "base": self.base,
+                          "tree": self.repo.tree_of(attempt)}  # fmt: skip
+                return {
+                    "ref": ref,
+                    "attempt": attempt,
+                    "start": start,
+                    "known": known,
+                    "record": record,
+                }
 
-            def plugin(s: dict) -> None:
+            def plugin(s: dict, kind: str = kind) -> None:
+                to = target.for_ref(self.repo, s["ref"])
+                if kind == "merge":  # every merge lands through the queue: a batch of one
+                    uid = uuid.uuid4().hex[:12]
+                    landed = LandingQueue(self.repo, to).land(
+                        uid=uid, key="bench", change_commit=s["attempt"], base=self.base,
+                        agent="bench", task="bench", record={**s["record"], "uid": uid},
+                        retest=no_retest,
+                    )  # fmt: skip
+                    assert landed.status in ("promoted", "passed"), landed
+                    return
                 out = promote.promote(
-                    target.for_ref(self.repo, s["ref"]), s["attempt"], self.base, author=AGENT, message="merge\n",
-                    reflog_message="bench", expected_tip=s["start"],  # what the preflight read
+                    to, s["attempt"], self.base, reflog_message="bench",
+                    expected_tip=s["start"],  # what the preflight read
                     known_objects=s["known"],
                 )  # fmt: skip
                 assert out.move is not None
@@ -582,7 +607,8 @@ class Bench:
                 if kind.startswith("fast-forward")
                 else "merge-tree + commit-tree + update-ref"
             )
-            self.add(f"promote, {kind}", p, f, f"floor: {floor_note}; plugin adds lock + log")
+            what = "promote" if kind.startswith("fast-forward") else "land through the queue"
+            self.add(f"{what}, {kind}", p, f, f"floor: {floor_note}; plugin adds lock + log")
 
     # rollback ---------------------------------------------------------------------------
 
@@ -727,7 +753,9 @@ LOCK_WORKER = """
 import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-from pytest_agentgate.land import promote, target
+from pytest_agentgate.land import target
+from pytest_agentgate.land.queue import LandingQueue
+from pytest_agentgate.land.retest import no_retest
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
 repo = BaseRepo(Path(sys.argv[1]), None)
@@ -738,10 +766,14 @@ for k in range(5):
     idx.read_tree(base)
     oid = repo.hash_blob(f"{me} {k}".encode())
     idx.stage_entries([IndexEntry("100644", oid, f"lock/{me}-{k}.txt")])
-    commit = repo.commit_tree(idx.write_tree(), [base], "w", Author("a", "a@e"))
-    out = promote.promote(target.for_ref(repo, ref), commit, base, author=Author("a", "a@e"),
-                          message="m", reflog_message="lock bench")
-    waits.append(out.move.lock_wait_ms)
+    tree = idx.write_tree()
+    commit = repo.commit_tree(tree, [base], "w", Author("a", "a@e"))
+    uid = f"{me}-{k}"  # every merge lands through the queue
+    out = LandingQueue(repo, target.for_ref(repo, ref)).land(
+        uid=uid, key="lock", change_commit=commit, base=base, agent="a", task="lock bench",
+        record={"uid": uid, "task": "lock bench", "agent": "a", "base": base, "tree": tree},
+        retest=no_retest)
+    waits.append(out.lock_wait_ms)
 print(json.dumps(waits))
 """
 
@@ -824,7 +856,9 @@ def header() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="one small repository, each row measured twice: a smoke run of seconds"
+        "--quick",
+        action="store_true",
+        help="one small repository, each row measured twice: a smoke run of seconds",
     )
     parser.add_argument("--json", type=Path, help="write one object per row to this file")
     parser.add_argument(
@@ -893,7 +927,9 @@ def main(argv: list[str] | None = None) -> int:
         for size in sizes))  # fmt: skip
     over = over_target(rows)
     if with_ms - without_ms > 5.0:
-        over.append(f"{'':>7}  {'plugin load, no gated test':<34} {with_ms - without_ms:+8.1f} ms, target <= +5 ms")
+        over.append(
+            f"{'':>7}  {'plugin load, no gated test':<34} {with_ms - without_ms:+8.1f} ms, target <= +5 ms"
+        )
     print(f"\nrows over their target: {len(over)}" + ("" if over else " (every row meets it)"))
     for line in over:
         print(line)

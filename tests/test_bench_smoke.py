@@ -29,7 +29,7 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
         "preflight, clean",
         "preflight, conflicting",
         "promote, fast-forward",
-        "promote, merge",
+        "land through the queue, merge",
         "rollback",
         "whole gated test (gate: true)",
     ):

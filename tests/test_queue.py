@@ -624,3 +624,40 @@ def test_a_person_s_commit_while_the_gate_runs_is_reported(service: Path, tmp_pa
     assert [r.new for r in moves] == [person]
     e.close()
     fsck(service)
+
+
+@pytest.mark.parametrize("gate", ["no gate command", "re-tests off"])
+def test_every_merge_lands_through_the_queue(service: Path, gate: str) -> None:
+    """One landing path: a merge that needs no re-test (only checks, or re-tests turned
+    off) is a batch of one in the queue like any other, not a second way to move the
+    target; its record says it was not re-tested, and the queue is left empty."""
+    from pytest_agentgate import Engine, GateSpec
+
+    spec = (
+        GateSpec(checks=(lambda ws: True,))
+        if gate == "no gate command"
+        else GateSpec(commands=("true",), exit_code=("true",), timeout=60)
+    )
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work", gate=spec,
+        retest=gate != "re-tests off",
+    )  # fmt: skip
+    steps: list[str] = []
+    e.on_step = steps.append
+    first, second = e.fork(task="first"), e.fork(task="second")
+    (first.path / "a.txt").write_text("a\n")
+    (second.path / "b.txt").write_text("b\n")
+    assert e.run_attempt(first, task="first").verdict.status == "promoted"
+    assert "queue" not in steps  # a fast-forward needs no queue
+    landed = e.run_attempt(second, task="second")
+    assert landed.verdict.status == "promoted", landed.verdict
+    assert "queue" in steps and landed.move is not None and landed.move.kind == "merge"
+    assert landed.move.retested is False
+    record = git(service, "log", "-1", "--format=%B", landed.record_ref)
+    assert ("Retest: skipped" in record) == (gate == "re-tests off"), record
+    assert "Retest: batched" not in record and "Retest: passed" not in record
+    main = git(service, "rev-parse", "main")
+    assert git(service, "rev-parse", f"{main}^2") == landed.change_commit  # the merge's parent
+    assert sorted(p.name for p in e.queue.folder.glob("*.entry")) == []
+    e.close()
+    fsck(service)

@@ -9,7 +9,6 @@ from dataclasses import replace
 
 from ..attempt import Attempt, posted_checks
 from ..errors import AgentgateError
-from ..git.repo import Author
 from ..judge import results
 from ..judge.baseline import Stored, either_passed
 from ..judge.channel import unexpected
@@ -22,7 +21,7 @@ from ..judge.gate import (
 )
 from ..land.promote import Move, PromoteOutcome, promote
 from ..land.queue import Outcome
-from ..land.retest import BatchRetest, Retested
+from ..land.retest import BatchRetest, Retested, no_retest
 from ..remote import server_records
 from ..sandbox.process import Running
 from ..store import attempts, checkpoints, records
@@ -34,43 +33,22 @@ class Landing(EngineBase):
     """The engine's landing: records, the queue, the batch re-test."""
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
-        """Promote the attempt's change commit onto the target (or the dry-run ref)."""
+        """Land the attempt's change commit on the target (or the dry-run ref): a
+        fast-forward when the target is still at its base, else through the queue, the one
+        way a merge lands (a batch of one when nothing else waits)."""
         assert attempt.change_commit is not None
-        retest = None
-        if spec.commands and self.settings.retest:
-            base_results = (
-                attempt.graded_baseline
-                if attempt.graded_tree is not None
-                else self.baselines.of_commit(attempt.base, spec)
-            )
-
-            def retest(tree: str, tip: str) -> tuple[bool, str, str]:
-                # Held to what passed on the attempt's base and on the tip it merges onto: a
-                # test another landing fixed must not break again in the merge.
-                on_tip = self.baselines.of_tip(tip, spec)
-                held = either_passed(base_results, on_tip.tests if on_tip else None)
-                result = run_commands(
-                    self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
-                    expected=self._expected(spec, on_tip, [attempt.base]),
-                )  # fmt: skip
-                if result.ok and result.tests:  # the merged tree is a baseline for free
-                    self.baselines.keep(tree, spec, result)
-                return result.ok, result.message, result.output
-
-        elif spec.commands:
-            attempt.retest_skipped = True
+        retest, key = self._retest_for(attempt, spec)
         promotes = self.target.promotes
         status: Status = "promoted" if promotes else "passed"
         # The queue is for merges: a target still at the attempt's base (as the preflight
         # just read it) is a fast-forward, which needs no re-test and no waiting. Should the
-        # target have moved meanwhile, the attempt joins the queue after all.
-        queued = retest is not None and attempt.graded_tree is None
-        # Another machine leading now would make a fast-forward wait for its whole batch,
-        # and then need a merge: it joins that leader's batch. A queued attempt's intent
-        # stays until its entry is written (the queue removes it then), so a leader
-        # gathering a batch waits for it rather than starting without it.
-        if queued and (attempt.target_before != attempt.base or self.target.busy()):
-            return self._land_queued(attempt, spec, status)
+        # target have moved meanwhile, the attempt joins the queue after all. Another
+        # machine leading now would make a fast-forward wait for its whole batch, and then
+        # need a merge: it joins that leader's batch. A queued attempt's intent stays until
+        # its entry is written (the queue removes it then), so a leader gathering a batch
+        # waits for it rather than starting without it.
+        if attempt.target_before != attempt.base or self.target.busy():
+            return self._land_queued(attempt, spec, status, retest, key)
         self.queue.arrived(attempt.uid)  # judged: no leader need wait for it any more
 
         def on_moved(move: Move) -> bool:
@@ -91,34 +69,73 @@ class Landing(EngineBase):
             self.target,
             attempt.change_commit,
             attempt.base,
-            author=Author.for_agent(attempt.agent),
-            message=records.merge_message(attempt.task, attempt.agent),
             reflog_message=records.landing_reflog(
                 attempt.task, attempt.agent, dry_run=not promotes
             ),
-            retest=retest,
             agent=attempt.agent,
             task=attempt.task,
             expected_tip=attempt.target_before,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
             pending={**self.record_fields(attempt), "status": status},
             on_moved=on_moved,
-            fast_forward_only=queued,
         )
         if outcome.needs_queue:
-            return self._land_queued(attempt, spec, status)
+            return self._land_queued(attempt, spec, status, retest, key)
         return outcome
 
-    def _land_queued(self, attempt: Attempt, spec: GateSpec, status: Status) -> PromoteOutcome:
+    def _retest_for(self, attempt: Attempt, spec: GateSpec) -> tuple[BatchRetest, str]:
+        """How a merge of the attempt is re-tested in the queue, and the batch key of the
+        attempts that may share that re-test. Untested merges (no gate command, or re-tests
+        off) batch only with each other; a graded attempt, held to its own graded baseline,
+        is a batch of one."""
+        if not (spec.commands and self.settings.retest):
+            if spec.commands:
+                attempt.retest_skipped = True
+            return no_retest, f"untested-{self._batch_key(spec)}"
+        if attempt.graded_tree is not None:
+            return self._graded_retest(attempt, spec), f"graded-{attempt.uid}"
+        return self._batch_retest(spec), attempt.batch_key or self._batch_key(spec)
+
+    def _graded_retest(self, attempt: Attempt, spec: GateSpec) -> BatchRetest:
+        """The re-test of a graded attempt's merge: held to what passed in its graded run on
+        its base and on the tip it merges onto (a test another landing fixed must not break
+        again in the merge)."""
+        base_results = attempt.graded_baseline
+
+        def graded_retest(
+            tree: str,
+            tip: str,
+            bases: Sequence[str],
+            *,
+            ahead: bool = False,
+            running: Running | None = None,
+            reuse: Retested | None = None,
+        ) -> Retested:
+            on_tip = self.baselines.of_tip(tip, spec)
+            held = either_passed(base_results, on_tip.tests if on_tip else None)
+            result = run_commands(
+                self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+                running=running, expected=self._expected(spec, on_tip, [attempt.base]),
+            )  # fmt: skip
+            if result.ok and result.tests:  # the merged tree is a baseline for free
+                self.baselines.keep(tree, spec, result)
+            return Retested(
+                result.ok, result.message, result.output, result.tests,
+                fingerprint=result.fingerprint,
+            )  # fmt: skip
+
+        return graded_retest
+
+    def _land_queued(
+        self, attempt: Attempt, spec: GateSpec, status: Status, retest: BatchRetest, key: str
+    ) -> PromoteOutcome:
         """Land through the queue: one re-test for a batch of attempts that share this gate
         (see :mod:`.queue`); the verdict may come from another process that led."""
         assert attempt.change_commit is not None
         self._step(attempt, "queue")
-
-        batch_retest = self._batch_retest(spec)
         gate_s = attempt.timings.get("gate", 0.0) / 1000
         try:
-            found = self._queue_land(attempt, spec, status, batch_retest, gate_s)
+            found = self._queue_land(attempt, spec, status, retest, key, gate_s)
             attempt.landed_for_others = list(self.queue.landed_for_others)
             self.queue.landed_for_others.clear()
         except BaseException:
@@ -192,6 +209,7 @@ class Landing(EngineBase):
         spec: GateSpec,
         status: Status,
         batch_retest: BatchRetest,
+        key: str,
         gate_s: float,
     ) -> Outcome:
         assert attempt.change_commit is not None
@@ -199,7 +217,7 @@ class Landing(EngineBase):
             gate_s=gate_s,
             began=attempt.gate_began,
             uid=attempt.uid,
-            key=attempt.batch_key or self._batch_key(spec),
+            key=key,
             change_commit=attempt.change_commit,
             base=attempt.base,
             agent=attempt.agent,

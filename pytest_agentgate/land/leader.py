@@ -215,8 +215,11 @@ class Leader(Recovery):
             return tip
         landed = _Landed(
             tip, chain[:good], batch_id,
-            retested=any(k in tested and tested[k].ok for k in range(1, good + 1)),
+            retested=any(
+                k in tested and tested[k].ok and not tested[k].skipped for k in range(1, good + 1)
+            ),
             top_early=good in tested and tested[good].early,
+            untested=any(t.skipped for t in tested.values()),
         )  # fmt: skip
         return self._move_batch(landed)
 
@@ -428,6 +431,8 @@ class _Landed:
     batch_id: str
     retested: bool
     top_early: bool
+    #: Its batch lands without a re-test: each record says what its attempt said.
+    untested: bool = False
     written: dict[str, tuple[str, str]] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
 
@@ -445,7 +450,8 @@ class _Landed:
         if i == self.good - 1 and self.retested:
             retest: object = "passed early" if self.top_early else "passed"
         else:
-            retest = "batched" if kind == "merge" else entry.record.get("retest", "")
+            batched = kind == "merge" and not self.untested
+            retest = "batched" if batched else entry.record.get("retest", "")
         return {**entry.record, "batch": self.batch_label(i), "retest": retest}
 
     def outcome(self, i: int, problem: str = "") -> Outcome:

@@ -1,17 +1,18 @@
-"""Landing on a target: promotion, rollback and revert, each by compare-and-swap under a lock.
+"""The moves that are not merges: a fast-forward, a rollback, a revert, each by
+compare-and-swap under the target's lock. Every merge lands through the queue
+(:mod:`.queue`), re-tested there, a batch of one when nothing else waits.
 
 What moves, and how, is the :class:`~pytest_agentgate.land.target.Target`'s business (a branch
 here, a dry run's scratch ref, a branch on a server); this module decides *what* the new tip
-is: a fast-forward, a merge re-tested before it lands, a rollback's or a revert's commit.
+is.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .. import _faults
 from ..errors import (
     GateFailed,
     MergeConflict,
@@ -71,29 +72,26 @@ def promote(
     commit: str,
     base: str,
     *,
-    author: Author,
-    message: str,
     reflog_message: str,
-    retest: Retest | None = None,
     agent: str = "",
     task: str = "",
     expected_tip: str | None = None,
     known_objects: Sequence[str] | None = None,
     pending: Mapping[str, object] | None = None,
     on_moved: Callable[[Move], bool] | None = None,
-    fast_forward_only: bool = False,
 ) -> PromoteOutcome:
-    """Land ``commit`` (whose parent is ``base``) on ``target``: fast-forward or merge.
+    """Fast-forward ``target`` to ``commit`` (whose parent is ``base``), or say that it
+    needs the queue: every merge lands through the landing queue (:mod:`.queue`).
 
-    Under the target's lock, the tip is read. At ``base`` it fast-forwards; otherwise
-    ``commit`` is merged onto the tip and, when ``retest`` is given, the merged tree is
-    re-tested before the target moves. A lost compare-and-swap (someone outside the lock
-    moved it) starts over; nothing is ever overwritten. ``expected_tip`` (what a preflight
-    just read) is tried first as the old value. ``known_objects`` (what the snapshot added
-    over ``base``) spares the log's object count a git process on a fast-forward.
+    Under the target's lock, the tip is read; only at ``base`` does the target move, by
+    compare-and-swap (a lost race with a move at ``base`` starts over; nothing is ever
+    overwritten). Another machine leading (the server's lease held) would make this wait for
+    its whole batch and then need a merge: that is the queue's too. ``expected_tip`` (what a
+    preflight just read) is tried first as the old value. ``known_objects`` (what the
+    snapshot added over ``base``) spares the log's object count a git process.
 
     Records first: with ``pending`` (what the record will say) the target writes a
-    ``pending`` line before each compare-and-swap; right after the move ``on_moved`` writes
+    ``pending`` line before the compare-and-swap; right after the move ``on_moved`` writes
     the attempt record, then the files follow and the move's log line is written (see
     :class:`~pytest_agentgate.land.target.Target`).
     """
@@ -104,54 +102,26 @@ def promote(
         for _ in range(MAX_RETRIES):
             if tip is None:
                 raise RefMoved(target.ref, base, None)
-            if tip == base:
-                new, kind, tree, retested = commit, "fast-forward", repo.tree_of(commit), False
-            elif fast_forward_only:
-                # The target moved since the preflight: the merge is the queue's to make.
+            if tip != base:
                 return PromoteOutcome(None, needs_queue=True)
-            else:
-                preview = repo.merge_preview(tip, commit)
-                if preview.conflicts:
-                    return PromoteOutcome(None, conflicts=preview.conflicts)
-                retested = False
-                if retest is not None:
-                    ok, why, output = retest(preview.tree, tip)
-                    retested = True
-                    if not ok:
-                        return PromoteOutcome(None, retest_failure=why, retest_output=output)
-                new = repo.commit_tree(preview.tree, [tip, commit], message, author)
-                kind, tree = "merge", preview.tree
-                _faults.point("merge-written")
-            landed = Move(target.moved_ref, tip, new, kind, tree, retested, waited)
+            tree = repo.tree_of(commit)
+            landed = Move(target.moved_ref, tip, commit, "fast-forward", tree, False, waited)
 
             def after_move(landed: Move = landed) -> bool:
                 return on_moved(landed) if on_moved is not None else True
 
             note = MoveNote(
-                "promote",
-                agent=agent,
-                task=task,
-                kind=kind,
-                record=pending,
-                known_objects=known_objects if tip == base else None,
-                begin=begin,
-            )
-            if fast_forward_only:
-                # Another machine leading (the server's lease held) would make this wait for
-                # its whole batch and then need a merge: it is the queue's, for that batch.
-                try:
-                    with target.lease(lambda: True):
-                        result = target.move(
-                            new, tip, f"{reflog_message} ({kind})", note, after_move
-                        )
-                except NotNeeded:
-                    return PromoteOutcome(None, needs_queue=True)
-            else:
-                result = target.move(new, tip, f"{reflog_message} ({kind})", note, after_move)
+                "promote", agent=agent, task=task, kind="fast-forward", record=pending,
+                known_objects=known_objects, begin=begin,
+            )  # fmt: skip
+            try:
+                with target.lease(lambda: True):
+                    reflog = f"{reflog_message} (fast-forward)"
+                    result = target.move(commit, tip, reflog, note, after_move)
+            except NotNeeded:
+                return PromoteOutcome(None, needs_queue=True)
             if result.moved:
-                return PromoteOutcome(
-                    Move(target.moved_ref, tip, new, kind, tree, retested, waited, result.problem)
-                )
+                return PromoteOutcome(replace(landed, problem=result.problem))
             tip = target.tip()
     raise RefMoved(target.ref, base, target.tip())
 

@@ -26,6 +26,22 @@ class Retested:
     early: bool = False
     #: What the gate's pytest loaded (see :meth:`.channel.Report.fingerprint`).
     fingerprint: frozenset[str] = frozenset()
+    #: Nothing ran: the attempt lands without a re-test (no gate command to run, or
+    #: re-tests turned off), so a merge is not a tested tree.
+    skipped: bool = False
+
+
+def no_retest(
+    tree: str,
+    tip: str,
+    bases: Sequence[str],
+    *,
+    ahead: bool = False,
+    running: Running | None = None,
+    reuse: Retested | None = None,
+) -> Retested:
+    """The re-test of a batch that lands untested: passes, and says that nothing ran."""
+    return Retested(True, skipped=True)
 
 
 class BatchRetest(Protocol):
