@@ -334,6 +334,19 @@ def run_commands(
             outcomes.append(judge_command(command, running))
             if outcomes[-1][0].failure is not None:
                 break
+    return _gathered(spec, label, outcomes, baseline, collect)
+
+
+def _gathered(
+    spec: GateSpec,
+    label: str,
+    outcomes: Sequence[_Judged],
+    baseline: Mapping[str, str] | None,
+    collect: bool,
+) -> CheckResult:
+    """The gate's result from each command's, in the commands' order: the first failure
+    decides; a flaky test rejects under ``spec.flaky == "reject"``; else it passed, with
+    every command's per-test results merged and compared with ``baseline``."""
     tests: dict[str, str] = {}
     flaky: list[str] = []
     fingerprint: set[str] = set()

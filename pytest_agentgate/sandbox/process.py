@@ -229,39 +229,15 @@ def run_command(
     cgroup = Cgroup.create(pids_max)
     status_r, status_w = os.pipe()
     with tempfile.TemporaryFile() as sink:
-        config = {
-            "argv": final,
-            "cwd": str(cwd),
-            "env": dict(env),
-            "timeout": timeout,
-            "parent": os.getpid(),
-            "status_fd": status_w,
-            "out_fd": sink.fileno(),
-            "cgroup": cgroup.path,
-            "fsize_max": fsize_max,
-        }
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP],
-                stdin=subprocess.PIPE,
-                stdout=sink,
-                stderr=sink,
-                pass_fds=(status_w, sink.fileno()),
-                start_new_session=True,
-                env={"LC_ALL": "C.UTF-8"},
-                cwd=cwd,
-            )
-        except BaseException:
-            os.close(status_r)
-            raise
-        finally:
-            os.close(status_w)
+        proc, config = _start_supervisor(
+            final, cwd, env, timeout, status_r, status_w, sink.fileno(), cgroup.path, fsize_max
+        )
         if started is not None:
             started.append(proc.pid)
         if running is not None:
             running.add(proc)
         assert proc.stdin is not None
-        proc.stdin.write(_supervisor_code() + marshal.dumps(config))
+        proc.stdin.write(config)
         proc.stdin.close()
         _faults.point("gate")
         try:
@@ -298,6 +274,45 @@ def run_command(
         int(str(report.get("survivors") or 0)) + stragglers,
         contained,
     )
+
+
+def _start_supervisor(
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    status_r: int,
+    status_w: int,
+    out_fd: int,
+    cgroup: str | None,
+    fsize_max: int | None,
+) -> tuple[subprocess.Popen[bytes], bytes]:
+    """Start the supervisor of ``argv``, and what to send on its stdin: its code and its
+    configuration (nothing of it is a file a command could change). Its report comes back
+    on ``status_w``, which is closed here whatever happens (``status_r`` too, when it
+    cannot start)."""
+    config = {
+        "argv": argv, "cwd": str(cwd), "env": dict(env), "timeout": timeout,
+        "parent": os.getpid(), "status_fd": status_w, "out_fd": out_fd, "cgroup": cgroup,
+        "fsize_max": fsize_max,
+    }  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=out_fd,
+            stderr=out_fd,
+            pass_fds=(status_w, out_fd),
+            start_new_session=True,
+            env={"LC_ALL": "C.UTF-8"},
+            cwd=cwd,
+        )
+    except BaseException:
+        os.close(status_r)
+        raise
+    finally:
+        os.close(status_w)
+    return proc, _supervisor_code() + marshal.dumps(config)
 
 
 def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:
