@@ -24,6 +24,7 @@ from pytest_agentgate.land.retest import Retested
 from pytest_agentgate.land.target import LocalBranch
 from pytest_agentgate.store import oplog
 from pytest_agentgate.store.attempts import list_attempts
+from pytest_agentgate.store.record import Record
 
 KEY = "same-gate"
 AUTHOR = Author("queue-test", "q@agentgate.invalid")
@@ -51,8 +52,8 @@ class Bench:
         return Entry(
             seq=0, uid=f"uid-{name}", key=KEY, change_commit=commit, base=self.base, agent=name,
             task=f"task {name}",
-            record={"uid": f"uid-{name}", "task": f"task {name}", "agent": name, "test": "",
-                    "base": self.base, "tree": self.repo.tree_of(commit), "status": "promoted"},
+            record=Record(f"task {name}", name, self.base, self.repo.tree_of(commit),
+                          uid=f"uid-{name}"),
             pid=os.getpid(),
         )  # fmt: skip
 

@@ -17,6 +17,7 @@ from pytest_agentgate.land.dry_run import DryRunRef
 from pytest_agentgate.land.remote_branch import RemoteBranch
 from pytest_agentgate.land.target import LocalBranch, MoveNote, Target
 from pytest_agentgate.store import oplog, pending
+from pytest_agentgate.store.record import Record
 
 AUTHOR = Author("contract", "contract@agentgate.invalid")
 
@@ -75,9 +76,10 @@ class TestTargetContract:
         t = world.target
         assert t.branch == "main"
         assert t.ref.startswith("refs/")
-        assert t.label == {"local": "main", "dryrun": "dryrun/main", "remote": "origin/main"}[
-            world.kind
-        ]
+        assert (
+            t.label
+            == {"local": "main", "dryrun": "dryrun/main", "remote": "origin/main"}[world.kind]
+        )
         assert t.promotes == (world.kind != "dryrun")
 
     def test_tip_is_where_the_target_is(self, world: World) -> None:
@@ -92,7 +94,11 @@ class TestTargetContract:
         assert world.target.tip() == world.where_it_lives() == new
         (line,) = world.lines("promote")
         assert (line.ref, line.old, line.new, line.agent, line.task) == (
-            world.target.moved_ref, old, new, "ann", "t"
+            world.target.moved_ref,
+            old,
+            new,
+            "ann",
+            "t",
         )
         assert line.objects >= 2  # the commit and its tree at least
         fsck(world.server or world.repo.git_dir)
@@ -103,7 +109,7 @@ class TestTargetContract:
         first = world.child(old, "first.txt")
         assert world.target.move(first, old, "m", MoveNote("promote")).moved
         late = world.child(old, "late.txt")  # made against the tip before the first move
-        note = MoveNote("promote", record={"uid": "x", "task": "late"})
+        note = MoveNote("promote", record=Record("late", "agent", "", "", uid="x"))
         result = world.target.move(late, old, "m", note)
         assert not result.moved
         assert world.target.tip() == world.where_it_lives() == first
@@ -126,7 +132,7 @@ class TestTargetContract:
             assert pending.open_lines(world.log.read(), world.target.ref)  # in flight
             return True
 
-        note = MoveNote("promote", "ann", "t", record={"uid": "u1", "task": "t"})
+        note = MoveNote("promote", "ann", "t", record=Record("t", "ann", "", "", uid="u1"))
         assert world.target.move(new, old, "m", note, after_move).moved
         assert seen == [new]
         assert not pending.open_lines(world.log.read(), world.target.ref)
@@ -138,7 +144,7 @@ class TestTargetContract:
         old = world.target.tip()
         assert old is not None
         new = world.child(old, "c.txt")
-        note = MoveNote("promote", record={"uid": "u2", "task": "t"})
+        note = MoveNote("promote", record=Record("t", "agent", "", "", uid="u2"))
         assert world.target.move(new, old, "m", note, lambda: False).moved
         (line,) = pending.open_lines(world.log.read(), world.target.ref)
         assert line.new == new and line.record["uid"] == "u2"
@@ -174,9 +180,7 @@ def test_each_dry_run_has_its_scratch_ref_made_once(service: Path, tmp_path: Pat
     ]
 
 
-def test_a_refused_push_raises_and_settles_its_pending_line(
-    service: Path, tmp_path: Path
-) -> None:
+def test_a_refused_push_raises_and_settles_its_pending_line(service: Path, tmp_path: Path) -> None:
     w = World("remote", service, tmp_path)
     assert w.server is not None
     hook = w.server / "hooks" / "pre-receive"
@@ -188,7 +192,9 @@ def test_a_refused_push_raises_and_settles_its_pending_line(
     called: list[bool] = []
     after: Callable[[], bool] = lambda: called.append(True) or True  # noqa: E731
     with pytest.raises(PushRefused) as refused:
-        w.target.move(new, old, "m", MoveNote("promote", record={"uid": "u3"}), after)
+        w.target.move(
+            new, old, "m", MoveNote("promote", record=Record("t", "agent", "", "", uid="u3")), after
+        )
     assert "pre-receive hook declined" in str(refused.value)
     assert "frozen for the release" in refused.value.reason
     assert called == [] and w.where_it_lives() == old
@@ -210,7 +216,9 @@ def test_a_local_branch_checked_out_refuses_a_move_that_would_lose_an_edit(
     w.repo, w.log, w.target = repo, log, target
     new = World.child(w, old, "e.txt")
     with pytest.raises(DirtyWorktree):
-        target.move(new, old, "m", MoveNote("promote", record={"uid": "u4"}))
+        target.move(
+            new, old, "m", MoveNote("promote", record=Record("t", "agent", "", "", uid="u4"))
+        )
     assert target.tip() == old
     assert not w.lines("pending")  # refused before anything was written
 
@@ -226,9 +234,18 @@ def test_a_push_that_fails_without_a_verdict_leaves_its_pending_line_open(
     old = w.target.tip()
     assert old is not None
     new = w.child(old, "f.txt")
-    git(w.repo.worktree or tmp_path, "remote", "set-url", "--push", "origin", str(tmp_path / "gone.git"))
+    git(
+        w.repo.worktree or tmp_path,
+        "remote",
+        "set-url",
+        "--push",
+        "origin",
+        str(tmp_path / "gone.git"),
+    )
     w.target = RemoteBranch(w.repo, "origin", "main", w.log)  # reads the URLs afresh
     with pytest.raises(GitError, match="git push origin"):
-        w.target.move(new, old, "m", MoveNote("promote", record={"uid": "u5"}))
+        w.target.move(
+            new, old, "m", MoveNote("promote", record=Record("t", "agent", "", "", uid="u5"))
+        )
     (line,) = pending.open_lines(w.log.read(), w.target.ref)
     assert line.new == new

@@ -14,7 +14,6 @@ from ..judge.baseline import Stored, either_passed
 from ..judge.channel import unexpected
 from ..judge.gate import (
     GateSpec,
-    Status,
     Verdict,
     check_limits,
     run_commands,
@@ -25,6 +24,7 @@ from ..land.retest import BatchRetest, Retested, no_retest
 from ..remote import server_records
 from ..sandbox.process import Running
 from ..store import attempts, checkpoints, records
+from ..store.record import Record, Retest, Status
 from ..workspace import snapshot as snapshots
 from .base import EngineBase
 
@@ -76,7 +76,7 @@ class Landing(EngineBase):
             task=attempt.task,
             expected_tip=attempt.target_before,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
-            pending={**self.record_fields(attempt), "status": status},
+            pending=self.record_of(attempt, status),
             on_moved=on_moved,
         )
         if outcome.needs_queue:
@@ -222,7 +222,7 @@ class Landing(EngineBase):
             base=attempt.base,
             agent=attempt.agent,
             task=attempt.task,
-            record={**self.record_fields(attempt), "status": status},
+            record=self.record_of(attempt, status),
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
             retest=batch_retest,
             judge=lambda change, base, declared: self.judge_posted(spec, change, base, declared),
@@ -306,37 +306,39 @@ class Landing(EngineBase):
         )  # fmt: skip
         return hashlib.sha256(material.encode()).hexdigest()[:24]
 
-    def record_fields(self, attempt: Attempt) -> dict[str, object]:
-        """What the attempt's record says besides its verdict: enough to write it later."""
+    def record_of(self, attempt: Attempt, status: Status) -> Record:
+        """The attempt's record, with ``status`` as its verdict: enough to write it later."""
         snap = attempt.snapshot
-        return {
-            "uid": attempt.uid,
-            "task": attempt.task,
-            "agent": attempt.agent,
-            "test": attempt.test,
-            "base": attempt.base,
-            "tree": snap.tree if snap else self.repo.tree_of(attempt.base),
-            "excluded": [*(snap.excluded if snap else ()), *attempt.state_excluded],
-            "state": attempt.state,
-            "sandbox": attempt.sandbox,
-            "transcript": attempt.workspace.output_tail(),
-            "results": attempt.results,
-            "graded_tree": attempt.graded_tree or "",
-            "try": attempt.try_number,
-            "protect": list(attempt.protect),
-            "max_changed_lines": attempt.max_changed_lines,
-            # The folder of the try's checkpoints (refs/agentgate/checkpoints/<this>/<k>).
-            "checkpoints": attempt.checkpoints[-1]
-            .removeprefix(checkpoints.PREFIX)
-            .rsplit("/", 1)[0]
-            if attempt.checkpoints
-            else "",
-            "retest": "passed"
+        retest: Retest = (
+            "passed"
             if attempt.move is not None and attempt.move.retested
             else "skipped"
             if attempt.retest_skipped
+            else ""
+        )
+        return Record(
+            uid=attempt.uid,
+            task=attempt.task,
+            agent=attempt.agent,
+            test=attempt.test,
+            status=status,
+            base=attempt.base,
+            tree=snap.tree if snap else self.repo.tree_of(attempt.base),
+            excluded=(*(snap.excluded if snap else ()), *attempt.state_excluded),
+            state=attempt.state,
+            sandbox=attempt.sandbox,
+            transcript=attempt.workspace.output_tail(),
+            results=attempt.results,
+            graded_tree=attempt.graded_tree or "",
+            try_number=attempt.try_number,
+            protect=tuple(attempt.protect),
+            max_changed_lines=attempt.max_changed_lines,
+            # The folder of the try's checkpoints (refs/agentgate/checkpoints/<this>/<k>).
+            checkpoints=attempt.checkpoints[-1].removeprefix(checkpoints.PREFIX).rsplit("/", 1)[0]
+            if attempt.checkpoints
             else "",
-        }
+            retest=retest,
+        )
 
     def record(self, attempt: Attempt) -> str:
         """Write the attempt's record commit and its ref, now that the verdict is final.
@@ -349,8 +351,7 @@ class Landing(EngineBase):
         output = "" if v.accepted else (v.output or attempt.workspace.output_tail())
         ref, commit = attempts.write_record(
             self.repo,
-            self.record_fields(attempt),
-            status=v.status,
+            self.record_of(attempt, v.status),
             reason=v.reason,
             check=v.check,
             output=output,

@@ -18,12 +18,13 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._constants import DEFAULT_GATE_TIMEOUT_S
 from ..sandbox.containment import ALLOWED_ENV, UNCONTAINED, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_tree
+from ..store.record import Status
 from ..workspace.fork import checkout_tree
 from . import harness, results
 from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from ..workspace.checkouts import GateCheckouts
     from ..workspace.snapshot import Snapshot
 
-Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
 DEFAULT_GATE_TIMEOUT = DEFAULT_GATE_TIMEOUT_S
 
 

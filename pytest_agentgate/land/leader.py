@@ -15,6 +15,7 @@ from ..errors import AgentgateError, RefMoved
 from ..git import transport
 from ..git.repo import Author
 from ..store import attempts, records
+from ..store.record import Record, Retest
 from .retest import BatchRetest, Retested
 from .target import MoveNote
 
@@ -231,7 +232,7 @@ class Leader(Recovery):
         top = landing[-1][1]
         # Another machine's attempts are recorded there, by the machine that reports them.
         records_of = [
-            (commit, {**e.record, "pid": e.pid, "batch": f"{landed.batch_id} ({i + 1} of {good})"})
+            (commit, e.record.but(pid=e.pid, batch=f"{landed.batch_id} ({i + 1} of {good})"))
             for i, (e, commit, _, _) in enumerate(landing)
             if not e.foreign
         ]
@@ -285,7 +286,6 @@ class Leader(Recovery):
                     attempts.write_record(
                         self.repo,
                         landed.fields(i),
-                        status=str(entry.record.get("status", "promoted")),
                         landed=commit if self.target.promotes else None,
                         known_objects=entry.known_objects,
                     ),
@@ -443,22 +443,22 @@ class _Landed:
     def batch_label(self, i: int) -> str:
         return f"{self.batch_id} ({i + 1} of {self.good})" if self.good > 1 else ""
 
-    def fields(self, i: int) -> dict[str, object]:
+    def fields(self, i: int) -> Record:
         """The record of link ``i``: the top of a batch was tested; a merge below it was
         not, by itself."""
         entry, _, _, kind = self.links[i]
         if i == self.good - 1 and self.retested:
-            retest: object = "passed early" if self.top_early else "passed"
+            retest: Retest = "passed early" if self.top_early else "passed"
         else:
             batched = kind == "merge" and not self.untested
-            retest = "batched" if batched else entry.record.get("retest", "")
-        return {**entry.record, "batch": self.batch_label(i), "retest": retest}
+            retest = "batched" if batched else entry.record.retest
+        return entry.record.but(batch=self.batch_label(i), retest=retest)
 
     def outcome(self, i: int, problem: str = "") -> Outcome:
         entry, commit, tree, kind = self.links[i]
         ref_commit = self.written.get(entry.uid)
         return Outcome(
-            str(entry.record.get("status", "promoted")),
+            entry.record.status,
             problem,
             old=self.tip if i == 0 else self.links[i - 1][1],
             new=commit,

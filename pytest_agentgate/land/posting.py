@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .. import _faults
 from ..errors import AgentgateError
 from ..store import records
+from ..store.record import STATUSES, Record, Status
 
 if TYPE_CHECKING:
     from ..remote.server_queue import Listing, Posted, ServerQueue
@@ -74,8 +75,10 @@ class ServerPosting(QueueFolder):
             )
 
         status = text("status")
+        if status not in STATUSES:
+            return None
         outcome = Outcome(
-            status,
+            status,  # type: ignore[arg-type]  # one of STATUSES
             text("reason"),
             text("check"),
             text("output"),
@@ -88,8 +91,6 @@ class ServerPosting(QueueFolder):
             tested_with=texts("tested_with"),
             conflicts=texts("conflicts"),
         )
-        if status not in ("promoted", "passed", "rejected", "conflict", "error"):
-            return None
         tip = self.target.tip()
         if tip is None:
             return None
@@ -101,7 +102,7 @@ class ServerPosting(QueueFolder):
             preview = self.repo.merge_preview(tip, entry.change_commit)
             if preview.conflicts or preview.tree != self.repo.tree_of(tip):
                 return None
-            return replace(outcome, status=str(entry.record.get("status", status)), new=tip)
+            return replace(outcome, status=entry.record.status, new=tip)
         new = outcome.new
         try:
             landed = (
@@ -113,7 +114,7 @@ class ServerPosting(QueueFolder):
             landed = False
         if not landed:
             return None
-        return replace(outcome, status=str(entry.record.get("status", status)))
+        return replace(outcome, status=entry.record.status)
 
     def _take_back(self, entry: Entry) -> bool:
         """Take this machine's attempt back from the server's queue, if it was posted there;
@@ -141,7 +142,7 @@ class ServerPosting(QueueFolder):
             self._write_verdict(
                 entry,
                 Outcome(
-                    str(entry.record.get("status", "promoted")),
+                    entry.record.status,
                     "landed by another machine's leader (its verdict is not on the server)",
                     old="",
                     new=tip,
@@ -187,17 +188,18 @@ class ServerPosting(QueueFolder):
                 return ""
             return "".join(ch for ch in value if ch.isprintable())[:POSTED_NAME_MAX]
 
-        status = "promoted" if self.target.promotes else "passed"
-        agent, task = text("agent") or "agent", text("task") or "task"
+        status: Status = "promoted" if self.target.promotes else "passed"
+        agent, task, base = text("agent") or "agent", text("task") or "task", text("base")
         return Entry(
             seq=0,
             uid=posted.uid,
             key=key,
             change_commit=posted.change_commit,
-            base=text("base"),
+            base=base,
             agent=agent,
             task=task,
-            record={"uid": posted.uid, "agent": agent, "task": task, "status": status},
+            # Recorded by the machine that posted it: this one writes no record of it.
+            record=Record(task, agent, base, "", uid=posted.uid, status=status),
             pid=0,
             posted=posted.commit,
             machine=posted.machine,

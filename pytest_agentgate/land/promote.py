@@ -10,7 +10,7 @@ is.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import (
@@ -24,6 +24,7 @@ from ..errors import (
 from ..git.repo import Author, BaseRepo
 from ..git.worktree import recover_worktree
 from ..store import records
+from ..store.record import Record
 from .remote_branch import RemoteBranch
 from .target import LocalBranch, MoveNote, Target, check_move, for_ref
 
@@ -77,7 +78,7 @@ def promote(
     task: str = "",
     expected_tip: str | None = None,
     known_objects: Sequence[str] | None = None,
-    pending: Mapping[str, object] | None = None,
+    pending: Record | None = None,
     on_moved: Callable[[Move], bool] | None = None,
 ) -> PromoteOutcome:
     """Fast-forward ``target`` to ``commit`` (whose parent is ``base``), or say that it

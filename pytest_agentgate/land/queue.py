@@ -38,6 +38,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from ..errors import AgentgateError, NotNeeded
+from ..store.record import Record
 from .leader import Leader
 from .queue_folder import MAX_ROUNDS, Entry, Judge, Outcome
 from .retest import BatchRetest
@@ -58,7 +59,7 @@ class LandingQueue(Leader):
         base: str,
         agent: str,
         task: str,
-        record: Mapping[str, object],
+        record: Record | Mapping[str, object],
         known_objects: Sequence[str] = (),
         retest: BatchRetest,
         gate_s: float = 0.0,
@@ -68,7 +69,8 @@ class LandingQueue(Leader):
         """Queue one attempt and wait for its verdict (leading when nobody else does).
 
         ``key`` says which attempts share a re-test (and so a batch); ``record`` is what its
-        record will say; ``retest`` is the gate this process runs when it leads.
+        record will say (a :class:`~..store.record.Record`, or its JSON); ``retest`` is the
+        gate this process runs when it leads.
         """
         entry = Entry(
             seq=0,
@@ -78,7 +80,7 @@ class LandingQueue(Leader):
             base=base,
             agent=agent,
             task=task,
-            record=dict(record),
+            record=record if isinstance(record, Record) else Record.from_json(record),
             pid=os.getpid(),
             known_objects=tuple(known_objects),
             began=began,

@@ -13,13 +13,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .. import _constants, _faults
 from ..git.repo import BaseRepo
 from ..remote import server_records
 from ..store import attempts, locks, pending
 from ..store.files import write_whole as _write
+from ..store.record import Record, Status
 from .early import EarlyRetests
 from .target import Target
 
@@ -49,8 +50,8 @@ class Entry:
     base: str
     agent: str
     task: str
-    #: What the attempt's record says (see ``Engine.record_fields``), with its status.
-    record: dict[str, object]
+    #: What the attempt's record says, its status included.
+    record: Record
     pid: int
     known_objects: tuple[str, ...] = ()
     #: When the attempt's own gate began (seconds since the epoch; 0: unknown).
@@ -62,6 +63,15 @@ class Entry:
     @property
     def label(self) -> str:
         return f"{self.task!r} by {self.agent}"
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "record": self.record.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Entry:
+        """The entry an entry file holds (``KeyError``, ``TypeError`` when it is not one)."""
+        record = Record.from_json(data["record"])
+        return cls(**{**data, "known_objects": tuple(data["known_objects"]), "record": record})
 
     @property
     def foreign(self) -> bool:
@@ -82,7 +92,7 @@ class Judge(Protocol):
 class Outcome:
     """A queued attempt's verdict, as the leader found it (written to the waiter's file)."""
 
-    status: str  # promoted / passed (landed), rejected, conflict, error
+    status: Status
     reason: str = ""
     check: str = ""
     output: str = ""
@@ -159,7 +169,7 @@ class QueueFolder:
                 seq = 1
             _write(seq_file, str(seq))
             entry = replace(new, seq=seq)
-            _write(self._entry_path(entry.seq, entry.uid), json.dumps(asdict(entry)))
+            _write(self._entry_path(entry.seq, entry.uid), json.dumps(entry.to_json()))
         _faults.point("enqueued")  # the entry is written, its waiter not yet waiting
         return entry
 
@@ -215,7 +225,7 @@ class QueueFolder:
             for path in sorted(self.folder.glob("*.entry")):
                 try:
                     data = json.loads(path.read_text(encoding="utf-8"))
-                    entry = Entry(**{**data, "known_objects": tuple(data["known_objects"])})
+                    entry = Entry.from_json(data)
                 except (OSError, ValueError, TypeError, KeyError):
                     continue
                 if not (self.folder / f"{entry.uid}.verdict").exists():
@@ -283,7 +293,7 @@ class QueueFolder:
         """The verdict of an attempt a leader landed and recorded, then stopped (SIGKILL)
         before it wrote the verdict: its record says what it is."""
         return Outcome(
-            str(entry.record.get("status", "promoted")),
+            entry.record.status,
             "landed by a leader that stopped before its verdict; completed by the next",
             new=new,
             kind="merge",
@@ -312,8 +322,8 @@ def posting_of(entry: Entry) -> dict[str, object]:
         "base": entry.base,
         "agent": entry.agent,
         "task": entry.task,
-        "test": entry.record.get("test", ""),
+        "test": entry.record.test,
         "began": entry.began,
-        "protect": entry.record.get("protect", []),
-        "max_changed_lines": entry.record.get("max_changed_lines"),
+        "protect": list(entry.record.protect),
+        "max_changed_lines": entry.record.max_changed_lines,
     }

@@ -7,6 +7,7 @@ import json
 
 from ..store import attempts, pending
 from ..store.oplog import OpRecord
+from ..store.record import Record
 from .posting import ServerPosting
 from .queue_folder import Entry, Outcome
 
@@ -81,8 +82,7 @@ class Recovery(ServerPosting):
         ref, _ = self._published(
             attempts.write_record(
                 self.repo,
-                {**entry.record, "batch": found.batch},
-                status=found.status,
+                entry.record.but(batch=found.batch, status=found.status),
                 reason=found.reason or "decided by another machine's leader after it stopped",
                 check=found.check,
                 output=found.output,
@@ -104,7 +104,7 @@ class Recovery(ServerPosting):
         """
         log = self.target.log
         open_lines = {
-            str(line.record.get("uid")): line
+            Record.from_json(line.record).uid: line
             for line in pending.open_lines(log.read(), self.target.ref)
         }
         left = []
@@ -123,8 +123,7 @@ class Recovery(ServerPosting):
                     else self._published(
                         attempts.write_record(
                             self.repo,
-                            line.record,
-                            status=str(line.record.get("status", "promoted")),
+                            Record.from_json(line.record),
                             landed=line.new if self.target.promotes else None,
                         ),
                         entry.uid,
@@ -137,7 +136,7 @@ class Recovery(ServerPosting):
                 self._decide(
                     entry,
                     Outcome(
-                        str(line.record.get("status", "promoted")),
+                        Record.from_json(line.record).status,
                         "landed by a leader that then stopped; completed by the next",
                         new=line.new,
                         old=line.old or "",
@@ -165,7 +164,7 @@ class Recovery(ServerPosting):
         self._decide(
             entry,
             Outcome(
-                str(entry.record.get("status", "promoted")),
+                entry.record.status,
                 f"its change was already on the target, at {tip[:12]}: nothing moved",
                 old=tip,
                 new=tip,

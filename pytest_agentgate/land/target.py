@@ -24,7 +24,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -35,6 +35,7 @@ from ..git import transport
 from ..git import worktree as checkout
 from ..git.repo import BaseRepo
 from ..store import locks, oplog
+from ..store.record import Record
 
 if TYPE_CHECKING:
     from ..remote.server_queue import ServerQueue
@@ -66,10 +67,10 @@ class MoveNote:
     agent: str = ""
     task: str = ""
     kind: str = ""  # fast-forward, merge, rollback, revert, batch
-    record: Mapping[str, object] | None = None
+    record: Record | None = None
     #: For a batch: one (commit, record) per attempt it lands, the commit being that
     #: attempt's own place in the chain the move brings (a pending line each).
-    batch: tuple[tuple[str, Mapping[str, object]], ...] = ()
+    batch: tuple[tuple[str, Record], ...] = ()
     #: The objects the move adds, when the caller knows them (spares counting them).
     known_objects: Sequence[str] | None = None
     #: Count the objects and bytes the move adds (a git process, for a merge).
@@ -219,12 +220,12 @@ class _LogsMoves:
                         ref=self.ref,
                         old=old,
                         new=commit,
-                        agent=str(record.get("agent", note.agent)),
-                        task=str(record.get("task", note.task)),
+                        agent=record.agent,
+                        task=record.task,
                         pending=uid,
                         # Whose move it is: a waiter's attempt landed by a leader is the
                         # waiter's (its pid), so settling it waits while the waiter lives.
-                        record={"pid": os.getpid(), **record},
+                        record=record.but(pid=record.pid or os.getpid()).to_json(),
                     ),
                     fault="pending",
                 )

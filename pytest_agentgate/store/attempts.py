@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import AttemptNotFound, GitError, RecordMismatch
+from .record import Record
 from .records import check_name, format_message, one_line, parse_trailers, slugify, trailer_lines
 
 if TYPE_CHECKING:
@@ -204,20 +205,21 @@ def record_commit(repo: BaseRepo, tree: str, base: str, message: str, author: Au
 
 def write_record(
     repo: BaseRepo,
-    fields: Mapping[str, Any],
+    record: Record,
     *,
-    status: str,
     reason: str = "",
     check: str = "",
     output: str = "",
     landed: str | None = None,
     known_objects: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """Write one attempt's record from ``fields`` (see :func:`record_fields`): the commit, its
-    ref, the state ref beside it, and the log line. Returns (ref, commit).
+    """Write one attempt's record: the commit of ``record`` (its verdict is
+    ``record.status``; ``reason``, ``check`` and ``output`` say why), its ref, the state
+    ref beside it, and the log line. Returns (ref, commit).
 
-    The same function writes a record in the normal course and when a later run completes
-    the record of a move whose process died or could not write it (see ``pending``).
+    The one writer of records: in the normal course, after a batch's move, and when a
+    later run completes the record of a move whose process died or could not write it
+    (see ``pending``).
     """
     import time
 
@@ -226,39 +228,39 @@ def write_record(
     from . import oplog
 
     message = format_message(
-        task=str(fields["task"]),
-        status=status,
+        task=record.task,
+        status=record.status,
         reason=reason,
         check=check,
         output=output,
-        transcript=str(fields.get("transcript") or ""),
-        agent=str(fields["agent"]),
-        test=str(fields.get("test", "")),
-        base=str(fields["base"]),
+        transcript=record.transcript,
+        agent=record.agent,
+        test=record.test,
+        base=record.base,
         landed=landed,
-        excluded=tuple(fields.get("excluded", ())),
-        state=fields.get("state") or None,
-        sandbox=str(fields.get("sandbox", "")),
-        uid=str(fields.get("uid", "")),
-        results=fields.get("results") or None,
-        retest=str(fields.get("retest") or ""),
-        graded_tree=str(fields.get("graded_tree") or ""),
-        batch=str(fields.get("batch") or ""),
-        try_number=int(str(fields.get("try") or 1)),
-        checkpoints=str(fields.get("checkpoints") or ""),
-        protect=tuple(fields.get("protect") or ()),
-        max_changed_lines=fields.get("max_changed_lines"),
+        excluded=record.excluded,
+        state=record.state,
+        sandbox=record.sandbox,
+        uid=record.uid,
+        results=record.results,
+        retest=record.retest,
+        graded_tree=record.graded_tree,
+        batch=record.batch,
+        try_number=record.try_number,
+        checkpoints=record.checkpoints,
+        protect=record.protect,
+        max_changed_lines=record.max_changed_lines,
     )
     begin = time.perf_counter()
     from .. import _faults
 
     _faults.point("record")
-    author = Author.for_agent(str(fields["agent"]))
-    commit = record_commit(repo, str(fields["tree"]), str(fields["base"]), message, author)
+    author = Author.for_agent(record.agent)
+    commit = record_commit(repo, record.tree, record.base, message, author)
     objects, size = repo.measure([commit, *known_objects])
-    ref = write_ref(repo, slugify(str(fields["task"])), commit, message)
-    if fields.get("state"):
-        state.write_ref(repo, ref, str(fields["state"]))
+    ref = write_ref(repo, slugify(record.task), commit, message)
+    if record.state:
+        state.write_ref(repo, ref, record.state)
     # The record itself is written; its log line is a convenience.
     with contextlib.suppress(OSError):
         oplog.append(
@@ -268,12 +270,12 @@ def write_record(
                 ref=ref,
                 old=None,
                 new=commit,
-                agent=str(fields["agent"]),
-                task=str(fields["task"]),
+                agent=record.agent,
+                task=record.task,
                 objects=objects,
                 bytes=size,
                 duration_ms=round((time.perf_counter() - begin) * 1000, 3),
-                note=status,
+                note=record.status,
             ),
         )
     return ref, commit

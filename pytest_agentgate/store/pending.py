@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import AgentgateError
 from ..git.repo import BaseRepo
 from . import attempts, oplog
+from .record import Record, Status
 
 INTERRUPTED = "the run ended while promoting this attempt"
 
@@ -92,15 +93,14 @@ def settle(
     recorded = {a.trailers.get("Id") for a in attempts.list_attempts(repo)}
     notes = []
     for line in lines:
-        fields = line.record
+        record = Record.from_json(line.record)
         try:
-            if fields.get("uid") not in recorded:
+            if record.uid not in recorded:
                 moved = line.new is not None and _on(repo, line.new, line.ref)
-                status = str(fields.get("status", "promoted")) if moved else "error"
+                status: Status = record.status if moved else "error"
                 written, commit = attempts.write_record(
                     repo,
-                    fields,
-                    status=status,
+                    record.but(status=status),
                     reason="" if moved else f"{INTERRUPTED}; the target did not move",
                     check="" if moved else "promote",
                     landed=line.new if moved and status == "promoted" else None,
@@ -110,11 +110,11 @@ def settle(
                     if problem:
                         notes.append(problem)
                 notes.append(
-                    f"completed the record of {fields.get('task')!r}: "
+                    f"completed the record of {record.task!r}: "
                     + (f"landed as {str(line.new)[:12]}" if moved else "it did not land")
                 )
         except (AgentgateError, OSError) as exc:
-            notes.append(f"could not complete the record of {fields.get('task')!r}: {exc}")
+            notes.append(f"could not complete the record of {record.task!r}: {exc}")
             continue
         with contextlib.suppress(OSError):
             oplog.append(

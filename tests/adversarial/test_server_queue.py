@@ -22,6 +22,7 @@ from pytest_agentgate import Engine, GateSpec
 from pytest_agentgate.land.queue import Entry, Outcome
 from pytest_agentgate.land.retest import Retested
 from pytest_agentgate.remote.server_queue import POSTED_TITLE, VERDICT_TITLE
+from pytest_agentgate.store.record import Record
 
 KEY = "ab" * 12
 
@@ -144,9 +145,8 @@ class Leader:
         )  # fmt: skip
 
 
-def _record(uid: str, task: str, base: str, tree: str) -> dict[str, object]:
-    return {"uid": uid, "task": task, "agent": "leader", "base": base, "tree": tree,
-            "status": "promoted"}  # fmt: skip
+def _record(uid: str, task: str, base: str, tree: str) -> Record:
+    return Record(task, "leader", base, tree, uid=uid)
 
 
 def _queued_and_posted(
