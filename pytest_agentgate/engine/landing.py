@@ -390,7 +390,7 @@ def _reusable(
     that the comparison with ``held`` accepts as a re-test's would, nothing removed allowed:
     what passed there passes, a test new to it passes. A failure is never taken as is (held
     to other bases, it may have failed a test the batch may fail): the tree is run again.
-    The second trial found a pass held to other bases that a re-test would have failed."""
+    A pass held to other bases is not enough either: a re-test held to these may fail it."""
     if found.tests is None:
         return not held
     if not found.ok or results.failing(found.tests):

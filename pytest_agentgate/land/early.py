@@ -290,8 +290,8 @@ class EarlyRetests:
     def decide(self, key: str, tree: str) -> None:
         """A leader re-tests ``tree`` itself (no early result of it was there): from now on
         its answer stands for that tree, and no early result of it is written or used.
-        Found by a trial: a leader's failed re-test was followed by an early pass of the
-        same tree, written after it, which a later batch with that top then landed on."""
+        Else an early pass of a tree written after the leader's own run failed it could
+        let a later batch with that top land on the pass."""
         if not self.enabled:
             return
         with contextlib.suppress(OSError):

@@ -17,8 +17,8 @@ class Recovery(ServerPosting):
 
     def _sweep_answered(self) -> None:
         """Forget the entries that have a verdict and no waiter left to read it (it died
-        after its verdict was written: its record is the leader's). Found by a trial: they
-        stayed in the queue's folder for good. Not for a branch on a server: a dead
+        after its verdict was written: its record is the leader's), else they would stay in
+        the queue's folder for good. Not for a branch on a server: a dead
         poster's verdict from another machine is read at its machine's next run, to record
         it (:meth:`settle_posted`)."""
         if self.target.server_queue() is not None:

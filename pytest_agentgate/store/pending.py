@@ -57,8 +57,8 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie has let go of everything (its locks too) and only waits for its parent to
-    # read its status: dead. Found by a trial: pytest-xdist keeps a SIGKILLed worker a
-    # zombie for a while, and a leader landed the dead worker's queued attempt.
+    # read its status: dead (pytest-xdist keeps a SIGKILLed worker a zombie for a while,
+    # and its queued attempt must not be landed as a live waiter's).
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
