@@ -41,7 +41,11 @@ def test_the_import_contracts_are_kept() -> None:
     [
         ("git/repo.py", "from .. import engine as _e  # noqa", "folders: faces > engine"),
         ("judge/gate.py", "from .. import engine as _e  # noqa", "folders: faces > engine"),
-        ("land/target.py", "import pytest as _p  # noqa", "the engine and below work without pytest"),
+        (
+            "land/target.py",
+            "import pytest as _p  # noqa",
+            "the engine and below work without pytest",
+        ),
         (
             "cli/main.py",
             "from ..pytest_plugin import hooks as _p  # noqa",
@@ -53,6 +57,14 @@ def test_the_import_contracts_are_kept() -> None:
         ("sandbox/supervisor.py", "from . import process as _p  # noqa", "inside sandbox/"),
         ("engine/base.py", "from . import story as _s  # noqa", "inside engine/"),
         ("land/queue_folder.py", "from . import leader as _l  # noqa", "inside land/"),
+        ("workspace/fork.py", "from . import snapshot as _s  # noqa", "inside workspace/"),
+        ("remote/lease.py", "from . import server_queue as _q  # noqa", "inside remote/"),
+        (
+            "pytest_plugin/options.py",
+            "from . import settings as _s  # noqa",
+            "inside pytest_plugin/",
+        ),
+        ("cli/common.py", "from . import main as _m  # noqa", "inside cli/"),
     ],
 )
 def test_each_contract_breaks_when_its_rule_is_broken(
