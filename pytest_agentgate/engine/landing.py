@@ -113,16 +113,8 @@ class Landing(EngineBase):
         ) -> Retested:
             on_tip = self.baselines.of_tip(tip, spec)
             held = either_passed(base_results, on_tip.tests if on_tip else None)
-            result = run_commands(
-                self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
-                running=running, expected=self._expected(spec, on_tip, [attempt.base]),
-            )  # fmt: skip
-            if result.ok and result.tests:  # the merged tree is a baseline for free
-                self.baselines.keep(tree, spec, result)
-            return Retested(
-                result.ok, result.message, result.output, result.tests,
-                fingerprint=result.fingerprint,
-            )  # fmt: skip
+            expected = self._expected(spec, on_tip, [attempt.base])
+            return self._retest_tree(tree, spec, held, expected, running)
 
         return graded_retest
 
@@ -177,18 +169,30 @@ class Landing(EngineBase):
             expected = self._expected(spec, on_tip, bases)
             if reuse is not None and _reusable(reuse, held, expected, spec):
                 return reuse  # run early, on exactly this tree: as good as running it now
-            result = run_commands(
-                self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
-                running=running, expected=expected,
-            )  # fmt: skip
-            if result.ok and result.tests:  # the merged tree is a baseline for free
-                self.baselines.keep(tree, spec, result)
-            return Retested(
-                result.ok, result.message, result.output, result.tests,
-                fingerprint=result.fingerprint,
-            )  # fmt: skip
+            return self._retest_tree(tree, spec, held, expected, running)
 
         return batch_retest
+
+    def _retest_tree(
+        self,
+        tree: str,
+        spec: GateSpec,
+        held: Mapping[str, str] | None,
+        expected: frozenset[str] | None,
+        running: Running | None,
+    ) -> Retested:
+        """Run the gate on a merged tree, held to ``held``; a pass is kept as that tree's
+        baseline (it comes for free)."""
+        result = run_commands(
+            self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
+            running=running, expected=expected,
+        )  # fmt: skip
+        if result.ok and result.tests:
+            self.baselines.keep(tree, spec, result)
+        return Retested(
+            result.ok, result.message, result.output, result.tests,
+            fingerprint=result.fingerprint,
+        )  # fmt: skip
 
     def _expected(
         self, spec: GateSpec, on_tip: Stored | None, bases: Sequence[str]

@@ -1,19 +1,7 @@
-"""The gated lifecycle as plain Python: fork, snapshot, gate, preflight, promote, record.
-
-The pytest plugin is a thin layer over :class:`Engine`; an orchestrator that is not pytest
-drives the same calls::
-
-    engine = Engine.open("../service", "main", promote=True,
-                         gate=GateSpec(commands=("python -m pytest -q",)))
-    ws = engine.fork(task="Add total()")
-    ...  # the agent edits ws.path
-    attempt = engine.run_attempt(ws, task="Add total()", agent="agent-a")
-    print(attempt.verdict.status, attempt.record_ref)
-
-The engine holds the lifecycle only. Where attempts land is its :class:`~.target.Target`;
-workspaces come from a :class:`~.pool.WorkspacePool`; what a test is held to from
-:class:`~.baseline.Baselines`; the verdict from :mod:`.gate`; messages from :mod:`.records`.
-Its settings are one frozen :class:`EngineSettings`, given whole.
+"""The one place that tells the engine's story in order: fork a workspace (or resume one),
+let the agent work, then :meth:`Engine.run_attempt` judges and lands what it left
+(:meth:`Engine._decide`: snapshot and the refusals that need no gate, the gate and its
+grading, the merge preview and the landing), and writes the record.
 """
 
 from __future__ import annotations
