@@ -227,30 +227,7 @@ def write_record(
     from ..workspace import state
     from . import oplog
 
-    message = format_message(
-        task=record.task,
-        status=record.status,
-        reason=reason,
-        check=check,
-        output=output,
-        transcript=record.transcript,
-        agent=record.agent,
-        test=record.test,
-        base=record.base,
-        landed=landed,
-        excluded=record.excluded,
-        state=record.state,
-        sandbox=record.sandbox,
-        uid=record.uid,
-        results=record.results,
-        retest=record.retest,
-        graded_tree=record.graded_tree,
-        batch=record.batch,
-        try_number=record.try_number,
-        checkpoints=record.checkpoints,
-        protect=record.protect,
-        max_changed_lines=record.max_changed_lines,
-    )
+    message = format_message(record, reason=reason, check=check, output=output, landed=landed)
     begin = time.perf_counter()
     from .. import _faults
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
+from .record import Record
 from .schema import RECORD_VERSION
 
 #: Characters that would end a line (or a trailer) in a commit message.
@@ -64,32 +63,17 @@ def _indented(title: str, text: str) -> list[str]:
 
 
 def format_message(
+    record: Record,
     *,
-    task: str,
-    status: str,
-    reason: str,
-    check: str,
-    output: str,
-    agent: str,
-    test: str,
-    base: str,
-    landed: str | None,
-    excluded: Sequence[str] = (),
-    state: str | None = None,
-    sandbox: str = "",
-    uid: str = "",
-    results: Mapping[str, Any] | None = None,
-    retest: str = "",
-    graded_tree: str = "",
-    batch: str = "",
-    try_number: int = 1,
-    checkpoints: str = "",
-    protect: Sequence[str] = (),
-    max_changed_lines: int | None = None,
-    transcript: str = "",
+    reason: str = "",
+    check: str = "",
+    output: str = "",
+    landed: str | None = None,
 ) -> str:
-    """The record's message: a subject, why, the output tail, what the agent's commands
-    printed (the tail of its transcript), then ``Agentgate-*`` trailers."""
+    """The message of ``record``'s commit: a subject, why (``reason``), the output tail,
+    what the agent's commands printed (the tail of its transcript), then ``Agentgate-*``
+    trailers (``check``: what decided; ``landed``: the commit that landed it)."""
+    status, task, excluded, results = record.status, record.task, record.excluded, record.results
     subject = one_line(f"agentgate {status}: {task}")[:200]
     body = [subject, ""]
     if reason:
@@ -116,29 +100,31 @@ def format_message(
         shown = ", ".join(one_line(str(c)) for c in results["judged_by_exit_code"][:10])
         body += [f"Judged by exit code: {shown}", ""]
     body += _indented("Output (last lines):", output)
-    if transcript.strip() != output.strip():
-        body += _indented("Agent transcript (last lines):", transcript)
+    if record.transcript.strip() != output.strip():
+        body += _indented("Agent transcript (last lines):", record.transcript)
     # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
     # orders attempts recorded within one second.
     trailers: dict[str, str | None] = {
         "Verdict": status,
-        "Agent": agent,
+        "Agent": record.agent,
         "Task": task,
-        "Test": test,
-        "Base": base,
+        "Test": record.test,
+        "Base": record.base,
         "Check": check,
         "Landed": landed,
-        "State": state,
-        "Sandbox": sandbox,
-        "Id": uid,
-        "Retest": retest,
-        "Graded-Tree": graded_tree,
-        "Batch": batch,
-        "Try": str(try_number) if try_number > 1 else None,
-        "Checkpoints": checkpoints,
+        "State": record.state,
+        "Sandbox": record.sandbox,
+        "Id": record.uid,
+        "Retest": record.retest,
+        "Graded-Tree": record.graded_tree,
+        "Batch": record.batch,
+        "Try": str(record.try_number) if record.try_number > 1 else None,
+        "Checkpoints": record.checkpoints,
         # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
-        "Protect": json.dumps(list(protect)) if protect else None,
-        "Max-Changed-Lines": str(max_changed_lines) if max_changed_lines is not None else None,
+        "Protect": json.dumps(list(record.protect)) if record.protect else None,
+        "Max-Changed-Lines": (
+            str(record.max_changed_lines) if record.max_changed_lines is not None else None
+        ),
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
         "Schema": str(RECORD_VERSION),
     }

@@ -7,22 +7,22 @@ import pytest
 
 from pytest_agentgate.errors import ConfigError
 from pytest_agentgate.store import records
+from pytest_agentgate.store.record import Record
 
 
 def message(**overrides: object) -> str:
     fields: dict[str, object] = {
         "task": "Add total()",
         "status": "rejected",
-        "reason": "the test failed",
-        "check": "test",
-        "output": "E   assert 1 == 2\n",
         "agent": "agent-a",
         "test": "tests/test_x.py::test_total",
         "base": "a" * 40,
-        "landed": None,
+        "tree": "",
     }
-    fields.update(overrides)
-    return records.format_message(**fields)  # type: ignore[arg-type]
+    said = {"reason": "the test failed", "check": "test", "output": "E   assert 1 == 2\n"}
+    for key, value in overrides.items():
+        (said if key in said else fields)[key] = value
+    return records.format_message(Record(**fields), **said)  # type: ignore[arg-type]
 
 
 def test_trailers_round_trip() -> None:
