@@ -7,7 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from .. import _faults
@@ -232,7 +232,7 @@ class Leader(Recovery):
         top = landing[-1][1]
         # Another machine's attempts are recorded there, by the machine that reports them.
         records_of = [
-            (commit, e.record.but(pid=e.pid, batch=f"{landed.batch_id} ({i + 1} of {good})"))
+            (commit, replace(e.record, pid=e.pid, batch=f"{landed.batch_id} ({i + 1} of {good})"))
             for i, (e, commit, _, _) in enumerate(landing)
             if not e.foreign
         ]
@@ -452,7 +452,7 @@ class _Landed:
         else:
             batched = kind == "merge" and not self.untested
             retest = "batched" if batched else entry.record.retest
-        return entry.record.but(batch=self.batch_label(i), retest=retest)
+        return replace(entry.record, batch=self.batch_label(i), retest=retest)
 
     def outcome(self, i: int, problem: str = "") -> Outcome:
         entry, commit, tree, kind = self.links[i]

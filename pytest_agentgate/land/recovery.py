@@ -4,6 +4,7 @@ whose waiter died, moves whose records were not written, verdicts nobody will re
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from ..store import attempts, pending
 from ..store.oplog import OpRecord
@@ -82,7 +83,7 @@ class Recovery(ServerPosting):
         ref, _ = self._published(
             attempts.write_record(
                 self.repo,
-                entry.record.but(batch=found.batch, status=found.status),
+                replace(entry.record, batch=found.batch, status=found.status),
                 reason=found.reason or "decided by another machine's leader after it stopped",
                 check=found.check,
                 output=found.output,

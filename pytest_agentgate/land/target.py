@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from .. import _faults
@@ -225,7 +225,7 @@ class _LogsMoves:
                         pending=uid,
                         # Whose move it is: a waiter's attempt landed by a leader is the
                         # waiter's (its pid), so settling it waits while the waiter lives.
-                        record=record.but(pid=record.pid or os.getpid()).to_json(),
+                        record=replace(record, pid=record.pid or os.getpid()).to_json(),
                     ),
                     fault="pending",
                 )

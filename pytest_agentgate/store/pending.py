@@ -15,6 +15,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AgentgateError
@@ -100,7 +101,7 @@ def settle(
                 status: Status = record.status if moved else "error"
                 written, commit = attempts.write_record(
                     repo,
-                    record.but(status=status),
+                    replace(record, status=status),
                     reason="" if moved else f"{INTERRUPTED}; the target did not move",
                     check="" if moved else "promote",
                     landed=line.new if moved and status == "promoted" else None,

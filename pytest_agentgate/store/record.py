@@ -11,7 +11,7 @@ completes must never be lost to a field it cannot read.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
 
 #: An attempt's verdict.
@@ -59,10 +59,6 @@ class Record:
     #: Whose move it is (a waiter's attempt landed by a leader is the waiter's): settling
     #: its pending line waits while that process lives. None: the writer's own.
     pid: int | None = None
-
-    def but(self, **changes: Any) -> Record:
-        """This record with ``changes``."""
-        return replace(self, **changes)
 
     def to_json(self) -> dict[str, object]:
         """Its JSON object (lists for tuples; ``pid`` only when set)."""
