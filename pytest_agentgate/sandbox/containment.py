@@ -35,14 +35,13 @@ from typing import TYPE_CHECKING
 
 from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX
 from ..errors import ConfigError
+from .bwrap_run import STATUS_PLACEHOLDER
 
 if TYPE_CHECKING:
     from .process import CommandResult, Running
 
 MODES = ("auto", "bwrap", "none")
 NETWORKS = ("none", "host")
-#: Replaced by the supervisor with the descriptor bwrap reports its own status on.
-STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
 #: What the environment of an agent's or a gate's command may keep, unless a person names more.
 ALLOWED_ENV = frozenset(
     {"PATH", "LANG", "LANGUAGE", "TERM", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "TZ"}

@@ -1,9 +1,10 @@
-"""Running commands (agent steps, gate commands) under the supervisor, in a session of their own.
+"""Running commands (agent steps, gate commands), each in a session of its own, supervised.
 
-Every command runs as a child of :mod:`pytest_agentgate.sandbox.supervisor`, a child subreaper that
-ends every process the command started when it ends, and reports the exit status on a pipe
-the command cannot reach. Its output goes to a temporary file, so a chatty command costs disk,
-not memory, and only its tail is kept.
+A contained command has bwrap as its supervisor (:mod:`pytest_agentgate.sandbox.bwrap_run`);
+an uncontained one has :mod:`pytest_agentgate.sandbox.supervisor`, a child subreaper. Either
+way, every process the command started is ended when it ends, and its exit status comes back
+on a pipe the command cannot reach. Its output goes to a temporary file, so a chatty command
+costs disk, not memory, and only its tail is kept.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from .. import _faults
+
+if TYPE_CHECKING:
+    from .supervisor import Cgroup
 
 #: How many lines of a command's output an attempt record keeps.
 TAIL_LINES = 40
@@ -222,43 +227,25 @@ def run_command(
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     label = command if isinstance(command, str) else shlex.join(argv)  # as a shell reads it
     contained = wrap is not None
-    final = wrap(argv) if wrap is not None else argv
     begin = time.perf_counter()
     from .supervisor import Cgroup
 
     cgroup = Cgroup.create(pids_max)
-    status_r, status_w = os.pipe()
     with tempfile.TemporaryFile() as sink:
-        proc, config = _start_supervisor(
-            final, cwd, env, timeout, status_r, status_w, sink.fileno(), cgroup.path, fsize_max
-        )
-        if started is not None:
-            started.append(proc.pid)
-        if running is not None:
-            running.add(proc)
-        assert proc.stdin is not None
-        proc.stdin.write(config)
-        proc.stdin.close()
-        _faults.point("gate")
         try:
             with terminate_as_interrupt():
-                try:
-                    data = _read_report(status_r, timeout)
-                except BaseException:
-                    _end_supervisor(proc)
-                    raise
-                if data is None:  # the supervisor outlived its own timeout: end it
-                    kill_group(proc.pid)
-                    data = b""
-                proc.wait()
+                if wrap is not None:
+                    report = _run_contained(
+                        wrap(argv), cwd, env, timeout, sink, cgroup, fsize_max, started, running
+                    )
+                else:
+                    report = _run_supervised(
+                        argv, cwd, env, timeout, sink, cgroup, fsize_max, started, running
+                    )
         finally:
-            if running is not None:
-                running.discard(proc)
-            os.close(status_r)
             # Whatever is still in the command's cgroup (its supervisor was killed before it
             # could sweep) goes now.
             stragglers = cgroup.remove()
-        report = _report(data)
         size = sink.seek(0, os.SEEK_END)
         sink.seek(max(0, size - _KEEP_BYTES))
         output = sink.read().decode("utf-8", "replace")
@@ -276,28 +263,138 @@ def run_command(
     )
 
 
-def _start_supervisor(
+def _run_contained(
+    line: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    sink: IO[bytes],
+    cgroup: Cgroup,
+    fsize_max: int | None,
+    started: list[int] | None,
+    running: Running | None,
+) -> dict[str, object]:
+    """A contained command: bwrap is its supervisor (see :mod:`.bwrap_run`)."""
+    from . import bwrap_run
+
+    launched: list[subprocess.Popen[bytes]] = []
+
+    def on_start(proc: subprocess.Popen[bytes]) -> None:
+        launched.append(proc)
+        if started is not None:
+            started.append(proc.pid)
+        if running is not None:
+            running.add(proc)
+        _faults.point("gate")
+
+    try:
+        return bwrap_run.run(
+            line,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            sink=sink,
+            cgroup=cgroup,
+            fsize_max=fsize_max,
+            on_start=on_start,
+            ended=lambda: running is not None and running.ended,
+        )
+    finally:
+        if running is not None and launched:
+            running.discard(launched[0])
+
+
+def _run_supervised(
     argv: list[str],
     cwd: Path,
     env: Mapping[str, str],
     timeout: float | None,
-    status_r: int,
-    status_w: int,
-    out_fd: int,
-    cgroup: str | None,
+    sink: IO[bytes],
+    cgroup: Cgroup,
     fsize_max: int | None,
-) -> tuple[subprocess.Popen[bytes], bytes]:
-    """Start the supervisor of ``argv``, and what to send on its stdin: its code and its
-    configuration (nothing of it is a file a command could change). Its report comes back
-    on ``status_w``, which is closed here whatever happens (``status_r`` too, when it
-    cannot start)."""
+    started: list[int] | None,
+    running: Running | None,
+) -> dict[str, object]:
+    """An uncontained command: the Python supervisor (see :mod:`.supervisor`) runs it."""
+    status_r, status_w = os.pipe()
+    inside = cgroup.thread_in()
+    try:
+        try:
+            proc = _start_supervisor(status_w, sink.fileno(), cwd)
+        finally:
+            if inside:
+                cgroup.thread_out()
+        if started is not None:
+            started.append(proc.pid)
+        if running is not None:
+            running.add(proc)
+        try:
+            # Its bounds first (the command inherits them): set while the interpreter starts.
+            if not inside:
+                cgroup.add(proc.pid)
+            problem = _limit_file_size(proc.pid, fsize_max)
+            assert proc.stdin is not None
+            proc.stdin.write(_config(argv, cwd, env, timeout, status_w, sink, cgroup, problem))
+            proc.stdin.close()
+            _faults.point("gate")
+            data = _read_report(status_r, timeout)
+        except BaseException:
+            _end_supervisor(proc)
+            raise
+        finally:
+            if running is not None:
+                running.discard(proc)
+        if data is None:  # the supervisor outlived its own timeout: end it
+            kill_group(proc.pid)
+            data = b""
+        proc.wait()
+    finally:
+        os.close(status_r)
+    report = _report(data)
+    if cgroup.problem:
+        report.setdefault("cgroup_problem", cgroup.problem)
+    return report
+
+
+def _limit_file_size(pid: int, fsize_max: int | None) -> str:
+    """Set ``pid``'s RLIMIT_FSIZE (no file it or its children write grows past it)."""
+    if not fsize_max:
+        return ""
+    import resource
+
+    try:
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (fsize_max, fsize_max))
+    except OSError as exc:
+        return f"could not set the file-size limit: {exc}"
+    return ""
+
+
+def _config(
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout: float | None,
+    status_w: int,
+    sink: IO[bytes],
+    cgroup: Cgroup,
+    problem: str,
+) -> bytes:
+    """What the supervisor reads on its stdin: its code, then its configuration (nothing of
+    it is a file a command could change). A bound that could not be set is a launch error:
+    the supervisor reports it without starting the command."""
     config = {
         "argv": argv, "cwd": str(cwd), "env": dict(env), "timeout": timeout,
-        "parent": os.getpid(), "status_fd": status_w, "out_fd": out_fd, "cgroup": cgroup,
-        "fsize_max": fsize_max,
+        "parent": os.getpid(), "status_fd": status_w, "out_fd": sink.fileno(),
+        "cgroup": cgroup.path, "refuse": problem,
     }  # fmt: skip
+    return _supervisor_code() + marshal.dumps(config)
+
+
+def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start the supervisor (it waits for its configuration on stdin). Its report comes back
+    on ``status_w``, which is closed here whatever happens."""
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP],
             stdin=subprocess.PIPE,
             stdout=out_fd,
@@ -307,12 +404,8 @@ def _start_supervisor(
             env={"LC_ALL": "C.UTF-8"},
             cwd=cwd,
         )
-    except BaseException:
-        os.close(status_r)
-        raise
     finally:
         os.close(status_w)
-    return proc, _supervisor_code() + marshal.dumps(config)
 
 
 def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:

@@ -41,8 +41,6 @@ else:
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 0.5
-#: In the command line, where the sandbox's status descriptor goes (chosen here, when free).
-STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
 
 
 class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # not subscriptable at run time
@@ -103,13 +101,46 @@ class Cgroup:
     """A pids cgroup of one command's own: its process cap, and the list of its processes.
 
     The plugin makes it (where it may: as root, or in a delegated cgroup) and removes it,
-    killing whatever is still in it; the supervisor joins it before it starts the command, so
-    every process the command starts is in it, also one that killed its supervisor.
+    killing whatever is still in it. The command's first process (the supervisor, or bwrap)
+    is in it before the command starts, so every process the command starts is in it, also
+    one that killed its supervisor.
     """
 
     def __init__(self, path: str = "", problem: str = "") -> None:
         self.path = path
         self.problem = problem
+        self._home = ""
+
+    def thread_in(self) -> bool:
+        """Move the calling thread in, where the hierarchy holds threads one by one (cgroup
+        v1): a process it starts is then born inside. A thread that moves itself waits for
+        no RCU grace period, as moving another process does (milliseconds). False where it
+        cannot: the caller then moves the process it started (:meth:`add`)."""
+        if not self.path or not os.path.exists(f"{self.path}/tasks"):
+            return False
+        try:
+            with open("/proc/thread-self/cgroup", encoding="ascii") as f:
+                for line in f.read().splitlines():
+                    _, controllers, at = line.split(":", 2)
+                    if "pids" in controllers.split(","):
+                        self._home = f"/sys/fs/cgroup/pids{at.rstrip('/')}"
+            if not self._home:
+                return False
+            with open(f"{self.path}/tasks", "w", encoding="ascii") as f:
+                f.write("0")
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def thread_out(self) -> None:
+        """Move the calling thread back where :meth:`thread_in` found it."""
+        for home in (self._home, "/sys/fs/cgroup/pids"):
+            try:
+                with open(f"{home}/tasks", "w", encoding="ascii") as f:
+                    f.write("0")
+                return
+            except OSError:
+                continue
 
     @classmethod
     def create(cls, pids_max: int | None) -> Cgroup:
@@ -149,14 +180,15 @@ class Cgroup:
             raise
         return path
 
-    def join(self) -> None:
-        """Move this process in (its children are born in it)."""
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` in (the children it starts from then on are born in it)."""
         if self.path:
             try:
                 with open(f"{self.path}/cgroup.procs", "w", encoding="ascii") as f:
-                    f.write(str(os.getpid()))
+                    f.write(str(pid))
             except OSError as exc:
                 self.problem = f"could not join the pids cgroup: {exc}"
+                self.remove()
                 self.path = ""
 
     def leave(self) -> None:
@@ -250,10 +282,10 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, keep: int) -> int:
+def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
     """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, and no other
-    descriptor open but ``keep`` (the sandbox's status pipe, or -1). Raises ``OSError`` when
-    the program could not be executed (the errno comes back on a close-on-exec pipe)."""
+    descriptor open. Raises ``OSError`` when the program could not be executed (the errno
+    comes back on a close-on-exec pipe)."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nothing here may raise past os._exit
@@ -263,13 +295,9 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, keep: in
             os.dup2(null, 0)
             os.dup2(out_fd, 1)
             os.dup2(out_fd, 2)
-            top = 3
-            for fd in sorted(f for f in (keep, err_w) if f >= 3):
-                os.closerange(top, fd)
-                top = fd + 1
-            os.closerange(top, 1 << 16)
-            if keep >= 0:
-                os.set_inheritable(keep, True)
+            if err_w > 3:
+                os.closerange(3, err_w)
+            os.closerange(err_w + 1, 1 << 16)
             os.execvpe(argv[0], argv, env)
         except OSError as exc:
             os.write(err_w, str(exc.errno or 0).encode())
@@ -295,9 +323,10 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
     if os.getppid() != int(config["parent"]):  # the plugin died before the death signal was set
         Cgroup(config.get("cgroup") or "").remove()
         return 1
+    # The plugin moved this process into the cgroup and set its file-size limit before it
+    # sent the configuration: the command and all it starts inherit both.
     cgroup = Cgroup(config.get("cgroup") or "")
-    cgroup.join()
-    report: dict[str, object] = {"subreaper": subreaper, "cgroup_problem": cgroup.problem}
+    report: dict[str, object] = {"subreaper": subreaper}
 
     def finish(**fields: object) -> int:
         if os.getppid() != int(config["parent"]):  # the plugin is gone: clean up for it
@@ -307,23 +336,12 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
         os.write(status_fd, marshal.dumps(report))
         return 0
 
-    if config.get("fsize_max"):  # inherited by the command: no file it writes grows past it
-        import resource
-
-        limit = int(config["fsize_max"])
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    # The sandbox's own status (did it start the command, with which exit code) comes on a
-    # pipe of the supervisor's, never on one the command could write.
-    status_r = status_w = -1
-    if STATUS_PLACEHOLDER in argv:
-        status_r, status_w = os.pipe()
-        argv = [str(status_w) if arg == STATUS_PLACEHOLDER else arg for arg in argv]
+    if config.get("refuse"):  # a bound the plugin could not set: the command does not start
+        return finish(returncode=None, exec_error=str(config["refuse"]))
     try:
-        child = _spawn(argv, config["cwd"], config["env"], int(config["out_fd"]), status_w)
+        child = _spawn(argv, config["cwd"], config["env"], int(config["out_fd"]))
     except OSError as exc:
         return finish(returncode=None, exec_error=f"{exc.strerror or exc}: {argv[0]}")
-    if status_w >= 0:
-        os.close(status_w)
     code: int | None = None
     timed_out = interrupted = False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
@@ -359,8 +377,6 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
             code = os.waitstatus_to_exitcode(status)
         except ChildProcessError:
             pass
-    if status_r >= 0:
-        report["sandbox_status"] = _read_all(status_r).decode("utf-8", "replace")
     return finish(
         returncode=code, timed_out=timed_out, interrupted=interrupted, survivors=survivors
     )

@@ -629,10 +629,51 @@ def test_network_is_off_unless_asked_for(service: Path, bwrap: str) -> None:
         server.close()
 
 
-def test_a_command_cannot_run_more_processes_than_the_cap(service: Path, bwrap: str) -> None:
-    ws = engine(service, "bwrap", pids_max=16).fork(task="fork bomb")
+def _require_pids_cgroup() -> None:
+    from pytest_agentgate.sandbox.supervisor import Cgroup
+
+    probe = Cgroup.create(8)
+    if not probe.path:
+        reason = f"this machine gives no pids cgroup to the plugin: {probe.problem}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    probe.remove()
+
+
+def test_a_command_cannot_run_more_processes_than_the_cap(
+    service: Path, sandbox_mode: str
+) -> None:
+    _require_pids_cgroup()
+    ws = engine(service, sandbox_mode, pids_max=16).fork(task="fork bomb")
     result = ws.run("for i in $(seq 40); do sleep 2 & done; wait", timeout=30)
     assert "fork" in result.output.lower() or "resource" in result.output.lower(), result.output
+
+
+def test_no_file_a_command_writes_grows_past_the_limit(service: Path, sandbox_mode: str) -> None:
+    ws = engine(service, sandbox_mode, file_bytes=10_000).fork(task="big file")
+    result = ws.run("head -c 100000 /dev/zero > big.bin")
+    assert not result.ok
+    assert (ws.path / "big.bin").stat().st_size <= 10_000
+
+
+def test_a_command_holds_no_descriptor_but_its_own(service: Path, sandbox_mode: str) -> None:
+    """Nothing of the plugin's (the status pipe, the pipe bwrap reads its options from, a
+    lock) is open in the command: it has stdin, and stdout and stderr on its output."""
+    ws = engine(service, sandbox_mode).fork(task="descriptors")
+    assert ws.run("ls /proc/$$/fd").output.split() == ["0", "1", "2"]
+
+
+def test_a_contained_command_cannot_forge_its_exit_status(service: Path, bwrap: str) -> None:
+    """bwrap reports the exit code on a pipe only it holds: a command that writes bwrap's
+    report to every descriptor it can find, its own and its parents', still failed."""
+    ws = engine(service, "bwrap").fork(task="forge the status")
+    forge = (
+        "for fd in /proc/self/fd/* /proc/1/fd/* /proc/$PPID/fd/*; do "
+        "printf '{ \"exit-code\": 0 }\\n' > \"$fd\" 2>/dev/null; done; exit 3"
+    )
+    result = ws.run(forge)
+    assert result.returncode == 3 and not result.ok, result
 
 
 def test_a_sandbox_that_cannot_start_is_an_error_or_a_warning(

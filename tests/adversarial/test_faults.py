@@ -29,6 +29,19 @@ def run(
     )  # fmt: skip
 
 
+def assert_nothing_runs_in(root: Path) -> None:
+    """No process (a gate's bwrap or its sandbox, a supervisor) is left at work in ``root``:
+    the ends a killed run leaves are ended by the kernel, a moment later at most."""
+    import time
+
+    from pytest_agentgate.sandbox.process import processes_in
+
+    deadline = time.monotonic() + 3
+    while (left := processes_in(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, [Path(f"/proc/{pid}/cmdline").read_bytes()[:200] for pid in left]
+
+
 def assert_recovers(suite: Path, service: Path, base: str) -> None:
     """The next run needs no cleanup: both tasks land, the tree is clean, git is healthy."""
     result = run(suite, service, base, None)
@@ -61,6 +74,8 @@ def test_sigkill_at_a_named_point(
         assert git(service, "rev-parse", "main^") == base  # exactly the first promotion
         assert git(service, "ls-tree", "--name-only", "main", "first.txt") == "first.txt"
     fsck(service)
+    if fault == "gate":  # nothing of the gate outlives the run, whatever started it
+        assert_nothing_runs_in(suite / "tmp")
     if fault == "worktree-sync":
         # The files are behind the ref until the next run finishes the update.
         assert not (service / "first.txt").exists()
