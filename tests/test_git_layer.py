@@ -3,6 +3,7 @@ answers, whatever the names hold, and the shortcuts that read git's files agree 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def test_a_forged_loose_commit_is_not_believed(repo: BaseRepo, service: Path) ->
     assert fresh._loose_commit_tree(fake) is None
     with pytest.raises(GitError):
         fresh.tree_of(fake)
+
+
+def test_worktrees_are_those_git_lists_seen_from_any_of_them(tmp_path: Path) -> None:
+    """Read from the common directory without starting git: the same set as ``git worktree
+    list``, from the main working tree and from a linked one."""
+    from pytest_agentgate.git.repo import BaseRepo
+
+    main, linked = tmp_path / "main", tmp_path / "linked"
+    subprocess.run(["git", "init", "-q", str(main)], check=True)
+    git(main, "commit", "-q", "--allow-empty", "-m", "first")
+    git(main, "worktree", "add", "-q", str(linked), "-b", "other")
+    listed = {
+        Path(line.split(" ", 1)[1]).resolve()
+        for line in git(main, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    }
+    for where in (main, linked):
+        assert {p.resolve() for p in BaseRepo.open(where).worktrees()} == listed

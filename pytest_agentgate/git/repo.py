@@ -254,9 +254,19 @@ class BaseRepo(RepoRefs):
         return [_tree_entry(item) for item in _git.split_z(out)]
 
     def tree_paths(self, tree: str) -> list[str]:
-        """The paths of every file (blob, link or gitlink) in ``tree``."""
-        out = self._run("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
-        return _git.split_z(out)
+        """The paths of every file (blob, link or gitlink) in ``tree``.
+
+        Kept for the last few trees named by object id (an id always names the same tree):
+        the judge lists the base's tree for every attempt made on it."""
+        found = self._tree_paths.get(tree)
+        if found is None:
+            out = self._run("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
+            found = _git.split_z(out)
+            if is_oid(tree):
+                if len(self._tree_paths) >= 4:
+                    self._tree_paths.pop(next(iter(self._tree_paths)))
+                self._tree_paths[tree] = found
+        return list(found)
 
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
         """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""

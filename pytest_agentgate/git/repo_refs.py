@@ -113,6 +113,7 @@ class RepoRefs:
         self.common_dir = _common_dir(git_dir)
         # commit -> tree; commits never change, so this cache is never stale.
         self._trees: dict[str, str] = {}
+        self._tree_paths: dict[str, list[str]] = {}
         self._no_filters: tuple[str, ...] | None = None
         #: A reftable repository keeps no ref files: every ref question goes to git.
         self._reftable = (self.common_dir / "reftable").is_dir()
@@ -364,13 +365,24 @@ class RepoRefs:
         return (fields[1], message) if len(fields) > 1 else None
 
     def worktrees(self) -> list[Path]:
-        """Every working tree of the repository (its own and each linked one)."""
-        out = self._run("worktree", "list", "--porcelain", "-z", ok=(0, 128)).stdout
-        return [
-            Path(item[len("worktree ") :])
-            for item in _git.split_z(out)
-            if item.startswith("worktree ")
-        ]
+        """Every working tree of the repository: its own and each linked one (``git worktree
+        add``). Read where ``git worktree list`` reads them, without starting git: each linked
+        one's ``<common-dir>/worktrees/<name>/gitdir`` names its ``.git`` file."""
+        found = [self.worktree] if self.worktree is not None else []
+        if self.common_dir.name == ".git":  # the main one, also seen from a linked one
+            found.append(self.common_dir.parent)
+        try:
+            names = sorted(os.listdir(self.common_dir / "worktrees"))
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                text = (self.common_dir / "worktrees" / name / "gitdir").read_text("utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if text.strip():
+                found.append(Path(text.strip()).parent)
+        return list(dict.fromkeys(found))
 
     def refs(self, prefix: str, fmt: str = "%(refname)%00%(objectname)") -> list[list[str]]:
         """Rows of ``for-each-ref`` under ``prefix``, fields split on NUL."""

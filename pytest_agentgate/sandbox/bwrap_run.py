@@ -110,6 +110,8 @@ def run(
         on_start(proc)
         problem = _bound(proc.pid, cgroup, fsize_max, moved=inside)
         problem = problem or _hand_over(args_w, options)
+        os.close(args_w)  # its end is what bwrap reads up to
+        args_w = -1
         if problem:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -123,7 +125,7 @@ def run(
         raise
     finally:
         os.close(status_r)
-        with contextlib.suppress(OSError):
+        if args_w >= 0:
             os.close(args_w)
 
 
@@ -136,7 +138,6 @@ def _hand_over(fd: int, data: bytes) -> str:
         if len(data) >= 65536:
             fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, len(data) + 1)
         written = os.write(fd, data)
-        os.close(fd)
     except OSError as exc:
         return f"could not hand bwrap its options: {exc}"
     if written != len(data):

@@ -19,6 +19,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import SERVICE, fsck, git, write
@@ -125,7 +126,14 @@ def test_a_process_the_test_body_started_is_ended_before_the_snapshot(service: P
     number = random.randrange(10**6, 10**7)
     (ws.path / "watcher.py").write_text(WATCHER)
     proc = subprocess.Popen(
-        [sys.executable, "watcher.py", GOOD_STORE, str(e.workdir), f"watcher-{number}", str(ws.path)],
+        [
+            sys.executable,
+            "watcher.py",
+            GOOD_STORE,
+            str(e.workdir),
+            f"watcher-{number}",
+            str(ws.path),
+        ],
         cwd=ws.path,
         start_new_session=True,
     )
@@ -641,9 +649,7 @@ def _require_pids_cgroup() -> None:
     probe.remove()
 
 
-def test_a_command_cannot_run_more_processes_than_the_cap(
-    service: Path, sandbox_mode: str
-) -> None:
+def test_a_command_cannot_run_more_processes_than_the_cap(service: Path, sandbox_mode: str) -> None:
     _require_pids_cgroup()
     ws = engine(service, sandbox_mode, pids_max=16).fork(task="fork bomb")
     result = ws.run("for i in $(seq 40); do sleep 2 & done; wait", timeout=30)
@@ -670,7 +676,7 @@ def test_a_contained_command_cannot_forge_its_exit_status(service: Path, bwrap: 
     ws = engine(service, "bwrap").fork(task="forge the status")
     forge = (
         "for fd in /proc/self/fd/* /proc/1/fd/* /proc/$PPID/fd/*; do "
-        "printf '{ \"exit-code\": 0 }\\n' > \"$fd\" 2>/dev/null; done; exit 3"
+        'printf \'{ "exit-code": 0 }\\n\' > "$fd" 2>/dev/null; done; exit 3'
     )
     result = ws.run(forge)
     assert result.returncode == 3 and not result.ok, result
@@ -847,9 +853,7 @@ def test_a_secret_outside_the_read_view_is_not_readable(service: Path, bwrap: st
 
 
 @pytest.mark.parametrize("isolation", ["shared", "sealed"])
-def test_a_linked_worktree_of_the_base_is_hidden(
-    service: Path, bwrap: str, isolation: str
-) -> None:
+def test_a_linked_worktree_of_the_base_is_hidden(service: Path, bwrap: str, isolation: str) -> None:
     """Another branch of the base repository checked out by ``git worktree add``: no
     command of an agent reads its files, even where a person made its folder readable."""
     git(service, "branch", "secret-branch")
@@ -866,3 +870,54 @@ def test_a_linked_worktree_of_the_base_is_hidden(
     finally:
         git(service, "worktree", "remove", "--force", str(place / "wt"), check=False)
         shutil.rmtree(place, ignore_errors=True)
+
+
+def test_a_command_closes_each_descriptor_it_opened_once(
+    service: Path, sandbox_mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A descriptor closed twice closes, the second time, whatever another thread opened
+    under its number in between (a gate's results channel, seen under xdist)."""
+    import os as real_os
+
+    opened: set[int] = set()
+    twice: list[int] = []
+    pipe, close, pidfd_open, real_open = (
+        real_os.pipe,
+        real_os.close,
+        real_os.pidfd_open,
+        real_os.open,
+    )
+
+    def tracked_pipe() -> tuple[int, int]:
+        r, w = pipe()
+        opened.update((r, w))
+        return r, w
+
+    def tracked_pidfd(pid: int, flags: int = 0) -> int:
+        fd = pidfd_open(pid, flags)
+        opened.add(fd)
+        return fd
+
+    def tracked_open(*args: Any, **kwargs: Any) -> int:
+        fd = real_open(*args, **kwargs)
+        opened.add(fd)
+        return fd
+
+    def tracked_close(fd: int) -> None:
+        if fd in opened:
+            opened.discard(fd)
+        elif fd in seen:
+            twice.append(fd)
+        seen.add(fd)
+        close(fd)
+
+    seen: set[int] = set()
+    ws = engine(service, sandbox_mode).fork(task="descriptors")
+    monkeypatch.setattr(real_os, "pipe", tracked_pipe)
+    monkeypatch.setattr(real_os, "pidfd_open", tracked_pidfd)
+    monkeypatch.setattr(real_os, "close", tracked_close)
+    monkeypatch.setattr(real_os, "open", tracked_open)
+    for command in ("true", "exit 3", "sleep 5"):
+        ws.run(command, timeout=0.3)
+    monkeypatch.undo()
+    assert not twice, f"closed twice: {twice}"
