@@ -6,7 +6,9 @@ under pytest-xdist (``-n 2``, ``-n 4``), it prints the wall time from the first 
 to the last one's exit, in gate durations; the gate runs (each agent's own first run, and the
 re-tests of merges); the landings; and the attempts lost (always 0: an attempt is landed,
 rejected, or reported). A last row puts one culprit among the separate processes: an agent
-whose change breaks the gate only together with another's. No test asserts any of it.
+whose change breaks the gate only together with another's, and one row does by hand what the
+queue does: each change in turn rebased onto the target, tested and pushed. No test asserts
+any of it.
 
     python bench/queue.py            # the table, a few minutes
     python bench/queue.py --quick    # 4 agents, separate processes and -n 2 (CI's smoke run)
@@ -97,14 +99,20 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
             "--agentgate-gate-env=QUEUE_BENCH_LOG", "--agentgate-gate-env=QUEUE_BENCH_CULPRIT",
             f"--agentgate-sandbox-bind={gate}", f"--agentgate-sandbox-bind={logs}:rw",
         ]  # fmt: skip
+        changes = prepare_by_hand(repo, n) if mode == "by hand" else []
         begin = time.perf_counter()
-        if mode == "two machines":
+        if mode == "by hand":
+            codes = by_hand(repo, changes, gate, env)
+        elif mode == "two machines":
             codes, repo = two_machines(root, repo, suite, n, env, common)
         elif mode == "separate":
             procs = [
                 subprocess.Popen(
                     [*common, f"test_agent_{i}.py", f"--basetemp={root / f'tmp-{i}'}"],
-                    cwd=suite, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    cwd=suite,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
                 )
                 for i in range(n)
             ]
@@ -121,8 +129,12 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
         landed = sum(1 for i in range(n) if f"agent-{i}.txt" in on_main)
         # Every attempt has a record; those not on main were rejected.
         attempts = len(
-            git(repo, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/").splitlines()
+            git(
+                repo, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/"
+            ).splitlines()
         )
+        if mode == "by hand":  # no attempt records: every change is landed or refused
+            attempts = n
         runs = len(log.read_text().splitlines()) if log.exists() else 0
         git(repo, "fsck", "--strict", "--no-progress")
         return {
@@ -136,6 +148,39 @@ def run(n: int, mode: str, culprit: tuple[int, int] | None = None) -> dict[str, 
             "lost": n - attempts,
             "failed_processes": sum(1 for c in codes if c != 0),
         }
+
+
+def prepare_by_hand(repo: Path, n: int) -> list[str]:
+    """Each agent's change as a person would get it: a commit on the base, on a branch."""
+    base = git(repo, "rev-parse", "main")
+    changes = []
+    for i in range(n):
+        git(repo, "checkout", "-q", "--detach", base)
+        (repo / f"agent-{i}.txt").write_text(f"{i}\n")
+        git(repo, "add", f"agent-{i}.txt")
+        git(repo, "commit", "-q", "-m", f"agent {i}")
+        changes.append(git(repo, "rev-parse", "HEAD"))
+    git(repo, "checkout", "-q", "--detach", base)
+    return changes
+
+
+def by_hand(repo: Path, changes: list[str], gate: Path, env: dict[str, str]) -> list[int]:
+    """What a person does without the queue, one change after another: rebase it onto the
+    target's tip, run the gate on the result, and push it (the ref moves from the tip it
+    was rebased on)."""
+    codes = []
+    for change in changes:
+        tip = git(repo, "rev-parse", "main")
+        git(repo, "checkout", "-q", "--detach", tip)
+        git(repo, "cherry-pick", "--allow-empty", change)
+        code = subprocess.run(
+            [sys.executable, str(gate)], cwd=repo, env=env, check=False
+        ).returncode
+        codes.append(code)
+        if code == 0:
+            git(repo, "update-ref", "refs/heads/main", "HEAD", tip)
+    git(repo, "checkout", "-q", "--detach", "main")
+    return codes
 
 
 def signing_keys(root: Path, machines: int) -> list[list[str]]:
@@ -210,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 agents only: a smoke run")
     parser.add_argument(
         "--case", action="append", default=[],
-        help="only this row, as AGENTS:HOW (HOW: separate, '-n 2', '-n 4'); may repeat",
+        help="only this row, as AGENTS:HOW (HOW: separate, '-n 2', '-n 4', 'by hand'); may repeat",
     )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="run each row this many times")
     args = parser.parse_args(argv)
@@ -224,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         (n, mode, None) for n in sizes for mode in modes
     ]
     if not args.quick:
+        plan.append((16, "by hand", None))
         plan.append((16, "separate", (3, 11)))
         plan.append((8, "two machines", None))
     if args.case:
@@ -234,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         how = mode if mode != "separate" else "separate processes"
         if mode == "two machines":
             how = "two machines, -n 2 each"
+        if mode == "by hand":
+            how = "by hand, one at a time"
         if culprit:
             how += ", one culprit"
         print(
