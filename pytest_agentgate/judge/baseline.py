@@ -44,18 +44,12 @@ def key(
     return hashlib.sha256(material.encode()).hexdigest()[:40]
 
 
-_INSTALLED: tuple[str, ...] | None = None
-
-
 def installed() -> tuple[str, ...]:
     """``name==version`` of every distribution in this environment, read once per process:
     an upgraded dependency makes new baselines, as a changed tree does."""
-    global _INSTALLED
-    if _INSTALLED is None:
-        from importlib.metadata import distributions
+    from . import environment
 
-        _INSTALLED = tuple(sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()}))
-    return _INSTALLED
+    return environment.versions()
 
 
 @dataclass(frozen=True)

@@ -483,14 +483,14 @@ def _shadowable() -> frozenset[str]:
     global _SHADOWABLE
     if _SHADOWABLE is None:
         import sys
-        from importlib.metadata import packages_distributions
 
+        from . import environment
         from .collector import NAME
 
         # The collector the gate's pytest loads by name: a module of that name where Python
         # looks first would be loaded in its place.
         names = set(sys.stdlib_module_names) | {"sitecustomize", "usercustomize", NAME}
-        names |= set(packages_distributions())
+        names |= environment.top_level_names(_module_name)
         _SHADOWABLE = frozenset(names)
     return _SHADOWABLE
 
