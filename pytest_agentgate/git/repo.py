@@ -268,6 +268,17 @@ class BaseRepo(RepoRefs):
                 self._tree_paths[tree] = found
         return list(found)
 
+    def gitlinks(self, tree: str) -> frozenset[str]:
+        """The paths of ``tree``'s gitlinks (submodules), kept per tree id."""
+        found = self._gitlinks.get(tree)
+        if found is None:
+            found = frozenset(e.path for e in self.ls_tree(tree) if e.mode == "160000")
+            if is_oid(tree):
+                if len(self._gitlinks) >= 4:
+                    self._gitlinks.pop(next(iter(self._gitlinks)))
+                self._gitlinks[tree] = found
+        return found
+
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
         """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""
         out = self._run("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").stdout

@@ -114,6 +114,7 @@ class RepoRefs:
         # commit -> tree; commits never change, so this cache is never stale.
         self._trees: dict[str, str] = {}
         self._tree_paths: dict[str, list[str]] = {}
+        self._gitlinks: dict[str, frozenset[str]] = {}
         self._no_filters: tuple[str, ...] | None = None
         #: A reftable repository keeps no ref files: every ref question goes to git.
         self._reftable = (self.common_dir / "reftable").is_dir()

@@ -323,16 +323,16 @@ def _is_file_here(root: Path, rel: str) -> bool:
 
 
 def _gitlinks(ws: Workspace, paths: Sequence[str]) -> set[str]:
-    """Those of ``paths`` that the private index holds as gitlinks (submodules).
+    """Those of ``paths`` that are gitlinks (submodules) in the private index.
 
-    A few paths are looked up by name; many (an agent that deleted a vendored tree) are
-    answered from one listing of the index, so the cost never grows with their product.
+    The index holds the base's gitlinks and no other: a snapshot never stages one (a nested
+    repository is refused, a gitlink keeps the base's value). So they are read from the
+    base's tree, which the repository keeps per tree id: the attempts made on one base pay
+    for one listing between them.
     """
     if not paths:
         return set()
-    entries = _index(ws).entries(paths if len(paths) <= 64 else ())
-    wanted = set(paths)
-    return {e.path for e in entries if e.mode == "160000" and e.path in wanted}
+    return set(ws.repo.gitlinks(ws.repo.tree_of(ws.base)) & set(paths))
 
 
 def diff_trees(repo: BaseRepo, old: str, new: str) -> tuple[tuple[Change, ...], tuple[str, ...]]:
