@@ -234,14 +234,12 @@ def run_command(
     with tempfile.TemporaryFile() as sink:
         try:
             with terminate_as_interrupt():
-                if wrap is not None:
-                    report = _run_contained(
-                        wrap(argv), cwd, env, timeout, sink, cgroup, fsize_max, started, running
-                    )
-                else:
-                    report = _run_supervised(
-                        argv, cwd, env, timeout, sink, cgroup, fsize_max, started, running
-                    )
+                launch = _Launch(cwd, env, timeout, sink, cgroup, fsize_max, started, running)
+                report = (
+                    _run_contained(wrap(argv), launch)
+                    if wrap is not None
+                    else _run_supervised(argv, launch)
+                )
         finally:
             # Whatever is still in the command's cgroup (its supervisor was killed before it
             # could sweep) goes now.
@@ -263,39 +261,41 @@ def run_command(
     )
 
 
-def _run_contained(
-    line: list[str],
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout: float | None,
-    sink: IO[bytes],
-    cgroup: Cgroup,
-    fsize_max: int | None,
-    started: list[int] | None,
-    running: Running | None,
-) -> dict[str, object]:
+@dataclass(frozen=True)
+class _Launch:
+    """What either supervisor is given to start one command with."""
+
+    cwd: Path
+    env: Mapping[str, str]
+    timeout: float | None
+    sink: IO[bytes]
+    cgroup: Cgroup
+    fsize_max: int | None
+    started: list[int] | None
+    running: Running | None
+
+
+def _run_contained(line: list[str], launch: _Launch) -> dict[str, object]:
     """A contained command: bwrap is its supervisor (see :mod:`.bwrap_run`)."""
     from . import bwrap_run
 
+    running = launch.running
     launched: list[subprocess.Popen[bytes]] = []
 
     def on_start(proc: subprocess.Popen[bytes]) -> None:
         launched.append(proc)
-        if started is not None:
-            started.append(proc.pid)
-        if running is not None:
-            running.add(proc)
+        _started(proc, launch)
         _faults.point("gate")
 
     try:
         return bwrap_run.run(
             line,
-            cwd=cwd,
-            env=env,
-            timeout=timeout,
-            sink=sink,
-            cgroup=cgroup,
-            fsize_max=fsize_max,
+            cwd=launch.cwd,
+            env=launch.env,
+            timeout=launch.timeout,
+            sink=launch.sink,
+            cgroup=launch.cgroup,
+            fsize_max=launch.fsize_max,
             on_start=on_start,
             ended=lambda: running is not None and running.ended,
         )
@@ -304,40 +304,36 @@ def _run_contained(
             running.discard(launched[0])
 
 
-def _run_supervised(
-    argv: list[str],
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout: float | None,
-    sink: IO[bytes],
-    cgroup: Cgroup,
-    fsize_max: int | None,
-    started: list[int] | None,
-    running: Running | None,
-) -> dict[str, object]:
+def _started(proc: subprocess.Popen[bytes], launch: _Launch) -> None:
+    """Make a supervisor just started known: for the last sweep, and to an interrupt."""
+    if launch.started is not None:
+        launch.started.append(proc.pid)
+    if launch.running is not None:
+        launch.running.add(proc)
+
+
+def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
     """An uncontained command: the Python supervisor (see :mod:`.supervisor`) runs it."""
+    cgroup, running = launch.cgroup, launch.running
     status_r, status_w = os.pipe()
     inside = cgroup.thread_in()
     try:
         try:
-            proc = _start_supervisor(status_w, sink.fileno(), cwd)
+            proc = _start_supervisor(status_w, launch.sink.fileno(), launch.cwd)
         finally:
             if inside:
                 cgroup.thread_out()
-        if started is not None:
-            started.append(proc.pid)
-        if running is not None:
-            running.add(proc)
+        _started(proc, launch)
         try:
             # Its bounds first (the command inherits them): set while the interpreter starts.
             if not inside:
                 cgroup.add(proc.pid)
-            problem = _limit_file_size(proc.pid, fsize_max)
+            problem = _limit_file_size(proc.pid, launch.fsize_max)
             assert proc.stdin is not None
-            proc.stdin.write(_config(argv, cwd, env, timeout, status_w, sink, cgroup, problem))
+            proc.stdin.write(_config(argv, launch, status_w, problem))
             proc.stdin.close()
             _faults.point("gate")
-            data = _read_report(status_r, timeout)
+            data = _read_report(status_r, launch.timeout)
         except BaseException:
             _end_supervisor(proc)
             raise
@@ -369,23 +365,14 @@ def _limit_file_size(pid: int, fsize_max: int | None) -> str:
     return ""
 
 
-def _config(
-    argv: list[str],
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout: float | None,
-    status_w: int,
-    sink: IO[bytes],
-    cgroup: Cgroup,
-    problem: str,
-) -> bytes:
+def _config(argv: list[str], launch: _Launch, status_w: int, problem: str) -> bytes:
     """What the supervisor reads on its stdin: its code, then its configuration (nothing of
     it is a file a command could change). A bound that could not be set is a launch error:
     the supervisor reports it without starting the command."""
     config = {
-        "argv": argv, "cwd": str(cwd), "env": dict(env), "timeout": timeout,
-        "parent": os.getpid(), "status_fd": status_w, "out_fd": sink.fileno(),
-        "cgroup": cgroup.path, "refuse": problem,
+        "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
+        "timeout": launch.timeout, "parent": os.getpid(), "status_fd": status_w,
+        "out_fd": launch.sink.fileno(), "cgroup": launch.cgroup.path, "refuse": problem,
     }  # fmt: skip
     return _supervisor_code() + marshal.dumps(config)
 

@@ -373,16 +373,7 @@ def test_a_command_that_kills_its_supervisor_leaves_nothing_running(service: Pat
     from helpers import Sleeper
 
     sleeper = Sleeper()
-
-    from pytest_agentgate.sandbox.supervisor import Cgroup
-
-    probe = Cgroup.create(8)
-    if not probe.path:
-        reason = f"this machine gives no pids cgroup to the plugin: {probe.problem}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    probe.remove()
+    _require_pids_cgroup()
     e = engine(service, "none")
     ws = e.fork(task="kill the supervisor")
     escape = f'setsid sh -c "cd / && exec {sleeper.command}" < /dev/null > /dev/null 2>&1 &'
