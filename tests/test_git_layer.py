@@ -113,3 +113,19 @@ def test_worktrees_are_those_git_lists_seen_from_any_of_them(tmp_path: Path) -> 
     }
     for where in (main, linked):
         assert {p.resolve() for p in BaseRepo.open(where).worktrees()} == listed
+
+
+def test_a_loose_blob_is_read_from_its_file_and_checked_against_its_id(repo: BaseRepo) -> None:
+    """Read without starting git, it is the blob git reads. A file that does not hash to its
+    name (swapped in under it) is not read as the blob: git is asked, as before."""
+    import os
+    import zlib
+
+    oid = repo.hash_blob(b"layout 2\n")
+    assert repo.read_blob(oid) == b"layout 2\n" == repo.blob(oid)
+    other = b"blob 6\0forged"
+    path = repo.common_dir / "objects" / oid[:2] / oid[2:]
+    os.chmod(path, 0o644)
+    path.write_bytes(zlib.compress(other))
+    assert repo._loose(oid) is None
+    assert repo.read_blob(oid) == git(repo.common_dir, "cat-file", "blob", oid).encode()

@@ -138,12 +138,20 @@ class BaseRepo(RepoRefs):
         return tree
 
     def _loose_commit_tree(self, oid: str) -> str | None:
-        """The tree of a loose commit object, read and checked against its id (as git's
-        own reading would find a corrupt object), or None to ask git."""
+        """The tree of a loose commit object, or None to ask git."""
+        found = self._loose(oid)
+        if found is None or found[0] != b"commit" or not found[1].startswith(b"tree "):
+            return None
+        tree = found[1][5:].partition(b"\n")[0].decode("ascii", "replace")
+        return tree if is_oid(tree) else None
+
+    def _loose(self, oid: str) -> tuple[bytes, bytes] | None:
+        """A small loose object's kind and content, read from its file and checked against
+        its id; None to ask git (packed, large, not there, or not what its name says)."""
         import hashlib
         import zlib
 
-        if len(oid) != self._oid_length:
+        if len(oid) != self._oid_length or not is_oid(oid):
             return None
         try:
             with open(self.common_dir / "objects" / oid[:2] / oid[2:], "rb") as loose:
@@ -153,12 +161,9 @@ class BaseRepo(RepoRefs):
             return None
         if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
             return None
-        kind, _, rest = whole.partition(b" ")
-        body = rest.partition(b"\0")[2]
-        if kind != b"commit" or not body.startswith(b"tree "):
-            return None
-        tree = body[5:].partition(b"\n")[0].decode("ascii", "replace")
-        return tree if is_oid(tree) else None
+        header, _, body = whole.partition(b"\0")
+        kind, _, size = header.partition(b" ")
+        return (kind, body) if size.isdigit() and int(size) == len(body) else None
 
     # -- objects ------------------------------------------------------------------------
 
@@ -205,7 +210,11 @@ class BaseRepo(RepoRefs):
         return self._run("cat-file", "blob", oid).stdout
 
     def read_blob(self, spec: str) -> bytes | None:
-        """The content of a blob (an id, or ``tree:path``), or None when there is none."""
+        """The content of a blob (an id, or ``tree:path``), or None when there is none. A
+        small loose blob named by its id is read from its file, without starting git."""
+        loose = self._loose(spec) if is_oid(spec) else None
+        if loose is not None and loose[0] == b"blob":
+            return loose[1]
         found = self._run("cat-file", "blob", spec, ok=(0, 128))
         return found.stdout if found.returncode == 0 else None
 
