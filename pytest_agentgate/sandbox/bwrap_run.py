@@ -240,11 +240,22 @@ def _alive(proc: subprocess.Popen[bytes]) -> bool:
 
 
 def _pidfd(pid: int) -> int:
-    """A descriptor of ``pid`` that no later process with its number can be mistaken for."""
+    """A descriptor of the namespace's first process ``pid``, which no later process with
+    its number can be mistaken for; -1 when it is gone already (or the number is now
+    another's: that process is not the first of a namespace)."""
     try:
-        return os.pidfd_open(pid)
+        fd = os.pidfd_open(pid)
     except (OSError, AttributeError):
         return -1
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            first_here = any(line.startswith(b"NSpid:") and line.split()[-1] == b"1" for line in f)
+    except OSError:
+        first_here = False
+    if not first_here:
+        os.close(fd)
+        return -1
+    return fd
 
 
 def _descendants(pid: int) -> list[int]:
