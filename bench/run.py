@@ -131,6 +131,21 @@ def raw_git(repo: BaseRepo, *args: str, work_tree: Path | None = None, index: Pa
     return proc.stdout.decode().strip()
 
 
+def bare_bwrap(line: list[str]) -> list[str]:
+    """The sandbox's bwrap command line without the descriptors only the plugin fills in
+    (its status pipe and its seccomp program): bwrap alone, the same view."""
+    out: list[str] = []
+    skip = False
+    for at, arg in enumerate(line):
+        if skip:
+            skip = False
+        elif arg in ("--json-status-fd", "--seccomp") and "--" not in line[:at]:
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
 def clock(fn: Callable[[], object]) -> float:
     begin = time.perf_counter()
     fn()
@@ -325,8 +340,7 @@ class Bench:
             if box.active:
                 line = box.wrap(["true"], writable=ws.path, tmp=ws.private, home=ws.private,
                                 network=False)  # fmt: skip
-                at = line.index("--json-status-fd")
-                line = line[:at] + line[at + 2 :]
+                line = bare_bwrap(line)
 
                 def bwrap_alone(_s: dict, line: list[str] = line) -> None:
                     subprocess.run(line, cwd=ws.path, check=True)
@@ -679,8 +693,7 @@ class Bench:
             command = ["true"]
             if contained and box.active:  # the same command under a bare bwrap, same view
                 command = box.wrap(command, writable=gate, tmp=gate, home=gate, network=False)
-                at = command.index("--json-status-fd")
-                command = command[:at] + command[at + 2 :]
+                command = bare_bwrap(command)
             subprocess.run(command, cwd=gate, check=True)
             raw_git(self.repo, "merge-tree", "--write-tree", self.base, commit)
             raw_git(self.repo, "update-ref", ref, commit, self.base)

@@ -38,6 +38,8 @@ from .supervisor import GRACE_S, Cgroup
 
 #: In a bwrap command line, where the descriptor bwrap reports its status on goes.
 STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
+#: ... and the one it reads the seccomp program from (see :mod:`.seccomp`).
+SECCOMP_PLACEHOLDER = "@AGENTGATE_SECCOMP_FD@"
 
 #: How long bwrap may take to build the sandbox before the plugin gives up on it.
 _SETUP_S = 30.0
@@ -47,15 +49,33 @@ _CHILD_PID = re.compile(rb'"child-pid"\s*:\s*(\d+)')
 _EXIT_CODE = re.compile(rb'"exit-code"\s*:\s*(-?\d+)')
 
 
-def _split(argv: list[str], status_fd: int) -> tuple[list[str], bytes]:
+def _split(argv: list[str], status_fd: int, seccomp_fd: int) -> tuple[list[str], bytes]:
     """bwrap's command line as bwrap starts (its name, ``--args``, the command) and its
-    options, NUL-separated, with its status descriptor filled in."""
+    options, NUL-separated, with its descriptors filled in."""
     end = argv.index("--")
     options = argv[1:end]
+    fill = {("--json-status-fd", STATUS_PLACEHOLDER): status_fd,
+            ("--seccomp", SECCOMP_PLACEHOLDER): seccomp_fd}  # fmt: skip
     for at in range(1, len(options)):
-        if options[at] == STATUS_PLACEHOLDER and options[at - 1] == "--json-status-fd":
-            options[at] = str(status_fd)
+        fd = fill.get((options[at - 1], options[at]))
+        if fd is not None:
+            options[at] = str(fd)
     return argv[end:], b"".join(os.fsencode(arg) + b"\0" for arg in options)
+
+
+def _seccomp_pipe(argv: list[str]) -> int:
+    """A pipe holding the seccomp program, when the command line asks for one: its read
+    end, for bwrap (the write end is closed: bwrap reads to its end); else -1."""
+    if SECCOMP_PLACEHOLDER not in argv:
+        return -1
+    from .seccomp import program
+
+    read, write = os.pipe()
+    try:
+        os.write(write, program())
+    finally:
+        os.close(write)
+    return read
 
 
 def run(
@@ -84,7 +104,8 @@ def run(
     """
     status_r, status_w = os.pipe()
     args_r, args_w = os.pipe()
-    command, options = _split(argv, status_w)
+    seccomp_r = _seccomp_pipe(argv)
+    command, options = _split(argv, status_w, seccomp_r)
     inside = cgroup.thread_in()
     try:
         proc = subprocess.Popen(
@@ -92,7 +113,7 @@ def run(
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=sink,
-            pass_fds=(status_w, args_r),
+            pass_fds=tuple(fd for fd in (status_w, args_r, seccomp_r) if fd >= 0),
             start_new_session=True,
             env=dict(env),
             cwd=cwd,
@@ -106,6 +127,8 @@ def run(
             cgroup.thread_out()
         os.close(status_w)
         os.close(args_r)
+        if seccomp_r >= 0:
+            os.close(seccomp_r)
     try:
         on_start(proc)
         problem = _bound(proc.pid, cgroup, fsize_max, moved=inside)

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING
 
 from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX
 from ..errors import ConfigError
-from .bwrap_run import STATUS_PLACEHOLDER
+from .bwrap_run import SECCOMP_PLACEHOLDER, STATUS_PLACEHOLDER
+from .seccomp import program as seccomp_program
 
 if TYPE_CHECKING:
     from .process import CommandResult, Running
@@ -204,6 +205,8 @@ class Sandbox:
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--json-status-fd", STATUS_PLACEHOLDER,
         ]  # fmt: skip
+        if _seccomp():
+            args += ["--seccomp", SECCOMP_PLACEHOLDER]
         for link in SYSTEM_DIRS:  # /bin -> usr/bin on a merged /usr
             if os.path.islink(link):
                 args += ["--symlink", os.readlink(link), link]
@@ -212,7 +215,7 @@ class Sandbox:
         visible, masks, again = self._layout(tuple(path_dirs))
         for path in visible:
             args += ["--ro-bind", str(path), str(path)]
-        args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS]
+        args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS, *_INIT_GUARDS]
         if not network:
             args.append("--unshare-net")
         for mask in masks:
@@ -265,6 +268,21 @@ def _proc_guards() -> list[str]:
 
 
 _PROC_GUARDS = _proc_guards() if sys.platform.startswith("linux") else []
+#: The memory of the namespace's first process (bwrap's, which reports the exit status):
+#: the command could write it by file, as its user, no capability needed (see .seccomp).
+_INIT_GUARDS = [
+    "--ro-bind",
+    "/dev/null",
+    "/proc/1/mem",
+    "--ro-bind",
+    "/dev/null",
+    "/proc/1/task/1/mem",
+]
+
+
+@cache
+def _seccomp() -> bytes:
+    return seccomp_program()
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:

@@ -912,3 +912,55 @@ def test_a_command_closes_each_descriptor_it_opened_once(
         ws.run(command, timeout=0.3)
     monkeypatch.undo()
     assert not twice, f"closed twice: {twice}"
+
+
+FORGE_THROUGH_INIT = r"""
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = os.pidfd_open(1)
+for n in range(3, 64):
+    fd = libc.syscall(438, pidfd, n, 0)  # pidfd_getfd: a copy of bwrap's init's descriptor
+    if fd >= 0 and "eventfd" in os.readlink(f"/proc/self/fd/{fd}"):
+        os.write(fd, struct.pack("Q", 1))  # "the command exited 0", as init tells it
+"""
+
+REACH_INTO_INIT = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+tries = {}
+tries["ptrace"] = libc.ptrace(16, 1, 0, 0)  # PTRACE_ATTACH to bwrap's init
+tries["pidfd_getfd"] = libc.syscall(438, os.pidfd_open(1), 0, 0)
+iov = (ctypes.c_char * 8)()
+local = (ctypes.c_void_p * 2)(ctypes.cast(iov, ctypes.c_void_p), 8)
+tries["process_vm_writev"] = libc.process_vm_writev(1, local, 1, local, 1, 0)
+try:
+    open("/proc/1/mem", "r+b")
+    tries["/proc/1/mem"] = 0
+except OSError:
+    tries["/proc/1/mem"] = -1
+try:
+    open("/proc/1/task/1/mem", "r+b")
+    tries["/proc/1/task/1/mem"] = 0
+except OSError:
+    tries["/proc/1/task/1/mem"] = -1
+print({k: v for k, v in tries.items() if v >= 0} or "all refused")
+"""
+
+
+def test_a_command_cannot_forge_its_status_through_bwrap_s_init(service: Path, bwrap: str) -> None:
+    """bwrap's init tells its monitor the command's exit status on an eventfd: a command that
+    copies that descriptor (pidfd_getfd: same user, no capability needed) and writes "exit
+    0" to it is refused the copy, and its real status stands."""
+    ws = engine(service, "bwrap").fork(task="forge through init")
+    (ws.path / "forge.py").write_text(FORGE_THROUGH_INIT)
+    result = ws.run(f"{sys.executable} forge.py; sleep 0.5; exit 7")
+    assert result.returncode == 7 and not result.ok, result
+
+
+def test_a_command_cannot_reach_into_bwrap_s_init(service: Path, bwrap: str) -> None:
+    """Attached, its memory written or its descriptors copied, bwrap's init could be made to
+    report any status or to outlive pytest: every way in is refused."""
+    ws = engine(service, "bwrap").fork(task="reach into init")
+    (ws.path / "reach.py").write_text(REACH_INTO_INIT)
+    result = ws.run(f"{sys.executable} reach.py", timeout=30)
+    assert result.ok and result.output.strip() == "all refused", result.output
