@@ -170,7 +170,11 @@ class Cgroup:
             with open(f"{root}{where.rstrip('/')}/cgroup.controllers", encoding="utf-8") as f:
                 if "pids" not in f.read().split():
                     raise ValueError("the pids controller is not enabled for this cgroup")
-        path = f"{root}{where.rstrip('/')}/agentgate-{os.getpid()}-{time.monotonic_ns()}"
+        parent = f"{root}{where.rstrip('/')}"
+        if parent not in _SWEPT:
+            _SWEPT.add(parent)
+            _remove_abandoned(parent)
+        path = f"{parent}/agentgate-{os.getpid()}-{time.monotonic_ns()}"
         os.mkdir(path, 0o755)
         try:
             with open(f"{path}/pids.max", "w", encoding="ascii") as f:
@@ -228,6 +232,30 @@ class Cgroup:
             _signal_all(left, signal.SIGKILL)
             time.sleep(0.002)
         return len(killed)
+
+
+#: Parents whose abandoned command cgroups this process removed already.
+_SWEPT: set[str] = set()
+
+
+def _remove_abandoned(parent: str) -> None:
+    """Remove the empty command cgroups that runs killed before they could remove their
+    own (``agentgate-<pid>-...`` of a process that is gone): the kernel refuses to remove
+    one that still holds a process, so nothing running is touched."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        fields = name.split("-")
+        if len(fields) != 3 or fields[0] != "agentgate" or not fields[1].isdigit():
+            continue
+        if os.path.exists(f"/proc/{fields[1]}"):
+            continue  # its run may still be at work
+        try:
+            os.rmdir(f"{parent}/{name}")
+        except OSError:
+            pass
 
 
 def _reap() -> None:

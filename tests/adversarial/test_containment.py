@@ -964,3 +964,31 @@ def test_a_command_cannot_reach_into_bwrap_s_init(service: Path, bwrap: str) -> 
     (ws.path / "reach.py").write_text(REACH_INTO_INIT)
     result = ws.run(f"{sys.executable} reach.py", timeout=30)
     assert result.ok and result.output.strip() == "all refused", result.output
+
+
+def test_the_cgroups_of_killed_runs_are_removed_by_the_next(tmp_path: Path) -> None:
+    """A run killed with SIGKILL cannot remove its commands' cgroups; the next run's first
+    command removes those left empty by a process that is gone, and no other."""
+    from pytest_agentgate.sandbox.supervisor import Cgroup
+
+    _require_pids_cgroup()
+    probe = Cgroup.create(8)
+    parent = Path(probe.path).parent
+    probe.remove()
+    gone = 2**22 + 12345  # above any pid the kernel gives out
+    assert not Path(f"/proc/{gone}").exists()
+    alive = subprocess.Popen(["sleep", "30"])
+    abandoned, busy = parent / f"agentgate-{gone}-1", parent / f"agentgate-{alive.pid}-1"
+    try:
+        abandoned.mkdir()
+        busy.mkdir()
+        code = "from pytest_agentgate.sandbox.supervisor import Cgroup; Cgroup.create(8).remove()"
+        subprocess.run([sys.executable, "-c", code], check=True)
+        assert not abandoned.exists()
+        assert busy.exists()  # its process still runs: it may be at work
+    finally:
+        alive.kill()
+        alive.wait()
+        for folder in (abandoned, busy):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
