@@ -88,19 +88,10 @@ def top_level_names(module_name: Callable[[str], str]) -> frozenset[str]:
 
 
 def _pth_folders(pth: Path) -> list[str]:
-    """The folders a ``.pth`` file adds to ``sys.path`` (its lines that are not imports)."""
-    try:
-        lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-    found = []
-    for raw in lines:
-        line = raw.strip()
-        if line and not line.startswith(("#", "import ", "import\t")):
-            path = os.path.normpath(os.path.join(pth.parent, line))
-            if os.path.isdir(path):
-                found.append(path)
-    return found
+    """The folders a ``.pth`` file adds to ``sys.path``, those that exist."""
+    from ..sandbox.containment import pth_paths
+
+    return [str(p) for p in pth_paths(pth, pth.parent) if p.is_dir()]
 
 
 _MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*\{(?P<body>.*?)\}\s*$", re.MULTILINE | re.DOTALL)

@@ -344,13 +344,15 @@ def editable_sources() -> tuple[Path, ...]:
             continue
         for entry in entries:
             if entry.suffix == ".pth":
-                found += _pth_paths(entry, folder)
+                found += pth_paths(entry, folder)
             elif entry.name.startswith("__editable__") and entry.suffix == ".py":
                 found += _finder_paths(entry)
     return tuple(dict.fromkeys(p for p in found if p.is_dir()))
 
 
-def _pth_paths(pth: Path, folder: Path) -> list[Path]:
+def pth_paths(pth: Path, folder: Path) -> list[Path]:
+    """The folders a ``.pth`` file in ``folder`` adds to ``sys.path`` (its lines that are
+    not imports), resolved; the folder itself left out."""
     try:
         lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:

@@ -79,7 +79,9 @@ class CommandResult:
     #: Set when the plugin's own launch failed (the program could not be executed, the
     #: sandbox could not start, the exit status was lost): the harness failed, not the agent.
     launch_error: str = ""
-    #: Processes the command left behind, ended by the supervisor when it ended.
+    #: Processes the command left behind, ended by the supervisor when it ended. Contained,
+    #: those seen as it ended: the namespace ends them all either way, and one the kernel
+    #: was already ending may not be counted.
     survivors: int = 0
     #: Whether the command was contained by the sandbox, and how the processes were bounded.
     contained: bool = False
