@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import GitError
 from . import runner as _git
@@ -45,6 +45,8 @@ __all__ = [
 
 if TYPE_CHECKING:
     pass
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -271,10 +273,7 @@ class BaseRepo(RepoRefs):
         if found is None:
             out = self._run("ls-tree", "-r", "-z", "--name-only", "--end-of-options", tree).stdout
             found = _git.split_z(out)
-            if is_oid(tree):
-                if len(self._tree_paths) >= 4:
-                    self._tree_paths.pop(next(iter(self._tree_paths)))
-                self._tree_paths[tree] = found
+            _keep(self._tree_paths, tree, found)
         return list(found)
 
     def gitlinks(self, tree: str) -> frozenset[str]:
@@ -282,10 +281,7 @@ class BaseRepo(RepoRefs):
         found = self._gitlinks.get(tree)
         if found is None:
             found = frozenset(e.path for e in self.ls_tree(tree) if e.mode == "160000")
-            if is_oid(tree):
-                if len(self._gitlinks) >= 4:
-                    self._gitlinks.pop(next(iter(self._gitlinks)))
-                self._gitlinks[tree] = found
+            _keep(self._gitlinks, tree, found)
         return found
 
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
@@ -417,3 +413,12 @@ def _tree_entry(item: str) -> TreeEntry:
     meta, _, path = item.partition("\t")
     mode, kind, oid = meta.split(" ")
     return TreeEntry(mode, kind, oid, path)
+
+
+def _keep(cache: dict[str, T], tree: str, value: T) -> None:
+    """Keep ``value`` for ``tree`` when that is an object id (an id always names the same
+    tree), with the last few others."""
+    if is_oid(tree):
+        if len(cache) >= 4:
+            cache.pop(next(iter(cache)))
+        cache[tree] = value

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from .supervisor import GRACE_S, Cgroup
+from .supervisor import GRACE_S, Cgroup, children_of
 
 #: In a bwrap command line, where the descriptor bwrap reports its status on goes.
 STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
@@ -177,7 +177,7 @@ def _supervise(
 ) -> dict[str, object]:
     report: dict[str, object] = {"cgroup_problem": cgroup.problem}
     deadline = None if timeout is None else time.monotonic() + timeout
-    status, _ = _read_until(status_r, b"\n", deadline)
+    status, _ = read_until(status_r, b"\n", deadline)
     found = _CHILD_PID.search(status)
     if found is None:  # bwrap failed before it made the sandbox (its error is in the output)
         with contextlib.suppress(ProcessLookupError):
@@ -188,7 +188,7 @@ def _supervise(
     pidfd = _pidfd(first)
     try:
         try:
-            more, done = _read_until(status_r, None, deadline)
+            more, done = read_until(status_r, None, deadline)
         except BaseException:
             _end(proc, pidfd, first, grace=GRACE_S)
             raise
@@ -230,7 +230,7 @@ def _bound(pid: int, cgroup: Cgroup, fsize_max: int | None, *, moved: bool) -> s
     return ""
 
 
-def _read_until(fd: int, stop: bytes | None, deadline: float | None) -> tuple[bytes, bool]:
+def read_until(fd: int, stop: bytes | None, deadline: float | None) -> tuple[bytes, bool]:
     """What ``fd`` gives until ``stop`` was read or its end, waiting in ``select`` until
     ``deadline`` at most; and whether it got there (false: the deadline came first)."""
     chunks: list[bytes] = []
@@ -258,10 +258,6 @@ def _drain(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _alive(proc: subprocess.Popen[bytes]) -> bool:
-    return proc.poll() is None
-
-
 def _pidfd(pid: int) -> int:
     """A descriptor of the namespace's first process ``pid``, which no later process with
     its number can be mistaken for; -1 when it is gone already (or the number is now
@@ -282,23 +278,13 @@ def _pidfd(pid: int) -> int:
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, read from ``/proc``'s lists of children."""
+    """Every process below ``pid``."""
     found: list[int] = []
     todo = [pid]
     while todo:
-        at = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{at}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{at}/task/{tid}/children", "rb") as f:
-                    kids = [int(p) for p in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
+        kids = children_of(todo.pop())
+        found += kids
+        todo += kids
     return found
 
 
@@ -316,7 +302,7 @@ def _end(proc: subprocess.Popen[bytes], pidfd: int, first: int, *, grace: float)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while _alive(proc) and time.monotonic() < deadline:
+        while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
     _signal_first(pidfd, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):

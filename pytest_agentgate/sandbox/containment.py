@@ -205,7 +205,7 @@ class Sandbox:
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--json-status-fd", STATUS_PLACEHOLDER,
         ]  # fmt: skip
-        if _seccomp():
+        if seccomp_program():
             args += ["--seccomp", SECCOMP_PLACEHOLDER]
         for link in SYSTEM_DIRS:  # /bin -> usr/bin on a merged /usr
             if os.path.islink(link):
@@ -278,11 +278,6 @@ _INIT_GUARDS = [
     "/dev/null",
     "/proc/1/task/1/mem",
 ]
-
-
-@cache
-def _seccomp() -> bytes:
-    return seccomp_program()
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:

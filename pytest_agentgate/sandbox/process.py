@@ -13,7 +13,6 @@ import contextlib
 import marshal
 import os
 import re
-import select
 import shlex
 import signal
 import subprocess
@@ -414,17 +413,11 @@ def _read_report(fd: int, timeout: float | None) -> bytes | None:
     Waits in ``select``, not by polling: a command's end is seen at once. None when the
     supervisor is still running ``_BACKSTOP_S`` after the command's own timeout.
     """
+    from .bwrap_run import read_until
+
     deadline = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
-    chunks: list[bytes] = []
-    while True:
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
-            return None
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
+    data, ended = read_until(fd, None, deadline)
+    return data if ended else None
 
 
 def _report(data: bytes) -> dict[str, object]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import platform
 import struct
+from functools import cache
 
 # BPF instruction classes and fields (linux/filter.h, linux/seccomp.h).
 _LD_W_ABS = 0x20
@@ -40,8 +41,10 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("<HBBI", code, jt, jf, k)
 
 
+@cache
 def program(machine: str | None = None) -> bytes:
-    """The filter for ``machine`` (default: this one), as bwrap's ``--seccomp`` reads it."""
+    """The filter for ``machine`` (default: this one), as bwrap's ``--seccomp`` reads it
+    (built once per process)."""
     tables = _TABLES.get(machine or platform.machine())
     if not tables:
         return b""

@@ -41,6 +41,8 @@ else:
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 0.5
+#: Where the cgroup v1 pids hierarchy is mounted.
+_PIDS_V1 = "/sys/fs/cgroup/pids"
 
 
 class _Int(_ctypes._SimpleCData):  # type: ignore[type-arg]  # not subscriptable at run time
@@ -66,18 +68,18 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def _children() -> list[int]:
-    """This process's direct children (orphans of its subtree are reparented to it)."""
-    me = os.getpid()
+def children_of(pid: int) -> list[int]:
+    """The direct children of process ``pid`` (of this one: orphans of its subtree are
+    reparented to it, a subreaper)."""
     found: list[int] = []
     try:
-        tasks = os.listdir(f"/proc/{me}/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         tasks = []
     listed = False
     for tid in tasks:
         try:
-            with open(f"/proc/{me}/task/{tid}/children", "rb") as f:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
                 found += [int(p) for p in f.read().split()]
             listed = True
         except OSError:
@@ -92,9 +94,21 @@ def _children() -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        if int(stat[stat.rindex(b")") + 2 :].split()[1]) == me:
+        if int(stat[stat.rindex(b")") + 2 :].split()[1]) == pid:
             found.append(int(name))
     return found
+
+
+def _pids_v1(cgroup_file: str) -> tuple[list[str], str | None]:
+    """The lines of ``cgroup_file`` (a ``/proc/.../cgroup``), and where they say its task is
+    in the cgroup v1 pids hierarchy, as a path under it (``""`` at its root; None: in none)."""
+    with open(cgroup_file, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        _, controllers, at = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return lines, at.rstrip("/")
+    return lines, None
 
 
 class Cgroup:
@@ -119,13 +133,10 @@ class Cgroup:
         if not self.path or not os.path.exists(f"{self.path}/tasks"):
             return False
         try:
-            with open("/proc/thread-self/cgroup", encoding="ascii") as f:
-                for line in f.read().splitlines():
-                    _, controllers, at = line.split(":", 2)
-                    if "pids" in controllers.split(","):
-                        self._home = f"/sys/fs/cgroup/pids{at.rstrip('/')}"
-            if not self._home:
+            _, where = _pids_v1("/proc/thread-self/cgroup")
+            if where is None:
                 return False
+            self._home = f"{_PIDS_V1}{where}"
             with open(f"{self.path}/tasks", "w", encoding="ascii") as f:
                 f.write("0")
         except (OSError, ValueError):
@@ -134,7 +145,7 @@ class Cgroup:
 
     def thread_out(self) -> None:
         """Move the calling thread back where :meth:`thread_in` found it."""
-        for home in (self._home, "/sys/fs/cgroup/pids"):
+        for home in (self._home, _PIDS_V1):
             try:
                 with open(f"{home}/tasks", "w", encoding="ascii") as f:
                     f.write("0")
@@ -153,14 +164,10 @@ class Cgroup:
 
     @staticmethod
     def _make(pids_max: int) -> str:
-        with open("/proc/self/cgroup", encoding="utf-8") as f:
-            lines = f.read().splitlines()
         root = where = ""
-        for line in lines:
-            _, controllers, at = line.split(":", 2)
-            if "pids" in controllers.split(","):
-                root, where = "/sys/fs/cgroup/pids", at
-                break
+        lines, v1 = _pids_v1("/proc/self/cgroup")
+        if v1 is not None:
+            root, where = _PIDS_V1, v1
         else:
             for line in lines:
                 if line.startswith("0::"):
@@ -281,7 +288,7 @@ def sweep(cgroup: Cgroup) -> int:
     killed: set[int] = set()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        left = set(_children()) | set(cgroup.members())
+        left = set(children_of(os.getpid())) | set(cgroup.members())
         if not left:
             break
         killed |= left
@@ -390,7 +397,7 @@ def main() -> int:  # noqa: PLR0915 - one straight story, start to report
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
         signal.signal(sig, signal.SIG_IGN)
     if code is None:  # timed out or ended from outside: a grace period, then the sweep
-        _signal_all(sorted(set(_children()) | set(cgroup.members())), signal.SIGTERM)
+        _signal_all(sorted(set(children_of(os.getpid())) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
             pid, status = os.waitpid(child, os.WNOHANG)
