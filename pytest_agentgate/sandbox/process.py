@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 from .. import _faults
+from .forkserver import BOOTSTRAP, supervisor_code
 
 if TYPE_CHECKING:
     from .supervisor import Cgroup
@@ -34,25 +35,6 @@ if TYPE_CHECKING:
 #: How many lines of a command's output an attempt record keeps.
 TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
-SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
-#: The supervisor's start: its code comes compiled on standard input, ahead of its
-#: configuration (no file to read, parse or compile per command, none anybody could swap).
-_BOOTSTRAP = (
-    "# agentgate supervisor\n"  # its name in a process listing
-    "import marshal,sys;"
-    "exec(marshal.load(sys.stdin.buffer),{'__name__':'__main__','__file__':'supervisor'})"
-)
-_compiled: list[bytes] = []
-
-
-def _supervisor_code() -> bytes:
-    """The supervisor compiled once per process (the same interpreter runs it)."""
-    if not _compiled:
-        source = Path(SUPERVISOR).read_bytes()
-        _compiled.append(marshal.dumps(compile(source, SUPERVISOR, "exec", dont_inherit=True)))
-    return _compiled[0]
-
-
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -172,16 +154,28 @@ def terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class Supervisor(Protocol):
+    """A command's supervisor as the plugin holds it: bwrap or a supervisor interpreter (a
+    ``Popen``), or a forked supervisor (:class:`.forkserver.Forked`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> object: ...
+
+
 class Running:
     """The supervisors of commands run at once (one per thread), so that an interrupt in
     the thread waiting for them ends them all instead of waiting for each to finish."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._procs: set[Supervisor] = set()
         self.ended = False
 
-    def add(self, proc: subprocess.Popen[bytes]) -> None:
+    def add(self, proc: Supervisor) -> None:
         with self._lock:
             self._procs.add(proc)
             ended = self.ended
@@ -189,7 +183,7 @@ class Running:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
 
-    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+    def discard(self, proc: Supervisor) -> None:
         # Popen signals only a child it has not reaped: a finished one's pid, reused by
         # then, is never signalled, whenever this runs.
         with self._lock:
@@ -305,7 +299,7 @@ def _run_contained(line: list[str], launch: _Launch) -> dict[str, object]:
             running.discard(launched[0])
 
 
-def _started(proc: subprocess.Popen[bytes], launch: _Launch) -> None:
+def _started(proc: Supervisor, launch: _Launch) -> None:
     """Make a supervisor just started known: for the last sweep, and to an interrupt."""
     if launch.started is not None:
         launch.started.append(proc.pid)
@@ -314,7 +308,50 @@ def _started(proc: subprocess.Popen[bytes], launch: _Launch) -> None:
 
 
 def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
-    """An uncontained command: the Python supervisor (see :mod:`.supervisor`) runs it."""
+    """An uncontained command: a supervisor (see :mod:`.supervisor`) forked by this process's
+    server (:mod:`.forkserver`), or, where there is none, an interpreter of its own."""
+    from . import forkserver
+
+    forked = None
+    if forkserver.available():
+        forked = forkserver.start(launch.sink.fileno())
+    if forked is None:
+        return _run_spawned(argv, launch)
+    running = launch.running
+    _started(forked, launch)
+    try:
+        try:
+            config = {
+                "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
+                "timeout": launch.timeout, "cgroup": launch.cgroup.path,
+                "fsize_max": launch.fsize_max,
+            }  # fmt: skip
+            forked.configure(marshal.dumps(config))
+            _faults.point("gate")
+            data = _read_report(forked.sock.fileno(), launch.timeout)
+        except BaseException:
+            _end_supervisor(forked)
+            raise
+        finally:
+            if running is not None:
+                running.discard(forked)
+        if data is None:  # the supervisor outlived its own timeout: end it
+            _end_supervisor(forked)
+            data = b""
+        forked.wait()
+    finally:
+        forked.close()
+    return _with_cgroup_problem(_report(data), launch.cgroup)
+
+
+def _with_cgroup_problem(report: dict[str, object], cgroup: Cgroup) -> dict[str, object]:
+    if cgroup.problem:
+        report.setdefault("cgroup_problem", cgroup.problem)
+    return report
+
+
+def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
+    """An uncontained command under a supervisor interpreter of its own."""
     cgroup, running = launch.cgroup, launch.running
     status_r, status_w = os.pipe()
     inside = cgroup.thread_in()
@@ -347,10 +384,7 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
         proc.wait()
     finally:
         os.close(status_r)
-    report = _report(data)
-    if cgroup.problem:
-        report.setdefault("cgroup_problem", cgroup.problem)
-    return report
+    return _with_cgroup_problem(_report(data), cgroup)
 
 
 def _limit_file_size(pid: int, fsize_max: int | None) -> str:
@@ -375,7 +409,7 @@ def _config(argv: list[str], launch: _Launch, status_w: int, problem: str) -> by
         "timeout": launch.timeout, "parent": os.getpid(), "status_fd": status_w,
         "out_fd": launch.sink.fileno(), "cgroup": launch.cgroup.path, "refuse": problem,
     }  # fmt: skip
-    return _supervisor_code() + marshal.dumps(config)
+    return supervisor_code() + marshal.dumps(config)
 
 
 def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen[bytes]:
@@ -383,7 +417,7 @@ def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen
     on ``status_w``, which is closed here whatever happens."""
     try:
         return subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP],
+            [sys.executable, "-I", "-S", "-B", "-c", BOOTSTRAP],
             stdin=subprocess.PIPE,
             stdout=out_fd,
             stderr=out_fd,
@@ -396,7 +430,7 @@ def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen
         os.close(status_w)
 
 
-def _end_supervisor(proc: subprocess.Popen[bytes]) -> None:
+def _end_supervisor(proc: Supervisor) -> None:
     """Ask the supervisor to end the command (it sweeps its subtree), then make sure."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)

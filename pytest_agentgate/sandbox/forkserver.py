@@ -1,0 +1,219 @@
+"""The plugin's end of the fork server: an uncontained command's supervisor, forked warm.
+
+A new interpreter per command costs a dozen milliseconds before it does anything; the
+supervisor's own work is a fraction of one. So each process of the plugin starts one
+supervisor interpreter, the server (:func:`.supervisor.serve`), the first time it runs an
+uncontained command, and from then on asks it to fork a supervisor per command. The forked
+supervisor is what the per-command one was: a child subreaper in a session of its own, in
+the command's pids cgroup and under its file-size limit before the command starts (it moves
+itself in: no RCU grace period to wait for), reporting on a socket the command cannot reach.
+
+The server dies with the plugin without a death signal (a death signal follows the thread
+that started a process, and commands are started from many): its end of the control socket
+closes when the plugin's process ends, however it ends, and the server exits; every
+supervisor it forked then gets its own death signal and sweeps its command. A server that
+is gone (killed by a command, say) is started again for the next command.
+
+Where there is no ``pidfd_open`` (a process id alone cannot be signalled safely once the
+server may have reaped it), every command gets an interpreter of its own instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import marshal
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+#: The supervisor's start: its code comes compiled on standard input, ahead of its
+#: configuration (no file to read, parse or compile per command, none anybody could swap).
+BOOTSTRAP = (
+    "# agentgate supervisor\n"  # its name in a process listing
+    "import marshal,sys;"
+    "exec(marshal.load(sys.stdin.buffer),{'__name__':'__main__','__file__':'supervisor'})"
+)
+_compiled: list[bytes] = []
+
+
+def supervisor_code() -> bytes:
+    """The supervisor compiled once per process (the same interpreter runs it)."""
+    if not _compiled:
+        source = Path(SUPERVISOR).read_bytes()
+        _compiled.append(marshal.dumps(compile(source, SUPERVISOR, "exec", dont_inherit=True)))
+    return _compiled[0]
+
+
+#: How long the server may take to fork a supervisor and hear from it.
+_START_S = 10.0
+
+
+def available() -> bool:
+    """Whether commands here can be supervised by forks of a server (Linux, pidfds)."""
+    return sys.platform == "linux" and hasattr(os, "pidfd_open")
+
+
+@dataclass
+class Forked:
+    """A supervisor forked for one command: its process id (its session's), a pidfd on it
+    (safe to signal whoever reaped it) and the socket it is configured and reports on."""
+
+    pid: int
+    pidfd: int
+    sock: socket.socket
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            signal.pidfd_send_signal(self.pidfd, sig)
+
+    def configure(self, config: bytes) -> None:
+        """Send the configuration; the supervisor reads it to its end, then starts."""
+        self.sock.sendall(config)
+        self.sock.shutdown(socket.SHUT_WR)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until the supervisor has exited (raises ``TimeoutExpired``, as Popen's)."""
+        ready, _, _ = select.select([self.pidfd], [], [], timeout)
+        if not ready:
+            raise subprocess.TimeoutExpired("agentgate supervisor", timeout or 0.0)
+
+    def close(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+
+
+@dataclass
+class _Server:
+    proc: subprocess.Popen[bytes]
+    ctl: socket.socket
+    owner: int
+
+
+_lock = threading.Lock()
+_servers: list[_Server] = []
+
+
+def start(out_fd: int) -> Forked | None:
+    """A supervisor forked for one command with ``out_fd`` as its output, waiting for its
+    configuration; None when no server could fork one (the caller starts an interpreter)."""
+    for fresh in (False, True):
+        server = _server(fresh)
+        if server is None:
+            return None
+        mine, theirs = socket.socketpair()
+        try:
+            with _lock:
+                socket.send_fds(server.ctl, [b"c"], [theirs.fileno(), out_fd])
+        except OSError:
+            mine.close()
+            continue
+        finally:
+            theirs.close()
+        forked = _hear_from(mine)
+        if forked is not None:
+            return forked
+        mine.close()
+    return None
+
+
+def _hear_from(sock: socket.socket) -> Forked | None:
+    """The forked supervisor as it says its process id; None if it ended first."""
+    deadline = time.monotonic() + _START_S
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            return None
+        chunk = sock.recv(32)
+        if not chunk:
+            return None
+        line += chunk
+    pid = int(line)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    # Until it has its configuration the supervisor writes nothing more and does not exit:
+    # a socket with nothing to read means the pidfd is on that supervisor, not a reuse.
+    if select.select([sock], [], [], 0)[0]:
+        os.close(pidfd)
+        return None
+    return Forked(pid, pidfd, sock)
+
+
+def _server(fresh: bool) -> _Server | None:
+    """This process's server, started if it has none (or ``fresh``: its server failed)."""
+    with _lock:
+        me = os.getpid()
+        current = next((s for s in _servers if s.owner == me), None)
+        if current is not None and not fresh and current.proc.poll() is None:
+            return current
+        if current is not None:
+            _servers.remove(current)
+            _stop(current)
+        try:
+            started = _start_server()
+        except OSError:
+            return None
+        _servers.append(started)
+        return started
+
+
+def _start_server() -> _Server:
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fd = theirs.fileno()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-B", "-c", BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(fd,),
+            start_new_session=True,
+            env={"LC_ALL": "C.UTF-8"},
+            cwd="/",  # it holds no folder of anybody's
+        )
+    except OSError:
+        mine.close()
+        raise
+    finally:
+        theirs.close()
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(supervisor_code() + marshal.dumps({"serve": fd}))
+        proc.stdin.close()
+    except OSError:
+        mine.close()
+        proc.kill()
+        proc.wait()
+        raise
+    return _Server(proc, mine, os.getpid())
+
+
+def _stop(server: _Server) -> None:
+    """Close the server's control socket (it exits on its own) and reap it."""
+    server.ctl.close()
+    try:
+        server.proc.wait(timeout=2)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+        server.proc.wait()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _lock:
+        mine = [s for s in _servers if s.owner == os.getpid()]
+        _servers.clear()
+    for server in mine:
+        _stop(server)
