@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -20,6 +21,12 @@ import pytest_agentgate.engine
 import pytest_agentgate.land.prune  # noqa: F401
 
 pytest_plugins = ["pytester"]
+
+# A suite started in the background of a shell without job control inherits SIGINT ignored,
+# and so would every process it starts: the tests that interrupt a run with SIGINT (as
+# Ctrl-C does) would see it ignored. Each worker takes Python's own handler back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

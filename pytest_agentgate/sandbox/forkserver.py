@@ -62,7 +62,7 @@ def available() -> bool:
     return sys.platform == "linux" and hasattr(os, "pidfd_open")
 
 
-@dataclass
+@dataclass(eq=False)  # held in sets by identity, as a Popen is
 class Forked:
     """A supervisor forked for one command: its process id (its session's), a pidfd on it
     (safe to signal whoever reaped it) and the socket it is configured and reports on."""
