@@ -129,3 +129,30 @@ def test_a_loose_blob_is_read_from_its_file_and_checked_against_its_id(repo: Bas
     path.write_bytes(zlib.compress(other))
     assert repo._loose(oid) is None
     assert repo.read_blob(oid) == git(repo.common_dir, "cat-file", "blob", oid).encode()
+
+
+def test_a_held_index_lock_is_found_whether_or_not_the_refresh_writes(service: Path) -> None:
+    """git takes the index lock on a refresh only when it has stat data to write (entries
+    as new as the index): with the files an hour old and the index fresh, it writes nothing
+    and a held lock went unseen, until a promotion failed on it after the agents' work."""
+    import os
+    import time
+
+    from pytest_agentgate.errors import StaleLock
+
+    hour_ago = time.time() - 3600
+    for path in service.rglob("*"):
+        if ".git" not in path.parts and path.is_file():
+            os.utime(path, (hour_ago, hour_ago))
+    git(service, "update-index", "--really-refresh")
+    lock = service / ".git" / "index.lock"
+    lock.write_text("")
+    refreshed = subprocess.run(
+        ["git", "-C", str(service), "update-index", "-q", "--refresh"], check=False
+    )
+    assert refreshed.returncode == 0  # git itself says nothing of the lock here
+    with pytest.raises(StaleLock) as raised:
+        BaseRepo.open(service).checkout_index().refresh()
+    assert raised.value.path == lock
+    lock.unlink()
+    BaseRepo.open(service).checkout_index().refresh()

@@ -10,6 +10,7 @@ its parsing here.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,10 @@ from typing import Protocol
 
 from ..errors import GitError, StaleLock
 from . import runner as _git
+
+#: How long a git lock found after a refresh may take to go (a git command of somebody
+#: else's that holds it for a moment) before it is reported.
+_LOCK_GRACE_S = 1.0
 
 
 class Repository(Protocol):
@@ -186,13 +191,21 @@ class Index:
         ``-q`` also silences why git failed; the usual reason is its lock, looked for here.
         """
         result = self._run("update-index", "-q", "--refresh", ok=(0, 1, 128))
+        lock = (self.path or self.repo.git_dir / "index").with_name(
+            (self.path.name if self.path else "index") + ".lock"
+        )
         if result.returncode == 128:
-            lock = (self.path or self.repo.git_dir / "index").with_name(
-                (self.path.name if self.path else "index") + ".lock"
-            )
             if lock.exists():
                 raise StaleLock(lock)
             raise GitError(["update-index", "-q", "--refresh"], 128, result.stderr)
+        # git takes the lock only when the refresh has stat data to write, which depends on
+        # the clock (an entry written in the same second as the index is rewritten). A lock
+        # that stays is one a later write (a promotion's checkout) would fail on: said now.
+        deadline = time.monotonic() + _LOCK_GRACE_S
+        while lock.exists():
+            if time.monotonic() >= deadline:
+                raise StaleLock(lock)
+            time.sleep(0.02)
 
     def hash_file(self, rel: str) -> str:
         """The blob id the work tree's file at ``rel`` would be stored as (filters apply
