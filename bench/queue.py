@@ -11,7 +11,7 @@ queue does: each change in turn rebased onto the target, tested and pushed. No t
 any of it.
 
     python bench/queue.py            # the table, a few minutes
-    python bench/queue.py --quick    # 4 agents, separate processes and -n 2 (CI's smoke run)
+    python bench/queue.py --quick    # 4 agents, separate processes and -n 2, a 0.3 s gate (the smoke run)
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 GATE_S = 1.0
+#: The smoke run's gate: long enough to overlap, short enough for the test suite.
+QUICK_GATE_S = 0.3
 
 GATE = textwrap.dedent(
     """
@@ -259,9 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="run each row this many times")
     args = parser.parse_args(argv)
+    global GATE_S
+    if args.quick:
+        GATE_S = QUICK_GATE_S
     sizes = [4] if args.quick else [4, 8, 16]
     modes = ["separate", "-n 2"] if args.quick else ["separate", "-n 2", "-n 4"]
-    print(f"merge queue: agents landing distinct passing changes, gate = sleep {GATE_S:.0f} s; "
+    print(f"merge queue: agents landing distinct passing changes, gate = sleep {GATE_S:g} s; "
           f"{os.cpu_count()} cores")  # fmt: skip
     print(f"{'agents':>6}  {'how':<24} {'wall s':>7} {'in gates':>9} {'gate runs':>10} "
           f"{'re-tests':>9} {'landed':>7} {'rejected':>9} {'lost':>5}")  # fmt: skip
