@@ -106,16 +106,18 @@ _servers: list[_Server] = []
 def start(out_fd: int) -> Forked | None:
     """A supervisor forked for one command with ``out_fd`` as its output, waiting for its
     configuration; None when no server could fork one (the caller starts an interpreter)."""
-    for fresh in (False, True):
-        server = _server(fresh)
+    failed: _Server | None = None
+    for _ in range(2):
+        server = _server(failed)
         if server is None:
             return None
         mine, theirs = socket.socketpair()
         try:
             with _lock:
                 socket.send_fds(server.ctl, [b"c"], [theirs.fileno(), out_fd])
-        except OSError:
+        except OSError:  # the server is gone: start another
             mine.close()
+            failed = server
             continue
         finally:
             theirs.close()
@@ -123,6 +125,11 @@ def start(out_fd: int) -> Forked | None:
         if forked is not None:
             return forked
         mine.close()
+        if server.proc.poll() is None:
+            # Alive but silent (a machine that busy): other commands' supervisors are its
+            # children and end with it, so it is left to them; this command does without.
+            return None
+        failed = server
     return None
 
 
@@ -138,10 +145,10 @@ def _hear_from(sock: socket.socket) -> Forked | None:
         if not chunk:
             return None
         line += chunk
-    pid = int(line)
     try:
+        pid = int(line)
         pidfd = os.pidfd_open(pid)
-    except OSError:
+    except (ValueError, OSError):
         return None
     # Until it has its configuration the supervisor writes nothing more and does not exit:
     # a socket with nothing to read means the pidfd is on that supervisor, not a reuse.
@@ -151,12 +158,13 @@ def _hear_from(sock: socket.socket) -> Forked | None:
     return Forked(pid, pidfd, sock)
 
 
-def _server(fresh: bool) -> _Server | None:
-    """This process's server, started if it has none (or ``fresh``: its server failed)."""
+def _server(failed: _Server | None) -> _Server | None:
+    """This process's server, started if it has none or has only ``failed``, the one that
+    could not fork a supervisor (once: another thread may have replaced it already)."""
     with _lock:
         me = os.getpid()
         current = next((s for s in _servers if s.owner == me), None)
-        if current is not None and not fresh and current.proc.poll() is None:
+        if current is not None and current is not failed and current.proc.poll() is None:
             return current
         if current is not None:
             _servers.remove(current)

@@ -117,3 +117,19 @@ def test_a_plugin_killed_mid_command_leaves_nothing_of_it_running() -> None:
     while sleeper.alive() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not sleeper.alive()
+
+
+def test_a_server_too_slow_to_answer_is_kept_and_the_command_runs_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replacing a server ends the supervisors it forked (their commands with them): one that
+    is alive but slow (stopped here) is left to the commands that use it."""
+    server = _server_pid()
+    monkeypatch.setattr(forkserver, "_START_S", 0.3)
+    os.kill(server, signal.SIGSTOP)
+    try:
+        result = run_command("echo without it", cwd=tmp_path, env=ENV, timeout=30)
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert result.ok and result.output == "without it\n", result
+    assert _server_pid() == server  # the same server, answering again
