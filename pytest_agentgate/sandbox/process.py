@@ -317,24 +317,15 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
         forked = forkserver.start(launch.sink.fileno())
     if forked is None:
         return _run_spawned(argv, launch)
-    running = launch.running
     _started(forked, launch)
+    config = {
+        "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
+        "timeout": launch.timeout, "cgroup": launch.cgroup.path, "fsize_max": launch.fsize_max,
+    }  # fmt: skip
     try:
-        try:
-            config = {
-                "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
-                "timeout": launch.timeout, "cgroup": launch.cgroup.path,
-                "fsize_max": launch.fsize_max,
-            }  # fmt: skip
-            forked.configure(marshal.dumps(config))
-            _faults.point("gate")
-            data = _read_report(forked.sock.fileno(), launch.timeout)
-        except BaseException:
-            _end_supervisor(forked)
-            raise
-        finally:
-            if running is not None:
-                running.discard(forked)
+        data = _await_report(
+            forked, lambda: forked.configure(marshal.dumps(config)), forked.sock.fileno(), launch
+        )
         if data is None:  # the supervisor outlived its own timeout: end it
             _end_supervisor(forked)
             data = b""
@@ -342,6 +333,23 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
     finally:
         forked.close()
     return _with_cgroup_problem(_report(data), launch.cgroup)
+
+
+def _await_report(
+    proc: Supervisor, send: Callable[[], None], fd: int, launch: _Launch
+) -> bytes | None:
+    """Configure the supervisor (``send``) and read its report on ``fd`` (None: it outlived
+    the command's timeout); an interrupt or error on the way ends it (it sweeps) first."""
+    try:
+        send()
+        _faults.point("gate")
+        return _read_report(fd, launch.timeout)
+    except BaseException:
+        _end_supervisor(proc)
+        raise
+    finally:
+        if launch.running is not None:
+            launch.running.discard(proc)
 
 
 def _with_cgroup_problem(report: dict[str, object], cgroup: Cgroup) -> dict[str, object]:
@@ -352,7 +360,7 @@ def _with_cgroup_problem(report: dict[str, object], cgroup: Cgroup) -> dict[str,
 
 def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
     """An uncontained command under a supervisor interpreter of its own."""
-    cgroup, running = launch.cgroup, launch.running
+    cgroup = launch.cgroup
     status_r, status_w = os.pipe()
     inside = cgroup.thread_in()
     try:
@@ -362,7 +370,8 @@ def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
             if inside:
                 cgroup.thread_out()
         _started(proc, launch)
-        try:
+
+        def send() -> None:
             # Its bounds first (the command inherits them): set while the interpreter starts.
             if not inside:
                 cgroup.add(proc.pid)
@@ -370,14 +379,8 @@ def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
             assert proc.stdin is not None
             proc.stdin.write(_config(argv, launch, status_w, problem))
             proc.stdin.close()
-            _faults.point("gate")
-            data = _read_report(status_r, launch.timeout)
-        except BaseException:
-            _end_supervisor(proc)
-            raise
-        finally:
-            if running is not None:
-                running.discard(proc)
+
+        data = _await_report(proc, send, status_r, launch)
         if data is None:  # the supervisor outlived its own timeout: end it
             kill_group(proc.pid)
             data = b""
