@@ -718,6 +718,33 @@ class Bench:
         self.add("whole gated test, uncontained", p, f,
                  "the same, plugin with --agentgate-sandbox=none: its own costs over git's")  # fmt: skip
 
+        self.whole_in_session(root, name, setup, lambda s: floor(s, True), teardown)
+
+    def whole_in_session(
+        self, root: Path, name: str, setup: Callable[[int], dict], floor: Step, teardown: Step
+    ) -> None:
+        """As in a pytest run: one engine for the session, with its defaults (workspaces and
+        gate checkouts recycled), its target moving on with each test; one test first."""
+        branch = f"bench-session-{self.counter}"
+        raw_git(self.repo, "update-ref", f"refs/heads/{branch}", self.base)
+        session = Engine(self.repo, EngineSettings(target=branch, promote=True, workdir=root,
+                                                   gate=GateSpec(commands=("true",), exit_code=("true",)),
+                                                   sandbox=sandbox.Settings()))  # fmt: skip
+
+        def in_session(s: dict) -> None:
+            ws = session.fork(task="bench")
+            (ws.path / name).write_text(f"session {s['i']} {time.monotonic_ns()}\n")
+            attempt = session.run_attempt(ws, task="bench", agent="bench")
+            assert attempt.verdict.status == "promoted", attempt.verdict
+
+        try:
+            in_session({"i": -1})
+            p, f = pair(self.runs, setup, in_session, floor, teardown)
+        finally:
+            session.close()
+        self.add("whole gated test, in a session", p, f,
+                 "the same floor; plugin: one engine, recycling on, as a pytest run has")  # fmt: skip
+
 
 # -- whole-process measurements ---------------------------------------------------------
 
@@ -835,6 +862,7 @@ def _format(row: Row) -> str:
 TARGETS: dict[str, tuple[str, float, str]] = {
     "whole gated test (gate: true)": ("ratio", 1.3, ""),
     "whole gated test, uncontained": ("ratio", 1.3, ""),
+    "whole gated test, in a session": ("ratio", 1.3, ""),
     "checkpoint, 10 changed": ("ratio", 1.3, ""),
     "fork (recycled, disk)": ("ratio", 1.3, ""),
     "fork (recycled, tmpfs)": ("ratio", 1.3, ""),
