@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import git
 
+from pytest_agentgate.errors import GitError
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import ZERO, Author, BaseRepo
 
@@ -65,6 +66,13 @@ def test_loose_commit_trees_agree_with_git(repo: BaseRepo, service: Path) -> Non
     new = commit_with(repo, {"x.txt": b"x"}, base)
     fresh = BaseRepo.open(service)  # no cache: the object file is read
     assert fresh.tree_of(new) == git(service, "rev-parse", f"{new}^{{tree}}")
+    tree = fresh.tree_of(new)
+    assert BaseRepo.open(service)._loose_commit_tree(tree) == tree  # a loose tree is its own
+    assert git(service, "rev-parse", f"{tree}^{{tree}}") == tree
+    blob = git(service, "rev-parse", f"{new}:x.txt")
+    assert BaseRepo.open(service)._loose_commit_tree(blob) is None  # a blob has none: git says
+    with pytest.raises(GitError):
+        BaseRepo.open(service).tree_of(blob)
     git(service, "gc", "-q")
     packed = BaseRepo.open(service)
     assert packed.tree_of(base) == git(service, "rev-parse", "main^{tree}")

@@ -125,7 +125,7 @@ class BaseRepo(RepoRefs):
         """The tree of a commit (cached for full commit ids, which never change).
 
         A loose commit (every commit the plugin just wrote) is read from its object file:
-        its first line names the tree. Anything else is asked of git.
+        its first line names the tree; a loose tree is its own. Anything else is asked of git.
         """
         cached = self._trees.get(rev)
         if cached is not None:
@@ -140,8 +140,10 @@ class BaseRepo(RepoRefs):
         return tree
 
     def _loose_commit_tree(self, oid: str) -> str | None:
-        """The tree of a loose commit object, or None to ask git."""
+        """The tree of a loose commit object (a loose tree's is itself), or None to ask git."""
         found = self._loose(oid)
+        if found is not None and found[0] == b"tree":
+            return oid
         if found is None or found[0] != b"commit" or not found[1].startswith(b"tree "):
             return None
         tree = found[1][5:].partition(b"\n")[0].decode("ascii", "replace")
