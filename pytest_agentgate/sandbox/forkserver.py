@@ -8,11 +8,16 @@ supervisor is what the per-command one was: a child subreaper in a session of it
 the command's pids cgroup and under its file-size limit before the command starts (it moves
 itself in: no RCU grace period to wait for), reporting on a socket the command cannot reach.
 
-The server dies with the plugin without a death signal (a death signal follows the thread
-that started a process, and commands are started from many): its end of the control socket
-closes when the plugin's process ends, however it ends, and the server exits; every
-supervisor it forked then gets its own death signal and sweeps its command. A server that
-is gone (killed by a command, say) is started again for the next command.
+The forked supervisor also takes on the plugin's process state as it is when the command
+starts (umask, resource limits, priority, CPUs), not as it was when the server started.
+
+Nothing ties the server or a supervisor to the plugin by a death signal (one follows the
+thread that started a process, and commands start from many). Each watches the plugin's
+process on a pidfd. When the plugin ends, however it ends, the server exits and each
+supervisor sweeps its command, and ends a server it finds left behind (stopped by a
+command, say). So nothing a command does to the server reaches another command. A server
+that is gone or does not answer is replaced for the next command. A fork of the plugin
+keeps nothing of its servers (``os.register_at_fork``).
 
 Where there is no ``pidfd_open`` (a process id alone cannot be signalled safely once the
 server may have reaped it), every command gets an interpreter of its own instead.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import marshal
 import os
 import select
@@ -76,9 +82,11 @@ class Forked:
             signal.pidfd_send_signal(self.pidfd, sig)
 
     def configure(self, config: bytes) -> None:
-        """Send the configuration; the supervisor reads it to its end, then starts."""
-        self.sock.sendall(config)
-        self.sock.shutdown(socket.SHUT_WR)
+        """Send the configuration; the supervisor reads it to its end, then starts. One that
+        ended before it had all of it (killed) reports nothing: a lost status."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall(config)
+            self.sock.shutdown(socket.SHUT_WR)
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the supervisor has exited (raises ``TimeoutExpired``, as Popen's)."""
@@ -125,12 +133,43 @@ def start(out_fd: int) -> Forked | None:
         if forked is not None:
             return forked
         mine.close()
-        if server.proc.poll() is None:
-            # Alive but silent (a machine that busy): other commands' supervisors are its
-            # children and end with it, so it is left to them; this command does without.
-            return None
+        # Gone, or alive but silent (stopped by a command, say): replaced. Its supervisors
+        # are not its children in any way that matters: they watch the plugin, not it.
         failed = server
     return None
+
+
+def caller_state() -> dict[str, object]:
+    """What of this process a command it starts inherits, and the server (started earlier)
+    may no longer have: umask, resource limits, priority, CPUs."""
+    import resource
+
+    state: dict[str, object] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    state["umask"] = int(line.split()[1], 8)
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    state["limits"] = [(n, resource.getrlimit(n)) for n in _limit_numbers()]
+    with contextlib.suppress(OSError):
+        state["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    with contextlib.suppress(OSError):
+        state["cpus"] = sorted(os.sched_getaffinity(0))
+    return state
+
+
+@functools.cache
+def _limit_numbers() -> tuple[int, ...]:
+    import resource
+
+    return tuple(
+        getattr(resource, name)
+        for name in dir(resource)
+        if name.startswith("RLIMIT_") and isinstance(getattr(resource, name), int)
+    )
 
 
 def _hear_from(sock: socket.socket) -> Forked | None:
@@ -197,8 +236,9 @@ def _start_server() -> _Server:
     finally:
         theirs.close()
     assert proc.stdin is not None
+    mine.settimeout(_START_S)  # a request to a server that stopped reading does not block
     try:
-        proc.stdin.write(supervisor_code() + marshal.dumps({"serve": fd}))
+        proc.stdin.write(supervisor_code() + marshal.dumps({"serve": fd, "parent": os.getpid()}))
         proc.stdin.close()
     except OSError:
         mine.close()
@@ -225,3 +265,18 @@ def _stop_all() -> None:
         _servers.clear()
     for server in mine:
         _stop(server)
+
+
+def _forget_in_child() -> None:
+    """In a fork of this process: nothing of the parent's servers (the parent's end of a
+    control socket held here would keep its server running after the parent ended), and a
+    lock another thread may have held at the fork."""
+    global _lock
+    _lock = threading.Lock()
+    for server in _servers:
+        with contextlib.suppress(OSError):
+            server.ctl.close()
+    _servers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -321,6 +321,7 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
     config = {
         "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
         "timeout": launch.timeout, "cgroup": launch.cgroup.path, "fsize_max": launch.fsize_max,
+        "state": forkserver.caller_state(),
     }  # fmt: skip
     try:
         data = _await_report(
@@ -453,7 +454,10 @@ def _read_report(fd: int, timeout: float | None) -> bytes | None:
     from .bwrap_run import read_until
 
     deadline = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
-    data, ended = read_until(fd, None, deadline)
+    try:
+        data, ended = read_until(fd, None, deadline)
+    except ConnectionResetError:  # a forked supervisor killed before it read its configuration
+        return b""
     return data if ended else None
 
 
@@ -472,6 +476,8 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
         return -1, "the command's exit status was lost (its supervisor ended without reporting)"
     if report.get("exec_error"):
         return -1, f"could not start the command: {report['exec_error']}"
+    if report.get("interrupted"):  # whatever it exited with then, it did not finish
+        return -1, "the command was ended before it finished (its supervisor was told to stop)"
     code = report.get("returncode")
     # bwrap writes one JSON object per line; "exit-code" only once the command ran.
     ended_early = report.get("timed_out") or report.get("interrupted")

@@ -16,7 +16,8 @@ What it guarantees, sandbox or not:
   process left in its subtree is killed and reaped before the supervisor reports;
 - with a pids cgroup it may create, the command's processes are capped and the sweep also
   reads the cgroup, so nothing is missed;
-- it dies with the plugin (``PR_SET_PDEATHSIG``): a SIGKILLed pytest leaves no gate running;
+- it dies with the plugin (``PR_SET_PDEATHSIG``; forked by the server, it watches the
+  plugin on a pidfd): a SIGKILLed pytest leaves no gate running;
 - the command's exit status reaches the plugin on a pipe only the supervisor holds, so the
   command cannot forge it; a supervisor killed before it reports is a lost status, which the
   plugin judges an error.
@@ -35,6 +36,8 @@ import time
 TYPE_CHECKING = False  # not ``typing``'s: importing typing costs as much again
 if TYPE_CHECKING:
     import signal
+    from collections.abc import Callable
+    from types import ModuleType
 else:
     import _signal as signal
 
@@ -357,7 +360,7 @@ def main() -> int:
     config = marshal.loads(sys.stdin.buffer.read())
     os.close(0)
     if "serve" in config:
-        return serve(int(config["serve"]))
+        return serve(int(config["serve"]), int(config["parent"]))
     status_fd = int(config["status_fd"])
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -369,29 +372,42 @@ def main() -> int:
     return supervise(config, status_fd, {"subreaper": subreaper})
 
 
-def serve(ctl_fd: int) -> int:
+def serve(ctl_fd: int, plugin: int) -> int:
     """The fork server: a supervisor per command, forked from this warm interpreter.
 
     Each request on ``ctl_fd`` (a Unix socket) is one byte with two descriptors: the
     command's own socket and its output. The forked supervisor says its process id on that
-    socket, reads its configuration to the end, bounds itself (cgroup, file-size limit),
-    supervises the command and reports on it, then exits. Forking costs a fraction of a
-    millisecond where a new interpreter costs a dozen. The plugin's end of ``ctl_fd`` closes
-    when the plugin's process ends however it ends; the server then exits, and every
-    supervisor it forked gets its death signal and sweeps its command.
+    socket, reads its configuration to the end, takes on the plugin's process state and
+    bounds (umask, limits, cgroup, file-size limit), supervises the command and reports on
+    it, then exits. Forking costs a fraction of a millisecond where a new interpreter costs
+    a dozen.
+
+    The server and each supervisor watch the plugin's process (``plugin``, its pid) on a
+    pidfd, not through a death signal: when it ends, however it ends, the server exits and
+    every supervisor sweeps its command. Nothing a command does to the server (kill it,
+    stop it) reaches the commands of others.
     """
     import _socket
     import gc
     import resource
+    import select
     import warnings  # noqa: F401 - what os.execvpe imports: once here, not once per command
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the supervisors
     _prctl(PR_SET_CHILD_SUBREAPER, 0)  # looks prctl up (this process stays no subreaper)
+    try:
+        watch = os.pidfd_open(plugin)
+    except OSError:
+        return 1
+    if os.getppid() != plugin:  # the plugin ended before the pidfd was open
+        return 1
     gc.freeze()  # nothing here is garbage: collections would copy the forks' pages
     gc.disable()
     ctl = _socket.socket(fileno=ctl_fd)
     me = os.getpid()
     while True:
+        if watch in select.select([ctl.fileno(), watch], [], [])[0]:
+            return 0  # the plugin has ended
         message, ancillary, _, _ = ctl.recvmsg(1, _socket.CMSG_SPACE(8))
         if not message:
             return 0
@@ -409,28 +425,32 @@ def serve(ctl_fd: int) -> int:
             code = 1
             try:
                 ctl.close()
-                code = _serve_one(me, fds[0], fds[1], resource)
+                code = _serve_one(me, watch, fds[0], fds[1], (resource, select))
             finally:
                 os._exit(code)
         for fd in fds:
             os.close(fd)
 
 
-def _serve_one(server: int, sock: int, out_fd: int, resource: object) -> int:
+def _serve_one(
+    server: int, watch: int, sock: int, out_fd: int, modules: tuple[ModuleType, ModuleType]
+) -> int:
     """A supervisor forked by :func:`serve`: one command, start to report, on ``sock``."""
+    resource, select = modules
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()  # a session of its own, as the per-command supervisor has
     os.dup2(out_fd, 1)  # its own errors go with the command's output
     os.dup2(out_fd, 2)
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != server:  # the server is gone already (and the plugin with it)
-        return 1
     os.write(sock, b"%d\n" % os.getpid())
     config = marshal.loads(_read_all(sock))
-    os.chdir(config["cwd"])  # where the command runs, as the per-command supervisor is
+    try:
+        os.chdir(config["cwd"])  # where the command runs (a bad one is the spawn's to report)
+    except OSError:
+        pass
     config["out_fd"], config["parent"] = out_fd, server
     report: dict[str, object] = {"subreaper": subreaper}
+    _take_state(config.get("state") or {}, resource)
     cgroup = config.get("cgroup") or ""
     if cgroup and not _join(cgroup):
         report["cgroup_problem"] = "could not join the pids cgroup"
@@ -438,10 +458,44 @@ def _serve_one(server: int, sock: int, out_fd: int, resource: object) -> int:
     fsize = config.get("fsize_max")
     if fsize and not config.get("refuse"):
         try:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))  # type: ignore[attr-defined]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         except (OSError, ValueError) as exc:
             config["refuse"] = f"could not set the file-size limit: {exc}"
-    return supervise(config, sock, report)
+
+    def watch_plugin() -> None:
+        """Once the plugin has ended: end a server it left (one a command stopped stays
+        stopped), then this supervisor's command, swept as on a timeout."""
+        import _thread
+
+        def wait() -> None:
+            select.select([watch], [], [])
+            if os.getppid() == server:
+                os.kill(server, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        _thread.start_new_thread(wait, ())
+
+    return supervise(config, sock, report, watch_plugin)
+
+
+def _take_state(state: dict[str, object], resource: ModuleType) -> None:
+    """The plugin's process state as it was when it started the command (the server's is
+    as it was when the server started): umask, resource limits, priority, CPUs."""
+    if "umask" in state:
+        os.umask(int(state["umask"]))  # type: ignore[call-overload]
+    for number, limits in state.get("limits", ()):  # type: ignore[attr-defined]
+        try:
+            resource.setrlimit(number, limits)
+        except (OSError, ValueError):
+            pass
+    try:
+        if "nice" in state:
+            os.setpriority(os.PRIO_PROCESS, 0, int(state["nice"]))  # type: ignore[call-overload]
+        cpus = state.get("cpus")
+        if isinstance(cpus, list) and cpus:
+            os.sched_setaffinity(0, cpus)
+    except OSError:
+        pass
 
 
 def _join(path: str) -> bool:
@@ -458,7 +512,12 @@ def _join(path: str) -> bool:
     return False
 
 
-def supervise(config: dict[str, object], status_fd: int, report: dict[str, object]) -> int:
+def supervise(
+    config: dict[str, object],
+    status_fd: int,
+    report: dict[str, object],
+    on_wait: Callable[[], None] | None = None,
+) -> int:
     """Run the configured command to its end, sweep what it left, report on ``status_fd``."""
     argv: list[str] = config["argv"]  # type: ignore[assignment]
     parent = int(config["parent"])  # type: ignore[call-overload]
@@ -484,6 +543,8 @@ def supervise(config: dict[str, object], status_fd: int, report: dict[str, objec
         signal.signal(sig, _stop)
     if config.get("timeout") is not None:
         signal.setitimer(signal.ITIMER_REAL, max(float(config["timeout"]), 0.001))  # type: ignore[arg-type]
+    if on_wait is not None:  # once a stop (SIGTERM) is a sweep, never a plain death
+        on_wait()
     try:
         while code is None:
             pid, status = os.waitpid(-1, 0)

@@ -4,6 +4,7 @@ leave it running."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -35,17 +36,127 @@ def _gone(pid: int, within: float = 5.0) -> bool:
     return not alive(pid)
 
 
-def test_a_command_that_kills_the_server_ends_only_itself(tmp_path: Path) -> None:
-    sleeper = Sleeper()
+@pytest.mark.parametrize("how", ["KILL", "STOP"])
+def test_killing_or_stopping_the_server_disturbs_no_command(
+    tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each supervisor watches the plugin, not the server: a command that kills or stops the
+    server ends no other command (one that ended them, and so passed, found this), and the
+    next command gets a new server."""
+    import threading
+
+    monkeypatch.setattr(forkserver, "_START_S", 0.5)
     server = _server_pid()
-    kill = f"{sleeper.command} & kill -9 $(cut -d' ' -f4 /proc/$PPID/stat); sleep 30"
-    result = run_command(kill, cwd=tmp_path, env=ENV, timeout=60)
-    assert not result.ok and result.duration_ms < 20_000, result
-    assert _gone(server)
-    assert not sleeper.alive()
-    again = run_command("echo still here", cwd=tmp_path, env=ENV, timeout=10)
-    assert again.ok and again.output == "still here\n", again
-    assert _server_pid() != server
+    found: dict[str, object] = {}
+    other = "trap 'echo signalled; exit 0' TERM; sleep 1 & wait; echo finished"
+
+    def innocent() -> None:
+        found["result"] = run_command(other, cwd=tmp_path, env=ENV, timeout=60)
+
+    worker = threading.Thread(target=innocent)
+    worker.start()
+    time.sleep(0.3)
+    try:
+        attack = run_command(
+            f"kill -{how} $(cut -d' ' -f4 /proc/$PPID/stat); echo done", cwd=tmp_path, env=ENV,
+            timeout=60,
+        )  # fmt: skip
+        worker.join(30)
+        after = run_command("echo still here", cwd=tmp_path, env=ENV, timeout=30)
+        replaced = _server_pid()
+    finally:
+        if alive(server):
+            os.kill(server, signal.SIGKILL)
+    assert attack.ok and attack.output == "done\n", attack
+    result = found["result"]
+    assert result.ok and result.output == "finished\n", result  # type: ignore[attr-defined]
+    assert after.ok and after.output == "still here\n", after
+    assert replaced != server
+
+
+def test_a_command_told_to_stop_is_never_a_pass(tmp_path: Path) -> None:
+    """SIGTERM to its supervisor ends a command early: whatever it exits with then (a trap's
+    0 here), it did not finish, and the result says so."""
+    result = run_command(
+        "trap 'exit 0' TERM; kill -TERM $PPID; sleep 5 & wait", cwd=tmp_path, env=ENV, timeout=60
+    )
+    assert not result.ok and "ended before it finished" in result.launch_error, result
+
+
+def test_run_command_reports_supervisors_killed_early_and_never_raises(tmp_path: Path) -> None:
+    """Supervisors killed before they read their configuration (their server killed by
+    another command) are lost statuses, never an exception out of run_command."""
+    import threading
+    from collections import Counter
+
+    big = {**ENV, **{f"BIG{i}": "x" * 10_000 for i in range(20)}}  # slow to read
+    me, stop, seen = os.getpid(), time.monotonic() + 2, Counter[str]()
+
+    def killer() -> None:
+        kill = f"S=$(cut -d' ' -f4 /proc/$PPID/stat); [ $S != {me} ] && kill -9 $S; true"
+        while time.monotonic() < stop:
+            run_command(kill, cwd=tmp_path, env=ENV, timeout=10)
+
+    def victim() -> None:
+        while time.monotonic() < stop:
+            try:
+                r = run_command("true", cwd=tmp_path, env=big, timeout=10)
+                seen["ok" if r.ok else "lost" if r.launch_error else f"code {r.returncode}"] += 1
+            except Exception as exc:
+                seen[repr(exc)] += 1
+
+    threads = [threading.Thread(target=killer)] + [
+        threading.Thread(target=victim) for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(seen) <= {"ok", "lost"} and seen["ok"] > 0, seen
+
+
+def test_a_fork_of_the_plugin_holds_no_server_and_no_lock(tmp_path: Path) -> None:
+    """A fork made while another thread held the server's lock: the child's first command
+    runs (the lock is the child's own), and the child holds no control socket of the
+    parent's (which kept the parent's server, and its commands, alive after it)."""
+    forkserver._server(None)
+    with forkserver._lock:
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                ok = run_command("echo child", cwd=tmp_path, env=ENV, timeout=10).ok
+                code = 0 if ok and all(s.owner == os.getpid() for s in forkserver._servers) else 2
+            finally:
+                os._exit(code)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the fork's first command hung on the parent's lock")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_command_gets_the_plugin_s_umask_and_limits_of_now(tmp_path: Path) -> None:
+    """The server was started earlier: what the plugin set since (a fixture's umask, a
+    lower limit) still reaches the command, as it did with an interpreter per command."""
+    import resource
+
+    _server_pid()
+    old_mask = os.umask(0o077)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(512, soft), hard))
+    try:
+        result = run_command("umask; ulimit -n", cwd=tmp_path, env=ENV, timeout=10)
+    finally:
+        os.umask(old_mask)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.output.split() == ["0077", str(min(512, soft))], result
 
 
 def test_the_server_holds_no_folder_a_command_ran_in(tmp_path: Path) -> None:
@@ -87,49 +198,51 @@ def test_without_the_server_each_command_has_an_interpreter_of_its_own(
 
 
 KILLED_PLUGIN = """
-import os, sys
+import os, sys, threading, time
 from pathlib import Path
 from pytest_agentgate.sandbox import forkserver
 from pytest_agentgate.sandbox.process import run_command
 env = {"PATH": os.environ["PATH"]}
 run_command(["true"], cwd=Path("/"), env=env, timeout=10)
 print(forkserver._servers[0].proc.pid, flush=True)
+if sys.argv[2] == "fork" and os.fork() == 0:  # a child that holds what the parent held
+    time.sleep(60)
+    os._exit(0)
+if sys.argv[2] == "stop":  # another command stops the server first
+    threading.Thread(target=run_command, args=(sys.argv[1] + " & sleep 300",),
+                     kwargs=dict(cwd=Path("/"), env=env, timeout=None)).start()
+    time.sleep(0.5)
+    run_command("kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat)", cwd=Path("/"), env=env, timeout=10)
+    time.sleep(300)
 run_command(sys.argv[1] + " & sleep 300", cwd=Path("/"), env=env, timeout=600)
 """
 
 
-def test_a_plugin_killed_mid_command_leaves_nothing_of_it_running() -> None:
+@pytest.mark.parametrize("how", ["plain", "fork", "stop"])
+def test_a_plugin_killed_mid_command_leaves_nothing_of_it_running(how: str) -> None:
+    """Also when a fork of it lives on, or a command stopped its server: each supervisor
+    sees the plugin end on a pidfd and ends its command (and a server left stopped)."""
     sleeper = Sleeper()
     plugin = subprocess.Popen(
-        [sys.executable, "-c", KILLED_PLUGIN, sleeper.command], stdout=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-c", KILLED_PLUGIN, sleeper.command, how],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
     assert plugin.stdout is not None
-    server = int(plugin.stdout.readline())
-    deadline = time.monotonic() + 20
-    while not sleeper.alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert sleeper.alive()
-    plugin.send_signal(signal.SIGKILL)
-    plugin.wait()
-    plugin.stdout.close()
-    assert _gone(server)
-    deadline = time.monotonic() + 5
-    while sleeper.alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not sleeper.alive()
-
-
-def test_a_server_too_slow_to_answer_is_kept_and_the_command_runs_without_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Replacing a server ends the supervisors it forked (their commands with them): one that
-    is alive but slow (stopped here) is left to the commands that use it."""
-    server = _server_pid()
-    monkeypatch.setattr(forkserver, "_START_S", 0.3)
-    os.kill(server, signal.SIGSTOP)
     try:
-        result = run_command("echo without it", cwd=tmp_path, env=ENV, timeout=30)
+        server = int(plugin.stdout.readline())
+        deadline = time.monotonic() + 20
+        while not sleeper.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sleeper.alive()
+        time.sleep(0.5)  # the stop, where there is one, is made by now
+        plugin.send_signal(signal.SIGKILL)
+        plugin.wait()
+        assert _gone(server)
+        deadline = time.monotonic() + 5
+        while sleeper.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not sleeper.alive()
     finally:
-        os.kill(server, signal.SIGCONT)
-    assert result.ok and result.output == "without it\n", result
-    assert _server_pid() == server  # the same server, answering again
+        plugin.stdout.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(plugin.pid, signal.SIGKILL)  # the fork, where there is one
