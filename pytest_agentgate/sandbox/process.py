@@ -366,7 +366,7 @@ def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
     inside = cgroup.thread_in()
     try:
         try:
-            proc = _start_supervisor(status_w, launch.sink.fileno(), launch.cwd)
+            proc = _start_supervisor(status_w, launch.sink.fileno())
         finally:
             if inside:
                 cgroup.thread_out()
@@ -416,7 +416,7 @@ def _config(argv: list[str], launch: _Launch, status_w: int, problem: str) -> by
     return supervisor_code() + marshal.dumps(config)
 
 
-def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen[bytes]:
+def _start_supervisor(status_w: int, out_fd: int) -> subprocess.Popen[bytes]:
     """Start the supervisor (it waits for its configuration on stdin). Its report comes back
     on ``status_w``, which is closed here whatever happens."""
     try:
@@ -428,7 +428,7 @@ def _start_supervisor(status_w: int, out_fd: int, cwd: Path) -> subprocess.Popen
             pass_fds=(status_w, out_fd),
             start_new_session=True,
             env={"LC_ALL": "C.UTF-8"},
-            cwd=cwd,
+            cwd="/",  # the command's own folder is the supervisor's to enter, and to report
         )
     finally:
         os.close(status_w)

@@ -327,12 +327,15 @@ def _read_all(fd: int) -> bytes:
 def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
     """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, and no other
     descriptor open. Raises ``OSError`` when the program could not be executed (the errno
-    comes back on a close-on-exec pipe)."""
+    comes back on a close-on-exec pipe), with ``filename`` the folder when that was what
+    could not be entered."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nothing here may raise past os._exit
+        step = b"d"
         try:
             os.chdir(cwd)
+            step = b"e"
             null = os.open(os.devnull, os.O_RDONLY)
             os.dup2(null, 0)
             os.dup2(out_fd, 1)
@@ -342,7 +345,7 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
             os.closerange(err_w + 1, 1 << 16)
             os.execvpe(argv[0], argv, env)
         except OSError as exc:
-            os.write(err_w, str(exc.errno or 0).encode())
+            os.write(err_w, step + str(exc.errno or 0).encode())
         finally:
             os._exit(127)
     os.close(err_w)
@@ -350,8 +353,8 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
     os.close(err_r)
     if failed:
         os.waitpid(pid, 0)
-        code = int(failed)
-        raise OSError(code, os.strerror(code))
+        code = int(failed[1:])
+        raise OSError(code, os.strerror(code), cwd if failed[:1] == b"d" else argv[0])
     return pid
 
 
@@ -512,6 +515,16 @@ def _join(path: str) -> bool:
     return False
 
 
+def _start(argv: list[str], config: dict[str, object]) -> tuple[int, str]:
+    """The command started: its pid, or what could not be done (its folder entered, its
+    program run)."""
+    try:
+        return _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"])), ""  # type: ignore[arg-type,call-overload]
+    except OSError as exc:
+        what = "its folder" if exc.filename == config["cwd"] else "the program"
+        return -1, f"{what}: {exc.strerror or exc}: {exc.filename}"
+
+
 def supervise(
     config: dict[str, object],
     status_fd: int,
@@ -533,10 +546,9 @@ def supervise(
 
     if config.get("refuse"):  # a bound the plugin could not set: the command does not start
         return finish(returncode=None, exec_error=str(config["refuse"]))
-    try:
-        child = _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"]))  # type: ignore[arg-type,call-overload]
-    except OSError as exc:
-        return finish(returncode=None, exec_error=f"{exc.strerror or exc}: {argv[0]}")
+    child, problem = _start(argv, config)
+    if problem:
+        return finish(returncode=None, exec_error=problem)
     code: int | None = None
     timed_out = interrupted = False
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):

@@ -246,3 +246,22 @@ def test_a_plugin_killed_mid_command_leaves_nothing_of_it_running(how: str) -> N
         plugin.stdout.close()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(plugin.pid, signal.SIGKILL)  # the fork, where there is one
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_missing_folder_or_program_is_a_launch_error_that_names_it(
+    tmp_path: Path, server: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never an exception out of run_command (the interpreter per command raised one for a
+    missing folder) and never the shell's name for what was missing."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    gone = tmp_path / "gone"
+    result = run_command("true", cwd=gone, env=ENV, timeout=10)
+    assert not result.ok and result.launch_error.endswith(
+        f"its folder: No such file or directory: {gone}"
+    )
+    result = run_command(["no-such-program-here"], cwd=tmp_path, env=ENV, timeout=10)
+    assert not result.ok and result.launch_error.endswith(
+        "the program: No such file or directory: no-such-program-here"
+    )
