@@ -324,7 +324,7 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
+def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, mask: object) -> int:
     """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, and no other
     descriptor open. Raises ``OSError`` when the program could not be executed (the errno
     comes back on a close-on-exec pipe), with ``filename`` the folder when that was what
@@ -334,6 +334,7 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
     if pid == 0:  # the child: nothing here may raise past os._exit
         step = b"d"
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # type: ignore[arg-type]  # the command's own
             os.chdir(cwd)
             step = b"e"
             null = os.open(os.devnull, os.O_RDONLY)
@@ -515,11 +516,46 @@ def _join(path: str) -> bool:
     return False
 
 
-def _start(argv: list[str], config: dict[str, object]) -> tuple[int, str]:
+#: The signals that end the wait for a command (see :class:`_Stop`).
+_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+
+
+def _wait(
+    child: int, timeout: object, on_wait: Callable[[], None] | None, held: object
+) -> tuple[int | None, bool, bool]:
+    """Wait for the command: its exit code (None if it did not end), whether it timed out,
+    whether the supervisor was told to stop. The stops are let through (``held``, the mask
+    before they were blocked) only once their handlers are in place."""
+    code: int | None = None
+    timed_out = interrupted = False
+    for sig in _STOPS:
+        signal.signal(sig, _stop)
+    if timeout is not None:
+        signal.setitimer(signal.ITIMER_REAL, max(float(timeout), 0.001))  # type: ignore[arg-type]
+    if on_wait is not None:  # its thread keeps the stops blocked: they come to this one
+        on_wait()
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # type: ignore[arg-type]
+        while code is None:
+            pid, status = os.waitpid(-1, 0)
+            if pid == child:
+                code = os.waitstatus_to_exitcode(status)
+    except _Stop as stop:
+        timed_out = stop.args[0] == signal.SIGALRM
+        interrupted = not timed_out
+    except ChildProcessError:
+        pass
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for sig in _STOPS:
+        signal.signal(sig, signal.SIG_IGN)
+    return code, timed_out, interrupted
+
+
+def _start(argv: list[str], config: dict[str, object], mask: object) -> tuple[int, str]:
     """The command started: its pid, or what could not be done (its folder entered, its
     program run)."""
     try:
-        return _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"])), ""  # type: ignore[arg-type,call-overload]
+        return _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"]), mask), ""  # type: ignore[arg-type,call-overload]
     except OSError as exc:
         what = "its folder" if exc.filename == config["cwd"] else "the program"
         return -1, f"{what}: {exc.strerror or exc}: {exc.filename}"
@@ -546,30 +582,14 @@ def supervise(
 
     if config.get("refuse"):  # a bound the plugin could not set: the command does not start
         return finish(returncode=None, exec_error=str(config["refuse"]))
-    child, problem = _start(argv, config)
+    # A stop that comes while the command starts waits (blocked) for the handlers that make
+    # it a sweep: taken by surprise, the supervisor would die and leave the command running.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    child, problem = _start(argv, config, held)
     if problem:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return finish(returncode=None, exec_error=problem)
-    code: int | None = None
-    timed_out = interrupted = False
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, _stop)
-    if config.get("timeout") is not None:
-        signal.setitimer(signal.ITIMER_REAL, max(float(config["timeout"]), 0.001))  # type: ignore[arg-type]
-    if on_wait is not None:  # once a stop (SIGTERM) is a sweep, never a plain death
-        on_wait()
-    try:
-        while code is None:
-            pid, status = os.waitpid(-1, 0)
-            if pid == child:
-                code = os.waitstatus_to_exitcode(status)
-    except _Stop as stop:
-        timed_out = stop.args[0] == signal.SIGALRM
-        interrupted = not timed_out
-    except ChildProcessError:
-        pass
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(sig, signal.SIG_IGN)
+    code, timed_out, interrupted = _wait(child, config.get("timeout"), on_wait, held)
     if code is None:  # timed out or ended from outside: a grace period, then the sweep
         _signal_all(sorted(set(children_of(os.getpid())) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
