@@ -207,7 +207,7 @@ def _server(failed: _Server | None) -> _Server | None:
             return current
         if current is not None:
             _servers.remove(current)
-            _stop(current)
+            _stop(current, at_once=True)  # its supervisors go on without it
         try:
             started = _start_server()
         except OSError:
@@ -248,9 +248,13 @@ def _start_server() -> _Server:
     return _Server(proc, mine, os.getpid())
 
 
-def _stop(server: _Server) -> None:
-    """Close the server's control socket (it exits on its own) and reap it."""
+def _stop(server: _Server, *, at_once: bool = False) -> None:
+    """Close the server's control socket (it exits on its own) and reap it; ``at_once``,
+    for a server that failed (stopped, say: it would not exit), kill it first."""
     server.ctl.close()
+    if at_once:
+        with contextlib.suppress(ProcessLookupError):
+            server.proc.kill()
     try:
         server.proc.wait(timeout=2)
     except subprocess.TimeoutExpired:
