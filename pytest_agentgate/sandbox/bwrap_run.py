@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import signal
 import subprocess
 import time
@@ -34,7 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from .supervisor import GRACE_S, Cgroup, children_of
+from .supervisor import GRACE_S, Cgroup, children_of, readable
 
 #: In a bwrap command line, where the descriptor bwrap reports its status on goes.
 STATUS_PLACEHOLDER = "@AGENTGATE_STATUS_FD@"
@@ -236,8 +235,7 @@ def read_until(fd: int, stop: bytes | None, deadline: float | None) -> tuple[byt
     chunks: list[bytes] = []
     while True:
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not readable(fd, remaining):
             return b"".join(chunks), False
         chunk = os.read(fd, 65536)
         if not chunk:
@@ -250,7 +248,7 @@ def read_until(fd: int, stop: bytes | None, deadline: float | None) -> tuple[byt
 def _drain(fd: int) -> bytes:
     """What is left to read on ``fd`` without waiting."""
     chunks = []
-    while select.select([fd], [], [], 0)[0]:
+    while readable(fd, 0):
         chunk = os.read(fd, 65536)
         if not chunk:
             break
@@ -321,4 +319,4 @@ def _gone(pidfd: int) -> None:
     kernel ends it only after every other process of the namespace, so nothing of the
     command runs on."""
     if pidfd >= 0:
-        select.select([pidfd], [], [], _TEARDOWN_S)
+        readable(pidfd, _TEARDOWN_S)

@@ -30,7 +30,6 @@ import contextlib
 import functools
 import marshal
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -39,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .supervisor import readable
 
 SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 #: The supervisor's start: its code comes compiled on standard input, ahead of its
@@ -90,8 +91,7 @@ class Forked:
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the supervisor has exited (raises ``TimeoutExpired``, as Popen's)."""
-        ready, _, _ = select.select([self.pidfd], [], [], timeout)
-        if not ready:
+        if not readable(self.pidfd, timeout):
             raise subprocess.TimeoutExpired("agentgate supervisor", timeout or 0.0)
 
     def close(self) -> None:
@@ -178,7 +178,7 @@ def _hear_from(sock: socket.socket) -> Forked | None:
     line = b""
     while not line.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([sock], [], [], left)[0]:
+        if left <= 0 or not readable(sock.fileno(), left):
             return None
         chunk = sock.recv(32)
         if not chunk:
@@ -191,7 +191,7 @@ def _hear_from(sock: socket.socket) -> Forked | None:
         return None
     # Until it has its configuration the supervisor writes nothing more and does not exit:
     # a socket with nothing to read means the pidfd is on that supervisor, not a reuse.
-    if select.select([sock], [], [], 0)[0]:
+    if readable(sock.fileno(), 0):
         os.close(pidfd)
         return None
     return Forked(pid, pidfd, sock)

@@ -106,6 +106,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def readable(fd: int, timeout: float | None) -> bool:
+    """Whether ``fd`` has something to read (or its end) within ``timeout`` s (None: wait).
+    ``poll``, not ``select``: a process holding over 1,024 descriptors is no error."""
+    import math
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else math.ceil(max(0.0, timeout) * 1000)))
+
+
 def _pids_v1(cgroup_file: str) -> tuple[list[str], str | None]:
     """The lines of ``cgroup_file`` (a ``/proc/.../cgroup``), and where they say its task is
     in the cgroup v1 pids hierarchy, as a path under it (``""`` at its root; None: in none)."""
@@ -310,8 +321,15 @@ class _Stop(Exception):
     """A signal that ends the wait: SIGALRM (the timeout), SIGTERM or SIGINT (the plugin)."""
 
 
+#: The stop already raised: a second one (a timeout as the plugin ends it) is not raised
+#: again, wherever it lands, so the sweep that follows the first always runs.
+_stopped: list[int] = []
+
+
 def _stop(signum: int, frame: object) -> None:
-    raise _Stop(signum)
+    if not _stopped:
+        _stopped.append(signum)
+        raise _Stop(signum)
 
 
 def _read_all(fd: int) -> bytes:
@@ -409,11 +427,14 @@ def serve(ctl_fd: int, plugin: int) -> int:
     gc.disable()
     ctl = _socket.socket(fileno=ctl_fd)
     me = os.getpid()
+    kids: dict[int, int] = {}  # the supervisors forked, as pidfds (the kernel reaps them)
     while True:
         if watch in select.select([ctl.fileno(), watch], [], [])[0]:
+            _wake(kids)
             return 0  # the plugin has ended
         message, ancillary, _, _ = ctl.recvmsg(1, _socket.CMSG_SPACE(8))
         if not message:
+            _wake(kids)
             return 0
         fds = [
             int.from_bytes(data[at : at + 4], sys.byteorder, signed=True)
@@ -434,6 +455,24 @@ def serve(ctl_fd: int, plugin: int) -> int:
                 os._exit(code)
         for fd in fds:
             os.close(fd)
+        if pid > 0:
+            for gone in [fd for fd in kids if select.select([fd], [], [], 0)[0]]:
+                os.close(gone)
+                del kids[gone]
+            try:
+                kids[os.pidfd_open(pid)] = pid
+            except OSError:
+                pass
+
+
+def _wake(kids: dict[int, int]) -> None:
+    """Continue every supervisor still there: one its command stopped cannot see the
+    plugin end (its watcher is stopped with it) until it runs again."""
+    for fd in kids:
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGCONT)
+        except OSError:
+            pass
 
 
 def _serve_one(
@@ -447,7 +486,7 @@ def _serve_one(
     os.dup2(out_fd, 2)
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     os.write(sock, b"%d\n" % os.getpid())
-    config = marshal.loads(_read_all(sock))
+    config = marshal.loads(_read_config(sock, watch, select))
     try:
         os.chdir(config["cwd"])  # where the command runs (a bad one is the spawn's to report)
     except OSError:
@@ -480,6 +519,22 @@ def _serve_one(
         _thread.start_new_thread(wait, ())
 
     return supervise(config, sock, report, watch_plugin)
+
+
+def _read_config(sock: int, watch: int, select: ModuleType) -> bytes:
+    """The configuration, to its end; nothing (and so no command) once the plugin has ended:
+    a fork of the plugin may hold its end of ``sock`` open."""
+    chunks: list[bytes] = []
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    poller.register(watch, select.POLLIN)
+    while True:
+        if any(fd == watch for fd, _ in poller.poll()):
+            return b""
+        chunk = os.read(sock, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def _take_state(state: dict[str, object], resource: ModuleType) -> None:
@@ -520,9 +575,7 @@ def _join(path: str) -> bool:
 _STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
 
 
-def _wait(
-    child: int, timeout: object, on_wait: Callable[[], None] | None, held: object
-) -> tuple[int | None, bool, bool]:
+def _wait(child: int, timeout: object, held: object) -> tuple[int | None, bool, bool]:
     """Wait for the command: its exit code (None if it did not end), whether it timed out,
     whether the supervisor was told to stop. The stops are let through (``held``, the mask
     before they were blocked) only once their handlers are in place."""
@@ -532,8 +585,6 @@ def _wait(
         signal.signal(sig, _stop)
     if timeout is not None:
         signal.setitimer(signal.ITIMER_REAL, max(float(timeout), 0.001))  # type: ignore[arg-type]
-    if on_wait is not None:  # its thread keeps the stops blocked: they come to this one
-        on_wait()
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)  # type: ignore[arg-type]
         while code is None:
@@ -585,16 +636,27 @@ def supervise(
     # A stop that comes while the command starts waits (blocked) for the handlers that make
     # it a sweep: taken by surprise, the supervisor would die and leave the command running.
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    child, problem = _start(argv, config, held)
+    problem = ""
+    if on_wait is not None:  # before the command: one that cannot be watched does not start
+        try:
+            on_wait()  # its thread keeps the stops blocked: they come to this one
+        except (RuntimeError, OSError) as exc:
+            problem = f"its supervisor could not watch the plugin: {exc}"
+    child = -1
+    if not problem:
+        child, problem = _start(argv, config, held)
     if problem:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return finish(returncode=None, exec_error=problem)
-    code, timed_out, interrupted = _wait(child, config.get("timeout"), on_wait, held)
+    code, timed_out, interrupted = _wait(child, config.get("timeout"), held)
     if code is None:  # timed out or ended from outside: a grace period, then the sweep
         _signal_all(sorted(set(children_of(os.getpid())) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
-            pid, status = os.waitpid(child, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:  # reaped by the wait the stop cut short
+                break
             if pid == child:
                 code = os.waitstatus_to_exitcode(status)
                 break

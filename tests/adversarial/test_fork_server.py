@@ -221,6 +221,9 @@ print(forkserver._servers[0].proc.pid, flush=True)
 if sys.argv[2] == "fork" and os.fork() == 0:  # a child that holds what the parent held
     time.sleep(60)
     os._exit(0)
+if sys.argv[2] == "stop-own":  # the command stops its own supervisor
+    run_command(sys.argv[1] + " & sleep 0.2; kill -STOP $PPID; sleep 300", cwd=Path("/"),
+                env=env, timeout=600)
 if sys.argv[2] == "stop":  # another command stops the server first
     threading.Thread(target=run_command, args=(sys.argv[1] + " & sleep 300",),
                      kwargs=dict(cwd=Path("/"), env=env, timeout=None)).start()
@@ -231,10 +234,11 @@ run_command(sys.argv[1] + " & sleep 300", cwd=Path("/"), env=env, timeout=600)
 """
 
 
-@pytest.mark.parametrize("how", ["plain", "fork", "stop"])
+@pytest.mark.parametrize("how", ["plain", "fork", "stop", "stop-own"])
 def test_a_plugin_killed_mid_command_leaves_nothing_of_it_running(how: str) -> None:
     """Also when a fork of it lives on, or a command stopped its server: each supervisor
-    sees the plugin end on a pidfd and ends its command (and a server left stopped)."""
+    sees the plugin end on a pidfd and ends its command (and a server left stopped). One
+    its own command stopped is continued by the server as the plugin ends."""
     sleeper = Sleeper()
     plugin = subprocess.Popen(
         [sys.executable, "-c", KILLED_PLUGIN, sleeper.command, how],
@@ -278,3 +282,32 @@ def test_a_missing_folder_or_program_is_a_launch_error_that_names_it(
     assert not result.ok and result.launch_error.endswith(
         "the program: No such file or directory: no-such-program-here"
     )
+
+
+def test_a_timeout_as_the_command_exits_is_still_swept_and_reported(tmp_path: Path) -> None:
+    """The timeout's signal landing just after the wait reaped the command: the sweep's own
+    wait found no child and the supervisor died unswept (14 times in 400)."""
+    found = set()
+    for i in range(120):
+        timeout = 0.05 + (i % 9 - 4) / 1000
+        result = run_command("exec sleep 0.05", cwd=tmp_path, env=ENV, timeout=timeout)
+        found.add("ok" if result.ok else "timed out" if result.timed_out else result.launch_error)
+    assert found <= {"ok", "timed out"}, found
+
+
+def test_a_plugin_holding_many_descriptors_still_runs_commands(tmp_path: Path) -> None:
+    """Over 1,024 descriptors open in the plugin: select() refused them (ValueError)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the descriptor limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        result = run_command("echo hi", cwd=tmp_path, env=ENV, timeout=10)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.ok and result.output == "hi\n", result
