@@ -391,7 +391,8 @@ def main() -> int:
         return 1
     # The plugin moved this process into the cgroup and set its file-size limit before it
     # sent the configuration: the command and all it starts inherit both.
-    return supervise(config, status_fd, {"subreaper": subreaper})
+    parent = int(config["parent"])
+    return supervise(config, status_fd, {"subreaper": subreaper}, lambda: os.getppid() != parent)
 
 
 def serve(ctl_fd: int, plugin: int) -> int:
@@ -456,7 +457,7 @@ def serve(ctl_fd: int, plugin: int) -> int:
         for fd in fds:
             os.close(fd)
         if pid > 0:
-            for gone in [fd for fd in kids if select.select([fd], [], [], 0)[0]]:
+            for gone in [fd for fd in kids if readable(fd, 0)]:
                 os.close(gone)
                 del kids[gone]
             try:
@@ -491,7 +492,7 @@ def _serve_one(
         os.chdir(config["cwd"])  # where the command runs (a bad one is the spawn's to report)
     except OSError:
         pass
-    config["out_fd"], config["parent"] = out_fd, server
+    config["out_fd"] = out_fd
     report: dict[str, object] = {"subreaper": subreaper}
     _take_state(config.get("state") or {}, resource)
     cgroup = config.get("cgroup") or ""
@@ -511,14 +512,14 @@ def _serve_one(
         import _thread
 
         def wait() -> None:
-            select.select([watch], [], [])
+            readable(watch, None)
             if os.getppid() == server:
                 os.kill(server, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGTERM)
 
         _thread.start_new_thread(wait, ())
 
-    return supervise(config, sock, report, watch_plugin)
+    return supervise(config, sock, report, lambda: readable(watch, 0), watch_plugin)
 
 
 def _read_config(sock: int, watch: int, select: ModuleType) -> bytes:
@@ -616,15 +617,17 @@ def supervise(
     config: dict[str, object],
     status_fd: int,
     report: dict[str, object],
-    on_wait: Callable[[], None] | None = None,
+    plugin_gone: Callable[[], bool],
+    watch: Callable[[], None] | None = None,
 ) -> int:
-    """Run the configured command to its end, sweep what it left, report on ``status_fd``."""
+    """Run the configured command to its end, sweep what it left, report on ``status_fd``.
+    ``plugin_gone`` says whether the plugin has ended (then its cgroup is removed here);
+    ``watch``, started before the command, ends the wait when the plugin ends."""
     argv: list[str] = config["argv"]  # type: ignore[assignment]
-    parent = int(config["parent"])  # type: ignore[call-overload]
     cgroup = Cgroup(str(config.get("cgroup") or ""))
 
     def finish(**fields: object) -> int:
-        if os.getppid() != parent:  # the plugin is gone: clean up for it
+        if plugin_gone():  # the plugin cannot remove the cgroup: removed for it
             cgroup.leave()
             cgroup.remove()
         report.update(fields)
@@ -637,9 +640,9 @@ def supervise(
     # it a sweep: taken by surprise, the supervisor would die and leave the command running.
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     problem = ""
-    if on_wait is not None:  # before the command: one that cannot be watched does not start
+    if watch is not None:  # before the command: one that cannot be watched does not start
         try:
-            on_wait()  # its thread keeps the stops blocked: they come to this one
+            watch()  # its thread keeps the stops blocked: they come to this one
         except (RuntimeError, OSError) as exc:
             problem = f"its supervisor could not watch the plugin: {exc}"
     child = -1
