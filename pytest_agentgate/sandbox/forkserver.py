@@ -104,7 +104,6 @@ class Forked:
 class _Server:
     proc: subprocess.Popen[bytes]
     ctl: socket.socket
-    owner: int
 
 
 _lock = threading.Lock()
@@ -201,8 +200,7 @@ def _server(failed: _Server | None) -> _Server | None:
     """This process's server, started if it has none or has only ``failed``, the one that
     could not fork a supervisor (once: another thread may have replaced it already)."""
     with _lock:
-        me = os.getpid()
-        current = next((s for s in _servers if s.owner == me), None)
+        current = _servers[0] if _servers else None  # a fork starts with none
         if current is not None and current is not failed and current.proc.poll() is None:
             return current
         if current is not None:
@@ -245,7 +243,7 @@ def _start_server() -> _Server:
         proc.kill()
         proc.wait()
         raise
-    return _Server(proc, mine, os.getpid())
+    return _Server(proc, mine)
 
 
 def _stop(server: _Server, *, at_once: bool = False) -> None:
@@ -265,7 +263,7 @@ def _stop(server: _Server, *, at_once: bool = False) -> None:
 @atexit.register
 def _stop_all() -> None:
     with _lock:
-        mine = [s for s in _servers if s.owner == os.getpid()]
+        mine = list(_servers)
         _servers.clear()
     for server in mine:
         _stop(server)
