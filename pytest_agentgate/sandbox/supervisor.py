@@ -317,21 +317,6 @@ def sweep(cgroup: Cgroup) -> int:
     return len(killed)
 
 
-class _Stop(Exception):
-    """A signal that ends the wait: SIGALRM (the timeout), SIGTERM or SIGINT (the plugin)."""
-
-
-#: The stop already raised: a second one (a timeout as the plugin ends it) is not raised
-#: again, wherever it lands, so the sweep that follows the first always runs.
-_stopped: list[int] = []
-
-
-def _stop(signum: int, frame: object) -> None:
-    if not _stopped:
-        _stopped.append(signum)
-        raise _Stop(signum)
-
-
 def _read_all(fd: int) -> bytes:
     chunks = []
     try:
@@ -572,35 +557,44 @@ def _join(path: str) -> bool:
     return False
 
 
-#: The signals that end the wait for a command (see :class:`_Stop`).
-_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)
+#: The signals that end the wait for a command: the plugin's stop, and an interrupt.
+_STOPS = (signal.SIGTERM, signal.SIGINT)
+#: What the wait takes, synchronously: the stops and a child's end. They stay blocked from
+#: before the command starts to the report, so none can land between two statements (a
+#: handler that raised there lost the report) and none is taken while the command starts.
+_WAKES = (*_STOPS, signal.SIGCHLD)
 
 
-def _wait(child: int, timeout: object, held: object) -> tuple[int | None, bool, bool]:
+def _wait(child: int, timeout: object) -> tuple[int | None, bool, bool]:
     """Wait for the command: its exit code (None if it did not end), whether it timed out,
-    whether the supervisor was told to stop. The stops are let through (``held``, the mask
-    before they were blocked) only once their handlers are in place."""
-    code: int | None = None
-    timed_out = interrupted = False
-    for sig in _STOPS:
-        signal.signal(sig, _stop)
-    if timeout is not None:
-        signal.setitimer(signal.ITIMER_REAL, max(float(timeout), 0.001))  # type: ignore[arg-type]
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # type: ignore[arg-type]
-        while code is None:
-            pid, status = os.waitpid(-1, 0)
-            if pid == child:
-                code = os.waitstatus_to_exitcode(status)
-    except _Stop as stop:
-        timed_out = stop.args[0] == signal.SIGALRM
-        interrupted = not timed_out
-    except ChildProcessError:
-        pass
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for sig in _STOPS:
-        signal.signal(sig, signal.SIG_IGN)
-    return code, timed_out, interrupted
+    whether the supervisor was told to stop. A command that has ended by the time its
+    deadline is looked at has ended, not timed out."""
+    deadline = None if timeout is None else time.monotonic() + max(float(timeout), 0.001)  # type: ignore[arg-type]
+    while True:
+        code, children = _reap_ready(child)
+        if code is not None or not children:
+            return code, False, False
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return None, True, False
+        taken = signal.sigwaitinfo(_WAKES) if left is None else signal.sigtimedwait(_WAKES, left)
+        if taken is not None and taken.si_signo in _STOPS:
+            return None, False, True
+
+
+def _reap_ready(child: int) -> tuple[int | None, bool]:
+    """Reap every child that has ended (the command, and what a subreaper inherits): the
+    command's exit code if it was among them, and whether any child is left."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code, False
+        if pid == 0:
+            return code, True
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
 
 
 def _start(argv: list[str], config: dict[str, object], mask: object) -> tuple[int, str]:
@@ -636,9 +630,9 @@ def supervise(
 
     if config.get("refuse"):  # a bound the plugin could not set: the command does not start
         return finish(returncode=None, exec_error=str(config["refuse"]))
-    # A stop that comes while the command starts waits (blocked) for the handlers that make
-    # it a sweep: taken by surprise, the supervisor would die and leave the command running.
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    # Blocked before anything starts (see _WAKES); the command starts with the mask as it was.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an ignored one would reap the command
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKES)
     problem = ""
     if watch is not None:  # before the command: one that cannot be watched does not start
         try:
@@ -651,7 +645,7 @@ def supervise(
     if problem:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return finish(returncode=None, exec_error=problem)
-    code, timed_out, interrupted = _wait(child, config.get("timeout"), held)
+    code, timed_out, interrupted = _wait(child, config.get("timeout"))
     if code is None:  # timed out or ended from outside: a grace period, then the sweep
         _signal_all(sorted(set(children_of(os.getpid())) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
