@@ -152,9 +152,9 @@ class Sandbox:
         key = (self.settings, self.base_tree, path_dirs, present)
         found = _LAYOUTS.get(key)
         if found is None:
-            visible = self.view(path_dirs)
-            masks = _outermost(m for m in present if any(_inside(m, v) for v in visible))
-            again = [p for p in python_paths(self.base_tree) if any(_inside(p, m) for m in masks)]
+            visible = self.view(path_dirs)  # resolved already, as _outermost gives them
+            masks = _outermost(m for m in present if _within_any(_real(m), visible))
+            again = [p for p in python_paths(self.base_tree) if _within_any(_real(p), masks)]
             if len(_LAYOUTS) >= 64:
                 _LAYOUTS.clear()
             found = _LAYOUTS[key] = (visible, masks, again)
@@ -312,8 +312,17 @@ def hidden_editable_sources(base_tree: Path) -> list[Path]:
 
 
 def _inside(path: Path, root: Path) -> bool:
-    path, root = Path(os.path.realpath(path)), Path(os.path.realpath(root))
-    return path == root or root in path.parents
+    return _within_any(_real(path), [_real(root)])
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _within_any(resolved: Path, roots: Iterable[Path]) -> bool:
+    """Whether a resolved path is one of ``roots`` (resolved too) or lies below one: the
+    layout resolves each path once, not once for each pair it compares."""
+    return any(resolved == root or root in resolved.parents for root in roots)
 
 
 _MAPPING = re.compile(r"^MAPPING\s*(?::[^=]*)?=\s*(\{.*?\})\s*$", re.MULTILINE | re.DOTALL)
