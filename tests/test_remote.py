@@ -590,11 +590,16 @@ def test_change_{n}(agent_workspace):
     (agent_workspace.path / "{who}-{n}.txt").write_text("{who} {n}\\n")
 """
 
-#: A gate that logs each of its runs and takes a little while, as a test suite does.
+#: A gate that logs each of its runs and takes a little while, as a test suite does. Its
+#: first four runs (the first test of each of the two machines' two workers) wait for each
+#: other, for at most 20 s: on a loaded machine one pytest could start seconds after the
+#: other, its landings then came one by one, and the count measured that skew, not batching.
 GATE_LOGGING = (
     f'{sys.executable} -c "import pathlib, os, time; '
-    "p = pathlib.Path(os.environ['GATE_LOG']); time.sleep(0.3); "
-    "p.open('a').write('run\\\\n')\""
+    "p = pathlib.Path(os.environ['GATE_LOG']); s = p.with_name('gate.starts'); "
+    "s.open('a').write('s\\n'); end = time.monotonic() + 20\n"
+    "while len(s.read_text().splitlines()) < 4 and time.monotonic() < end: time.sleep(0.05)\n"
+    "time.sleep(0.3); p.open('a').write('run\\n')\""
 )
 
 
