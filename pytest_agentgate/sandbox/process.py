@@ -37,6 +37,8 @@ TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
+#: How often a supervisor past its command's timeout is continued (see _read_report).
+_NUDGE_S = 0.1
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 #: Terminal control sequences (colours, cursor moves, titles): never kept in a tail, a
 #: record or an agent's feedback, where they are noise to a reader and to an agent alike.
@@ -344,7 +346,7 @@ def _await_report(
     try:
         send()
         _faults.point("gate")
-        return _read_report(fd, launch.timeout)
+        return _read_report(fd, launch.timeout, proc)
     except BaseException:
         _end_supervisor(proc)
         raise
@@ -445,17 +447,30 @@ def _end_supervisor(proc: Supervisor) -> None:
         proc.wait()
 
 
-def _read_report(fd: int, timeout: float | None) -> bytes | None:
+def _read_report(fd: int, timeout: float | None, proc: Supervisor) -> bytes | None:
     """Everything the supervisor reports, read until it closes its end (when it exits).
 
-    Waits in ``select``, not by polling: a command's end is seen at once. None when the
-    supervisor is still running ``_BACKSTOP_S`` after the command's own timeout.
+    Waits in ``poll``, not by polling: a command's end is seen at once. Once the command's
+    timeout and the sweep's grace are past, the supervisor is continued every
+    ``_NUDGE_S``: its command may have stopped it (SIGSTOP, which it cannot block), and a
+    stopped supervisor never sees its deadline. None when it is still running
+    ``_BACKSTOP_S`` after the command's own timeout.
     """
     from .bwrap_run import read_until
+    from .supervisor import GRACE_S
 
-    deadline = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
     try:
-        data, ended = read_until(fd, None, deadline)
+        if timeout is None:
+            data, ended = read_until(fd, None, None)
+            return data if ended else None
+        started = time.monotonic()
+        data, ended = read_until(fd, None, started + timeout + GRACE_S + _NUDGE_S)
+        backstop = started + timeout + _BACKSTOP_S
+        while not ended and time.monotonic() < backstop:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+            more, ended = read_until(fd, None, min(backstop, time.monotonic() + _NUDGE_S))
+            data += more
     except ConnectionResetError:  # a forked supervisor killed before it read its configuration
         return b""
     return data if ended else None

@@ -337,6 +337,8 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, mask: ob
     if pid == 0:  # the child: nothing here may raise past os._exit
         step = b"d"
         try:
+            for sig in _RESTORED:
+                signal.signal(sig, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # type: ignore[arg-type]  # the command's own
             os.chdir(cwd)
             step = b"e"
@@ -557,12 +559,27 @@ def _join(path: str) -> bool:
     return False
 
 
-#: The signals that end the wait for a command: the plugin's stop, and an interrupt.
-_STOPS = (signal.SIGTERM, signal.SIGINT)
+#: The signals that end the wait for a command: the plugin's stop (SIGTERM), an interrupt,
+#: and every other one whose default would end or stop the supervisor. Only its command, or
+#: something else of this user, sends those: taken as a stop, the command is swept and is an
+#: error, where the default would have left it running, unswept and past its timeout. Left
+#: out: what cannot be blocked, SIGCONT (the server's wake), what is ignored by default, and
+#: the signals the C library keeps for itself.
+_STOPS = tuple(
+    sorted(
+        set(signal.valid_signals())
+        - {signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT, signal.SIGCHLD}
+        - {signal.SIGURG, signal.SIGWINCH}
+    )
+)
 #: What the wait takes, synchronously: the stops and a child's end. They stay blocked from
 #: before the command starts to the report, so none can land between two statements (a
 #: handler that raised there lost the report) and none is taken while the command starts.
 _WAKES = (*_STOPS, signal.SIGCHLD)
+#: What the supervisor's interpreter ignores and a command must not inherit ignored, as
+#: subprocess's restore_signals has it: SIGPIPE (``yes | head`` would fail) and SIGXFSZ (a
+#: write past the file-size limit would be an error the command could go on from).
+_RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
 def _wait(child: int, timeout: object) -> tuple[int | None, bool, bool]:

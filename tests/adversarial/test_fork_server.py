@@ -324,3 +324,79 @@ def test_a_plugin_holding_many_descriptors_still_runs_commands(tmp_path: Path) -
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert result.ok and result.output == "hi\n", result
+
+
+@pytest.mark.parametrize("server", [True, False])
+@pytest.mark.parametrize("sig", ["ALRM", "HUP", "USR1", "QUIT", "TSTP", "PIPE"])
+def test_a_command_that_signals_its_supervisor_is_swept_and_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sig: str, server: bool
+) -> None:
+    """A signal whose default ends or stops the supervisor, sent by its own command: SIGALRM
+    (once the timeout's own signal) and SIGHUP killed it, and the command and a child in a
+    session of its own ran on after run_command returned (no cgroup to end them); SIGTSTP
+    stopped it past the timeout. Each is now a stop: swept, and an error."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    sleeper = Sleeper()
+    started = time.monotonic()
+    result = run_command(
+        f"setsid {sleeper.command} & sleep 0.2; kill -{sig} $PPID; exec {sleeper.command}",
+        cwd=tmp_path, env=ENV, timeout=10,
+    )  # fmt: skip
+    try:
+        assert not result.ok, result
+        assert time.monotonic() - started < 8, "it ran on to its timeout"
+        assert "ended before it finished" in result.launch_error, result
+        deadline = time.monotonic() + 2
+        while sleeper.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleeper.alive() == [], "left running after run_command returned"
+    finally:
+        for pid in sleeper.alive():
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_command_starts_with_no_signal_blocked_or_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """The supervisor's interpreter ignores SIGPIPE and SIGXFSZ; a command inherited both
+    (``yes | head -n1`` reported a broken pipe and exited 1, a write past the file-size limit
+    was an error it could go on from)."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    result = run_command(
+        "grep -E '^Sig(Blk|Ign):' /proc/self/status; yes | head -n1 >/dev/null",
+        cwd=tmp_path, env=ENV, timeout=10,
+    )  # fmt: skip
+    assert result.ok, result
+    lines = dict(line.split(":\t") for line in result.output.split("\n") if ":\t" in line)
+    assert int(lines["SigBlk"], 16) == 0 and int(lines["SigIgn"], 16) == 0, result.output
+    assert "Broken pipe" not in result.output, result.output
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_command_that_stops_its_supervisor_still_times_out_and_is_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """SIGSTOP cannot be blocked: a supervisor its command stopped never saw its deadline,
+    so a 1 s timeout ended at the plugin's backstop, 31 s later, and with no cgroup a child
+    in a session of its own ran on. The plugin continues a supervisor past its deadline."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    sleeper = Sleeper()
+    started = time.monotonic()
+    result = run_command(
+        f"setsid {sleeper.command} & kill -STOP $PPID; exec {sleeper.command}",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    try:
+        assert time.monotonic() - started < 6, "it ran on to the plugin's backstop"
+        assert result.timed_out and not result.ok, result
+        deadline = time.monotonic() + 2
+        while sleeper.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleeper.alive() == [], "left running after run_command returned"
+    finally:
+        for pid in sleeper.alive():
+            os.kill(pid, signal.SIGKILL)
