@@ -41,6 +41,14 @@ def _gone(pid: int, within: float = 5.0) -> bool:
     return not alive(pid)
 
 
+def _left(sleeper: Sleeper, within: float = 2.0) -> list[int]:
+    """The sleeper's processes still running once ``within`` s have passed (or none are)."""
+    deadline = time.monotonic() + within
+    while sleeper.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sleeper.alive()
+
+
 @pytest.mark.parametrize("how", ["KILL", "STOP"])
 def test_killing_or_stopping_the_server_disturbs_no_command(
     tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
@@ -347,10 +355,7 @@ def test_a_command_that_signals_its_supervisor_is_swept_and_an_error(
         assert not result.ok, result
         assert time.monotonic() - started < 8, "it ran on to its timeout"
         assert "ended before it finished" in result.launch_error, result
-        deadline = time.monotonic() + 2
-        while sleeper.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert sleeper.alive() == [], "left running after run_command returned"
+        assert _left(sleeper) == [], "left running after run_command returned"
     finally:
         for pid in sleeper.alive():
             os.kill(pid, signal.SIGKILL)
@@ -393,10 +398,7 @@ def test_a_command_that_stops_its_supervisor_still_times_out_and_is_swept(
     try:
         assert time.monotonic() - started < 6, "it ran on to the plugin's backstop"
         assert result.timed_out and not result.ok, result
-        deadline = time.monotonic() + 2
-        while sleeper.alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert sleeper.alive() == [], "left running after run_command returned"
+        assert _left(sleeper) == [], "left running after run_command returned"
     finally:
         for pid in sleeper.alive():
             os.kill(pid, signal.SIGKILL)
