@@ -284,13 +284,7 @@ def _remove_abandoned(parent: str) -> None:
 
 
 def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    _reap_ready(-1)  # every child that has ended; none of them is waited for
 
 
 def _signal_all(pids: list[int], sig: int) -> None:
