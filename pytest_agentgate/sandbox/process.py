@@ -37,7 +37,7 @@ TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
-#: How often a supervisor past its command's timeout is continued (see _read_report).
+#: How often the plugin looks whether its command stopped a supervisor (see _read_report).
 _NUDGE_S = 0.1
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 #: Terminal control sequences (colours, cursor moves, titles): never kept in a tail, a
@@ -450,30 +450,69 @@ def _end_supervisor(proc: Supervisor) -> None:
 def _read_report(fd: int, timeout: float | None, proc: Supervisor) -> bytes | None:
     """Everything the supervisor reports, read until it closes its end (when it exits).
 
-    Waits in ``poll``, not by polling: a command's end is seen at once. Once the command's
-    timeout and the sweep's grace are past, the supervisor is continued every
-    ``_NUDGE_S``: its command may have stopped it (SIGSTOP, which it cannot block), and a
-    stopped supervisor never sees its deadline. None when it is still running
-    ``_BACKSTOP_S`` after the command's own timeout.
+    Waits in ``poll``, not by polling: a command's end is seen at once. Every ``_NUDGE_S``
+    the supervisor is looked at: its command may have stopped it (SIGSTOP, which it cannot
+    block), and a stopped supervisor sees neither its deadline nor its command's end. One
+    found stopped has its command's processes ended here (a loop that keeps stopping it
+    would starve its own sweep), then is continued, and reports the command as an error.
+    None when it is still running ``_BACKSTOP_S`` after the command's own timeout.
     """
     from .bwrap_run import read_until
-    from .supervisor import GRACE_S
 
+    backstop = None if timeout is None else time.monotonic() + timeout + _BACKSTOP_S
+    data = b""
     try:
-        if timeout is None:
-            data, ended = read_until(fd, None, None)
-            return data if ended else None
-        started = time.monotonic()
-        data, ended = read_until(fd, None, started + timeout + GRACE_S + _NUDGE_S)
-        backstop = started + timeout + _BACKSTOP_S
-        while not ended and time.monotonic() < backstop:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-            more, ended = read_until(fd, None, min(backstop, time.monotonic() + _NUDGE_S))
+        while backstop is None or time.monotonic() < backstop:
+            look = time.monotonic() + _NUDGE_S
+            more, ended = read_until(fd, None, look if backstop is None else min(backstop, look))
             data += more
+            if ended:
+                return data
+            if _stopped(proc.pid) and _still_running(proc):  # running: the pid is still its
+                end_descendants(proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGCONT)
     except ConnectionResetError:  # a forked supervisor killed before it read its configuration
         return b""
-    return data if ended else None
+    return None
+
+
+def _still_running(proc: Supervisor) -> bool:
+    """Whether the supervisor has not exited (an unreaped child, or a pidfd, so its number
+    is not another's while this holds)."""
+    try:
+        proc.wait(0)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (by a signal, or traced)."""
+    return _state(pid) in (b"T", b"t")
+
+
+def end_descendants(pid: int) -> int:
+    """SIGKILL every process below ``pid`` (its children, theirs, ...), again until none is
+    left running or the rounds run out (a descendant may fork between the listing and the
+    kill); return how many were ended."""
+    from .supervisor import children_of
+
+    ended: set[int] = set()
+    for _ in range(50):
+        found, todo = [], [pid]
+        while todo:
+            below = [p for p in children_of(todo.pop()) if p not in found]
+            found += below
+            todo += below
+        alive = [p for p in found if _running(p)]
+        if not alive:
+            break
+        for child in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        ended.update(alive)
+    return len(ended)
 
 
 def _report(data: bytes) -> dict[str, object]:
@@ -493,6 +532,11 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
         return -1, f"could not start the command: {report['exec_error']}"
     if report.get("interrupted"):  # whatever it exited with then, it did not finish
         return -1, "the command was ended before it finished (its supervisor was told to stop)"
+    if report.get("stopped"):  # its end could not be placed before or after its deadline
+        return -1, (
+            "the command's supervisor was stopped while it ran (SIGSTOP), so its end and its "
+            "timeout could not be watched: the command was ended"
+        )
     code = report.get("returncode")
     # bwrap writes one JSON object per line; "exit-code" only once the command ran.
     ended_early = report.get("timed_out") or report.get("interrupted")
@@ -548,9 +592,15 @@ def end_processes_in(root: Path) -> int:
 
 def _running(pid: int) -> bool:
     """Alive and not a zombie (a zombie holds no directory and runs no code)."""
+    return _state(pid) not in (b"", b"Z", b"X")
+
+
+def _state(pid: int) -> bytes:
+    """Process ``pid``'s state letter in ``/proc`` (``R``, ``S``, ``T``, ``Z``, ...); empty
+    when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] not in (b"Z", b"X")
+        return b""
+    return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3]

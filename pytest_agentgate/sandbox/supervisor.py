@@ -63,14 +63,45 @@ class _Process:
     _handle = _ctypes.dlopen(None, 0)  # type: ignore[arg-type]  # None: the program itself
 
 
-_found: list[_Function] = []
+_found: dict[str, _Function] = {}
+
+
+def _libc(name: str) -> _Function:
+    """A function of the C library, looked up once (a fork server's supervisors find it
+    ready)."""
+    if name not in _found:
+        _found[name] = _Function((name, _Process()))  # type: ignore[arg-type]  # a CDLL in all but name
+    return _found[name]
 
 
 def _prctl(option: int, value: int) -> bool:
     try:
-        if not _found:  # looked up once: a fork server's supervisors find it ready
-            _found.append(_Function(("prctl", _Process())))  # type: ignore[arg-type]  # a CDLL in all but name
-        return int(_found[0](option, value, 0, 0, 0)) == 0
+        return int(_libc("prctl")(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+#: ``rt_sigaction``'s number, where the supervisor knows it.
+_RT_SIGACTION = {"x86_64": 13, "aarch64": 134}.get(os.uname().machine)
+#: The real-time signals the C library keeps for its threads (cancellation, set*id): its
+#: ``sigaction`` and ``sigprocmask`` refuse them, so no Python code can block or ignore
+#: them, and their default ends the process. A command sending one to its supervisor killed
+#: it, and with no cgroup its processes ran on unswept.
+_LIBC_SIGNALS = (32, 33)
+
+
+def _set_libc_signals(ignored: bool) -> bool:
+    """Ignore :data:`_LIBC_SIGNALS` (or give them back their default) through the system
+    call itself, under the C library. The supervisor never cancels a thread nor changes its
+    ids, so it needs neither; a command gets the default back before it starts (an ignored
+    signal stays ignored across ``exec``)."""
+    if _RT_SIGACTION is None:
+        return False
+    # struct kernel_sigaction: handler, flags, restorer, mask (x86_64 and aarch64 alike).
+    action = (1 if ignored else 0).to_bytes(8, sys.byteorder) + bytes(24)
+    try:
+        call = _libc("syscall")
+        return all(int(call(_RT_SIGACTION, sig, action, None, 8)) == 0 for sig in _LIBC_SIGNALS)
     except (OSError, AttributeError, TypeError):
         return False
 
@@ -333,6 +364,7 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, mask: ob
         try:
             for sig in _RESTORED:
                 signal.signal(sig, signal.SIG_DFL)
+            _set_libc_signals(ignored=False)
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # type: ignore[arg-type]  # the command's own
             os.chdir(cwd)
             step = b"e"
@@ -557,8 +589,8 @@ def _join(path: str) -> bool:
 #: and every other one whose default would end or stop the supervisor. Only its command, or
 #: something else of this user, sends those: taken as a stop, the command is swept and is an
 #: error, where the default would have left it running, unswept and past its timeout. Left
-#: out: what cannot be blocked, SIGCONT (the server's wake), what is ignored by default, and
-#: the signals the C library keeps for itself.
+#: out: what cannot be blocked, SIGCONT (taken apart: see _WAKES), what is ignored by
+#: default, and the signals the C library keeps for itself.
 _STOPS = tuple(
     sorted(
         set(signal.valid_signals())
@@ -566,31 +598,43 @@ _STOPS = tuple(
         - {signal.SIGURG, signal.SIGWINCH}
     )
 )
-#: What the wait takes, synchronously: the stops and a child's end. They stay blocked from
-#: before the command starts to the report, so none can land between two statements (a
-#: handler that raised there lost the report) and none is taken while the command starts.
-_WAKES = (*_STOPS, signal.SIGCHLD)
+#: What the wait takes, synchronously: the stops, a child's end, and SIGCONT. They stay
+#: blocked from before the command starts to the report, so none can land between two
+#: statements (a handler that raised there lost the report) and none is taken while the
+#: command starts. A blocked SIGCONT still continues the process, and stays pending: it is
+#: how the supervisor learns it was stopped (SIGSTOP cannot be blocked), and a supervisor
+#: that was stopped cannot tell when its command ended, so its command is an error.
+_WAKES = (*_STOPS, signal.SIGCHLD, signal.SIGCONT)
 #: What the supervisor's interpreter ignores and a command must not inherit ignored, as
 #: subprocess's restore_signals has it: SIGPIPE (``yes | head`` would fail) and SIGXFSZ (a
 #: write past the file-size limit would be an error the command could go on from).
 _RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
 
 
-def _wait(child: int, timeout: object) -> tuple[int | None, bool, bool]:
+def _wait(child: int, timeout: object) -> tuple[int | None, bool, str]:
     """Wait for the command: its exit code (None if it did not end), whether it timed out,
-    whether the supervisor was told to stop. A command that has ended by the time its
-    deadline is looked at has ended, not timed out."""
+    and what ended the wait from outside (``"interrupted"``: the supervisor was told to
+    stop; ``"stopped"``: it was stopped and continued, so the command's end cannot be
+    placed before or after its deadline). A command that has ended by the time its
+    deadline is looked at, with the supervisor never stopped, has ended, not timed out."""
     deadline = None if timeout is None else time.monotonic() + max(float(timeout), 0.001)  # type: ignore[arg-type]
     while True:
         code, children = _reap_ready(child)
+        late = deadline is not None and time.monotonic() >= deadline
+        if signal.SIGCONT in signal.sigpending():  # it was stopped since the command started
+            return code, late, "stopped"
         if code is not None or not children:
-            return code, False, False
+            return code, False, ""
+        if late:
+            return None, True, ""
         left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return None, True, False
         taken = signal.sigwaitinfo(_WAKES) if left is None else signal.sigtimedwait(_WAKES, left)
-        if taken is not None and taken.si_signo in _STOPS:
-            return None, False, True
+        if taken is None or taken.si_signo == signal.SIGCHLD:
+            continue
+        if taken.si_signo == signal.SIGCONT:
+            late = deadline is not None and time.monotonic() >= deadline
+            return None, late, "stopped"
+        return None, False, "interrupted"
 
 
 def _reap_ready(child: int) -> tuple[int | None, bool]:
@@ -643,6 +687,7 @@ def supervise(
         return finish(returncode=None, exec_error=str(config["refuse"]))
     # Blocked before anything starts (see _WAKES); the command starts with the mask as it was.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an ignored one would reap the command
+    _set_libc_signals(ignored=True)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKES)
     problem = ""
     if watch is not None:  # before the command: one that cannot be watched does not start
@@ -656,8 +701,8 @@ def supervise(
     if problem:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return finish(returncode=None, exec_error=problem)
-    code, timed_out, interrupted = _wait(child, config.get("timeout"))
-    if code is None:  # timed out or ended from outside: a grace period, then the sweep
+    code, timed_out, cut = _wait(child, config.get("timeout"))
+    if code is None or cut:  # timed out or ended from outside: a grace period, then the sweep
         _signal_all(sorted(set(children_of(os.getpid())) | set(cgroup.members())), signal.SIGTERM)
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline:
@@ -677,7 +722,11 @@ def supervise(
         except ChildProcessError:
             pass
     return finish(
-        returncode=code, timed_out=timed_out, interrupted=interrupted, survivors=survivors
+        returncode=code,
+        timed_out=timed_out,
+        interrupted=cut == "interrupted",
+        stopped=cut == "stopped",
+        survivors=survivors,
     )
 
 

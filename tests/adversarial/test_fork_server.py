@@ -381,12 +381,13 @@ def test_a_command_starts_with_no_signal_blocked_or_ignored(
 
 
 @pytest.mark.parametrize("server", [True, False])
-def test_a_command_that_stops_its_supervisor_still_times_out_and_is_swept(
+def test_a_command_that_stops_its_supervisor_is_ended_swept_and_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
 ) -> None:
     """SIGSTOP cannot be blocked: a supervisor its command stopped never saw its deadline,
     so a 1 s timeout ended at the plugin's backstop, 31 s later, and with no cgroup a child
-    in a session of its own ran on. The plugin continues a supervisor past its deadline."""
+    in a session of its own ran on. The plugin looks for a stopped supervisor, ends what is
+    below it and continues it; a supervisor that was stopped reports its command an error."""
     if not server:
         monkeypatch.setattr(forkserver, "available", lambda: False)
     sleeper = Sleeper()
@@ -397,7 +398,91 @@ def test_a_command_that_stops_its_supervisor_still_times_out_and_is_swept(
     )  # fmt: skip
     try:
         assert time.monotonic() - started < 6, "it ran on to the plugin's backstop"
+        assert not result.ok and "supervisor was stopped" in result.launch_error, result
+        assert _left(sleeper) == [], "left running after run_command returned"
+    finally:
+        for pid in sleeper.alive():
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_command_that_keeps_its_supervisor_stopped_past_its_timeout_is_no_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """A loop that stopped the supervisor again after each nudge kept it from seeing its
+    deadline; the command exited 0 after its 1 s timeout, the supervisor woke to find it
+    ended and reported a pass. A supervisor that was stopped cannot place its command's end
+    before or after the deadline: its command is an error."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    result = run_command(
+        "sup=$PPID; (while :; do kill -STOP $sup; sleep 0.01; done) & sleep 1.5; exit 0",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    assert not result.ok, result
+    assert "supervisor was stopped" in result.launch_error, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_stop_loop_in_a_session_of_its_own_cannot_starve_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """Busy loops stopping the supervisor, from sessions of their own, left it no time to
+    sweep: with three, a 1 s timeout ran 20 to 30 s, to the plugin's backstop, and the
+    status was lost. The plugin ends the processes below a supervisor it finds stopped."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    sleeper = Sleeper()
+    started = time.monotonic()
+    result = run_command(
+        "sup=$PPID; export sup; "
+        + "setsid sh -c 'while :; do kill -STOP $sup; done' & " * 3
+        + f"exec {sleeper.command}",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    try:
+        assert time.monotonic() - started < 5, "it ran on to the plugin's backstop"
+        assert not result.ok, result
+        assert not processes_in(tmp_path), "left running in the command's folder"
+        assert _left(sleeper) == [], "left running after run_command returned"
+    finally:
+        for pid in sleeper.alive() + processes_in(tmp_path):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_command_with_no_timeout_that_stops_its_supervisor_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """With no timeout nothing continued a stopped supervisor: run_command waited forever
+    for a command that had stopped it and exited."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    started = time.monotonic()
+    result = run_command("kill -STOP $PPID; exit 0", cwd=tmp_path, env=ENV, timeout=None)
+    assert time.monotonic() - started < 5
+    assert not result.ok and "supervisor was stopped" in result.launch_error, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_the_c_library_s_own_signals_do_not_kill_the_supervisor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """Signals 32 and 33 are the C library's: its calls will not block or ignore them, and
+    their default killed the supervisor; the status was lost, and with no cgroup a child in
+    a session of its own ran on after run_command returned."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    sleeper = Sleeper()
+    result = run_command(
+        f"setsid {sleeper.command} & sleep 0.2; kill -32 $PPID; kill -33 $PPID; "
+        f"exec {sleeper.command}",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    try:
         assert result.timed_out and not result.ok, result
+        assert "lost" not in result.launch_error, result
         assert _left(sleeper) == [], "left running after run_command returned"
     finally:
         for pid in sleeper.alive():
