@@ -42,6 +42,7 @@ from pytest_agentgate.land import promote, target
 from pytest_agentgate.land.queue import LandingQueue
 from pytest_agentgate.land.retest import no_retest
 from pytest_agentgate.sandbox import containment as sandbox
+from pytest_agentgate.store import oplog
 from pytest_agentgate.workspace import fork as workspace
 from pytest_agentgate.workspace import recycle as recycling
 from pytest_agentgate.workspace import snapshot as snapshots
@@ -158,6 +159,9 @@ Step = Callable[[dict], object]
 #: How long a kept checkout rests before it is reused in the measured rows (a second and a
 #: little: as after any gate that runs that long); none in a --quick smoke run.
 AGE_S = 1.05
+#: The operations log's length for the row of a repository with a history (about 2,500
+#: gated tests' worth of moves).
+LOG_LINES = 10_000
 
 
 def pair(
@@ -720,6 +724,15 @@ class Bench:
 
         self.whole_in_session(root, name, setup, lambda s: floor(s, True), teardown)
 
+        # A repository with a history: every gated test reads the operations log.
+        log = oplog.OpLog(self.repo.common_dir)
+        for n in range(LOG_LINES):
+            log.append(oplog.OpRecord(op="promote", ref=f"refs/heads/elsewhere-{n % 50}",
+                                      old="a" * 40, new="b" * 40, agent="bench", task="history"))  # fmt: skip
+        p, f = pair(self.runs, setup, plugin, lambda s: floor(s, True), teardown)
+        self.add(f"whole gated test, {LOG_LINES:,} log lines", p, f,
+                 "as the first row, the operations log holding a history of moves")  # fmt: skip
+
     def whole_in_session(
         self, root: Path, name: str, setup: Callable[[int], dict], floor: Step, teardown: Step
     ) -> None:
@@ -863,6 +876,7 @@ TARGETS: dict[str, tuple[str, float, str]] = {
     "whole gated test (gate: true)": ("ratio", 1.3, ""),
     "whole gated test, uncontained": ("ratio", 1.3, ""),
     "whole gated test, in a session": ("ratio", 1.3, ""),
+    f"whole gated test, {LOG_LINES:,} log lines": ("ratio", 1.3, ""),
     "checkpoint, 10 changed": ("ratio", 1.3, ""),
     "fork (recycled, disk)": ("ratio", 1.3, ""),
     "fork (recycled, tmpfs)": ("ratio", 1.3, ""),
