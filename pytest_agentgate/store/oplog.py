@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 FILE_NAME = "oplog.jsonl"
 #: The journal's own lines: how a move's record was settled, not moves (``log --all``).
@@ -180,7 +181,7 @@ def _records(data: bytes) -> list[OpRecord]:
         except ValueError:
             continue
         if isinstance(item, dict) and {"op", "ref"} <= item.keys():
-            kept = {
+            kept: dict[str, Any] = {
                 k: sys.intern(v) if isinstance(v, str) and k in _REPEATED else v
                 for k, v in item.items()
                 if k in fields
