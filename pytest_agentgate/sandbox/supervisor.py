@@ -230,7 +230,7 @@ class Cgroup:
         if parent not in _SWEPT:
             _SWEPT.add(parent)
             _remove_abandoned(parent)
-        path = f"{parent}/agentgate-{os.getpid()}-{time.monotonic_ns()}"
+        path = f"{parent}/agentgate-{os.getpid()}-{time.monotonic_ns()}-{_pid_namespace()}"
         os.mkdir(path, 0o755)
         try:
             with open(f"{path}/pids.max", "w", encoding="ascii") as f:
@@ -295,23 +295,39 @@ _SWEPT: set[str] = set()
 
 
 def _remove_abandoned(parent: str) -> None:
-    """Remove the empty command cgroups that runs killed before they could remove their
-    own (``agentgate-<pid>-...`` of a process that is gone): the kernel refuses to remove
-    one that still holds a process, so nothing running is touched."""
+    """Remove the command cgroups that runs killed before they could remove their own
+    (``agentgate-<pid>-<time>-<pid namespace>`` of a process that is gone), ending what is
+    still in one: a command that kept its supervisor stopped as pytest was SIGKILLed outlived
+    both, and only its cgroup still knows its processes. A run of another PID namespace
+    cannot be looked up here, so its cgroup is removed only once empty, as is one named
+    without its namespace; a cgroup whose run is still there is not touched."""
     try:
         names = os.listdir(parent)
     except OSError:
         return
+    here = _pid_namespace()
     for name in names:
         fields = name.split("-")
-        if len(fields) != 3 or fields[0] != "agentgate" or not fields[1].isdigit():
+        if len(fields) not in (3, 4) or fields[0] != "agentgate" or not fields[1].isdigit():
             continue
         if os.path.exists(f"/proc/{fields[1]}"):
             continue  # its run may still be at work
+        path = f"{parent}/{name}"
+        if len(fields) == 4 and here and fields[3] == here:
+            Cgroup(path).remove()
+            continue
         try:
-            os.rmdir(f"{parent}/{name}")
+            os.rmdir(path)
         except OSError:
             pass
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace, as its inode number ("" where it cannot be read)."""
+    try:
+        return os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    except OSError:
+        return ""
 
 
 def _reap() -> None:

@@ -12,6 +12,7 @@ import os
 import pwd
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -964,6 +965,40 @@ def test_a_command_cannot_reach_into_bwrap_s_init(service: Path, bwrap: str) -> 
     (ws.path / "reach.py").write_text(REACH_INTO_INIT)
     result = ws.run(f"{sys.executable} reach.py", timeout=30)
     assert result.ok and result.output.strip() == "all refused", result.output
+
+
+def test_what_a_killed_run_left_in_its_cgroup_is_ended_by_the_next() -> None:
+    """A command that kept its supervisor stopped as pytest was SIGKILLed outlived both:
+    nothing was left to sweep it, and the next run removed only empty cgroups. The next
+    run's first command ends what a gone run's cgroup still holds, then removes it."""
+    from pytest_agentgate.sandbox.supervisor import Cgroup
+
+    _require_pids_cgroup()
+    probe = Cgroup.create(8)
+    parent = Path(probe.path).parent
+    probe.remove()
+    gone = 2**22 + 12346  # above any pid the kernel gives out
+    here = os.readlink("/proc/self/ns/pid").partition("[")[2].rstrip("]")
+    left, elsewhere = subprocess.Popen(["sleep", "30"]), subprocess.Popen(["sleep", "30"])
+    abandoned = parent / f"agentgate-{gone}-1-{here}"
+    # A run of another PID namespace: its pid cannot be looked up here.
+    other = parent / f"agentgate-{gone}-1-{int(here) + 1}"
+    try:
+        for folder, proc in ((abandoned, left), (other, elsewhere)):
+            folder.mkdir()
+            (folder / "cgroup.procs").write_text(str(proc.pid))
+        code = "from pytest_agentgate.sandbox.supervisor import Cgroup; Cgroup.create(8).remove()"
+        subprocess.run([sys.executable, "-c", code], check=True)
+        assert left.wait(timeout=5) == -signal.SIGKILL
+        assert not abandoned.exists()
+        assert elsewhere.poll() is None and other.exists()
+    finally:
+        for proc in (left, elsewhere):
+            proc.kill()
+            proc.wait()
+        for folder in (abandoned, other):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def test_the_cgroups_of_killed_runs_are_removed_by_the_next(tmp_path: Path) -> None:
