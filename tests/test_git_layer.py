@@ -24,7 +24,9 @@ def repo(service: Path) -> BaseRepo:
 def commit_with(repo: BaseRepo, files: dict[str, bytes], parent: str) -> str:
     index = repo.index(None, repo.private_dir / "layer-index")
     index.read_tree(parent)
-    index.stage_entries([IndexEntry("100644", repo.hash_blob(data), p) for p, data in files.items()])
+    index.stage_entries(
+        [IndexEntry("100644", repo.hash_blob(data), p) for p, data in files.items()]
+    )
     return repo.commit_tree(index.write_tree(), [parent], "odd names\n", Author("t", "t@e"))
 
 
@@ -40,6 +42,40 @@ def test_trees_and_diffs_keep_any_name(repo: BaseRepo) -> None:
     assert entry is not None and repo.read_blob(entry.oid) == b"star*.txt"
     assert repo.tree_entry(repo.tree_of(new), "star") is None  # literal, never a glob
     assert repo.changed_lines(base, new) == len(ODD_NAMES)
+
+
+def test_a_kept_diff_answers_as_git_does_and_starts_no_git(
+    repo: BaseRepo, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gated test asked git for the same two trees' difference twice (its snapshot, and
+    the kept gate checkout that held its base); the answer is kept, and each view of it is
+    what ``diff-tree`` itself prints, a file that became a directory included."""
+    from pytest_agentgate.git import runner
+
+    base = repo.resolve_commit("main")
+    files = {"ledger/core.py": b"gone\n", "new/dir/file.txt": b"x\n", "ledger/core.py.d/a": b""}
+    first = commit_with(repo, files, base)
+    index = repo.index(None, repo.private_dir / "layer-index-2")
+    index.read_tree(first)
+    index.stage_entries([IndexEntry("0", ZERO, "ledger/core.py")])
+    index.stage_entries([IndexEntry("100644", repo.hash_blob(b"y"), "ledger/core.py/inner")])
+    second = repo.commit_tree(index.write_tree(), [first], "type change\n", Author("t", "t@e"))
+    old, new = repo.tree_of(base), repo.tree_of(second)
+
+    def raw(*flags: str) -> list[tuple[str, str]]:
+        out = git(service, "diff-tree", "-r", "-z", "--no-renames", *flags, old, new)
+        fields = out.split("\0")
+        return [
+            (m.split(" ")[-1][0], p) for m, p in zip(fields[0:-1:2], fields[1::2], strict=False)
+        ]
+
+    calls: list[object] = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    assert [(c.status, c.path) for c in repo.diff_tree(old, new, trees=True)] == raw("-t")
+    assert [(c.status, c.path) for c in repo.diff_tree(old, new)] == raw()
+    assert [(c.status, c.path) for c in repo.diff_tree(old, new, trees=True)] == raw("-t")
+    assert len(calls) == 1, calls
 
 
 def test_loose_ref_reads_agree_with_git(repo: BaseRepo, service: Path) -> None:

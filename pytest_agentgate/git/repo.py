@@ -117,6 +117,11 @@ class MergePreview:
 class BaseRepo(RepoRefs):
     """A repository the agents' work lands in (bare or with a working tree)."""
 
+    def __init__(self, git_dir: Path, worktree: Path | None) -> None:
+        super().__init__(git_dir, worktree)
+        #: "old new" object ids -> ``diff-tree -t`` between them (objects never change).
+        self._diffs: dict[str, list[TreeChange]] = {}
+
     # -- running git ------------------------------------------------------------------
 
     # -- names --------------------------------------------------------------------------
@@ -300,11 +305,24 @@ class BaseRepo(RepoRefs):
 
         With ``trees``, the directories that differ are listed too (``is_tree``): with the
         blobs, exactly the objects ``new`` has that ``old`` lacks.
+
+        The answer for two object ids is kept (with the last few others): a gated test asks
+        for the same pair more than once (its snapshot, then the kept gate checkout that
+        held its base), and ``-t`` answers both questions, the paths being its non-tree
+        entries.
         """
-        args = ["diff-tree", "-r", "-z", "--no-renames"]
-        if trees:
-            args.append("-t")
-        raw = self._run(*args, "--end-of-options", old, new).stdout
+        key = f"{old} {new}"
+        found = self._diffs.get(key)
+        if found is None:
+            found = self._diff_tree(old, new)
+            if is_oid(old) and is_oid(new):
+                _keep(self._diffs, key, found, check=False)
+        return list(found) if trees else [c for c in found if not c.is_tree]
+
+    def _diff_tree(self, old: str, new: str) -> list[TreeChange]:
+        raw = self._run(
+            "diff-tree", "-r", "-z", "--no-renames", "-t", "--end-of-options", old, new
+        ).stdout
         fields = raw.split(b"\0")
         changes = []
         # Records come in pairs, ":<meta>" then the path; a path may itself start with ":".
@@ -417,10 +435,10 @@ def _tree_entry(item: str) -> TreeEntry:
     return TreeEntry(mode, kind, oid, path)
 
 
-def _keep(cache: dict[str, T], tree: str, value: T) -> None:
+def _keep(cache: dict[str, T], tree: str, value: T, *, check: bool = True) -> None:
     """Keep ``value`` for ``tree`` when that is an object id (an id always names the same
-    tree), with the last few others."""
-    if is_oid(tree):
+    tree), with the last few others (``check=False``: the caller made sure of the key)."""
+    if not check or is_oid(tree):
         if len(cache) >= 4:
             cache.pop(next(iter(cache)))
         cache[tree] = value
