@@ -14,6 +14,7 @@ and ref containers (typed entries, not text), as ideas; the code is this project
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -440,5 +441,7 @@ def _keep(cache: dict[str, T], tree: str, value: T, *, check: bool = True) -> No
     tree), with the last few others (``check=False``: the caller made sure of the key)."""
     if not check or is_oid(tree):
         if len(cache) >= 4:
-            cache.pop(next(iter(cache)))
+            # Threads of one gate share the repository: another may evict at the same time.
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                cache.pop(next(iter(cache)))
         cache[tree] = value

@@ -488,8 +488,9 @@ def _still_running(proc: Supervisor) -> bool:
 
 
 def _stopped(pid: int) -> bool:
-    """Whether process ``pid`` is stopped (by a signal, or traced)."""
-    return _state(pid) in (b"T", b"t")
+    """Whether process ``pid`` is stopped by a signal. Not when it is traced (``t``): a
+    person running pytest under ``strace -f`` or a debugger stops it at every call."""
+    return _state(pid) == b"T"
 
 
 def end_descendants(pid: int) -> int:
@@ -534,8 +535,8 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
         return -1, "the command was ended before it finished (its supervisor was told to stop)"
     if report.get("stopped"):  # its end could not be placed before or after its deadline
         return -1, (
-            "the command's supervisor was stopped while it ran (SIGSTOP), so its end and its "
-            "timeout could not be watched: the command was ended"
+            "the command's supervisor was stopped or frozen while it ran, so its end and "
+            "its timeout could not be watched: the command was ended"
         )
     code = report.get("returncode")
     # bwrap writes one JSON object per line; "exit-code" only once the command ran.

@@ -112,6 +112,8 @@ def children_of(pid: int) -> list[int]:
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []  # gone: no children (the scan below is for kernels without the file)
     except OSError:
         tasks = []
     listed = False
@@ -260,30 +262,48 @@ class Cgroup:
             except OSError:
                 pass
 
+    def _folders(self) -> list[str]:
+        """This cgroup and every cgroup made below it (a command that may write here can
+        make one and move into it), deepest first."""
+        found = [self.path]
+        for at, dirs, _ in os.walk(self.path):
+            found += [os.path.join(at, d) for d in dirs]
+        return found[::-1]
+
     def members(self) -> list[int]:
         if not self.path:
             return []
-        try:
-            with open(f"{self.path}/cgroup.procs", encoding="ascii") as f:
-                return [int(p) for p in f.read().split() if int(p) != os.getpid()]
-        except OSError:
-            return []
+        found: list[int] = []
+        for folder in self._folders():
+            try:
+                with open(f"{folder}/cgroup.procs", encoding="ascii") as f:
+                    found += [int(p) for p in f.read().split() if int(p) != os.getpid()]
+            except OSError:
+                continue
+        return found
 
     def remove(self) -> int:
-        """Kill everything still in the cgroup, then remove it; return how many were killed."""
+        """Kill everything still in the cgroup and below it, then remove it, deepest
+        first; return how many were killed."""
         if not self.path:
             return 0
         killed: set[int] = set()
+        empty_tries = 0
         for _ in range(500):
             left = self.members()
             if not left:
-                try:
-                    os.rmdir(self.path)
+                for folder in self._folders():
+                    try:
+                        os.rmdir(folder)
+                    except FileNotFoundError:
+                        continue
+                    except OSError:
+                        break
+                if not os.path.isdir(self.path):
                     return len(killed)
-                except FileNotFoundError:
+                empty_tries += 1
+                if empty_tries > 20:  # nothing in it, yet it stays: not ours to wait on
                     return len(killed)
-                except OSError:
-                    pass
             killed |= set(left)
             _signal_all(left, signal.SIGKILL)
             time.sleep(0.002)
@@ -306,6 +326,8 @@ def _remove_abandoned(parent: str) -> None:
     except OSError:
         return
     here = _pid_namespace()
+    if os.path.realpath("/proc/self") != f"/proc/{os.getpid()}":
+        here = ""  # this /proc is another PID namespace's: no run can be looked up in it
     for name in names:
         fields = name.split("-")
         if len(fields) not in (3, 4) or fields[0] != "agentgate" or not fields[1].isdigit():
@@ -621,6 +643,10 @@ _STOPS = tuple(
 #: how the supervisor learns it was stopped (SIGSTOP cannot be blocked), and a supervisor
 #: that was stopped cannot tell when its command ended, so its command is an error.
 _WAKES = (*_STOPS, signal.SIGCHLD, signal.SIGCONT)
+#: How far past its command's deadline the supervisor may first look again before the
+#: command's end can no longer be placed before the deadline: a wait that runs looks at it
+#: within milliseconds, one frozen (a cgroup freezer stops it without a signal) does not.
+_HELD_S = 0.5
 #: What the supervisor's interpreter ignores and a command must not inherit ignored, as
 #: subprocess's restore_signals has it: SIGPIPE (``yes | head`` would fail) and SIGXFSZ (a
 #: write past the file-size limit would be an error the command could go on from).
@@ -636,9 +662,14 @@ def _wait(child: int, timeout: object) -> tuple[int | None, bool, str]:
     deadline = None if timeout is None else time.monotonic() + max(float(timeout), 0.001)  # type: ignore[arg-type]
     while True:
         code, children = _reap_ready(child)
-        late = deadline is not None and time.monotonic() >= deadline
+        now = time.monotonic()
+        late = deadline is not None and now >= deadline
         if signal.SIGCONT in signal.sigpending():  # it was stopped since the command started
             return code, late, "stopped"
+        if deadline is not None and now >= deadline + _HELD_S:
+            # This wait was held far past the deadline (frozen by a cgroup freezer, which
+            # sends no signal): an end it finds now may have come after the deadline.
+            return code, True, "stopped"
         if code is not None or not children:
             return code, False, ""
         if late:

@@ -135,6 +135,10 @@ class _Parsed:
 #: rewritten at its end is parsed again from the start. The log is append-only: a line
 #: edited in place further back is seen by the next process, not by this one.
 _CHECKED = 4096
+#: How many records this process keeps at most, of all the log files it read (about 300
+#: bytes each): past that, the files read least recently are dropped, and parsed again
+#: if read again.
+_KEEP_RECORDS = 200_000
 _parsed_files: dict[str, _Parsed] = {}
 _parsing = threading.Lock()
 
@@ -163,7 +167,13 @@ def _parsed(path: Path) -> list[OpRecord]:
                 seen.records = seen.records + _records(data[:whole])
                 seen.offset += whole
                 seen.last = (seen.last + data[:whole])[-_CHECKED:]
-            _parsed_files[str(path)] = seen
+            _parsed_files.pop(str(path), None)
+            _parsed_files[str(path)] = seen  # the newest read last
+            total = sum(len(p.records) for p in _parsed_files.values())
+            for name in list(_parsed_files)[:-1]:
+                if total <= _KEEP_RECORDS:
+                    break
+                total -= len(_parsed_files.pop(name).records)
             return seen.records
     finally:
         os.close(fd)

@@ -967,6 +967,37 @@ def test_a_command_cannot_reach_into_bwrap_s_init(service: Path, bwrap: str) -> 
     assert result.ok and result.output.strip() == "all refused", result.output
 
 
+def test_a_cgroup_made_inside_the_command_s_own_does_not_hide_a_process(tmp_path: Path) -> None:
+    """A command that may write its cgroup made one below it, moved a child there and killed
+    its supervisor: the plugin's last sweep read only its own cgroup's list, missed the
+    child (left running after run_command returned) and could not remove the cgroup."""
+    from helpers import Sleeper
+
+    from pytest_agentgate.sandbox.process import run_command
+
+    _require_pids_cgroup()
+    sleeper = Sleeper()
+    hide = (
+        "cg=/sys/fs/cgroup/pids$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup); "
+        'if [ ! -f "$cg/cgroup.procs" ]; then cg=/sys/fs/cgroup$(sed -n "s/^0:://p" /proc/self/cgroup); fi; '
+        'mkdir "$cg/hide"; '
+        f"(echo $(sh -c 'echo $PPID') > \"$cg/hide/cgroup.procs\"; exec setsid {sleeper.command}) & "
+        "sleep 0.5; kill -KILL $PPID; sleep 30"
+    )
+    result = run_command(
+        hide, cwd=tmp_path, env={"PATH": os.environ["PATH"]}, timeout=10, pids_max=64
+    )
+    try:
+        assert not result.ok, result
+        deadline = time.monotonic() + 3
+        while sleeper.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleeper.alive() == [], "left running after run_command returned"
+    finally:
+        for pid in sleeper.alive():
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_what_a_killed_run_left_in_its_cgroup_is_ended_by_the_next() -> None:
     """A command that kept its supervisor stopped as pytest was SIGKILLed outlived both:
     nothing was left to sweep it, and the next run removed only empty cgroups. The next

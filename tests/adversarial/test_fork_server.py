@@ -487,3 +487,40 @@ def test_the_c_library_s_own_signals_do_not_kill_the_supervisor(
     finally:
         for pid in sleeper.alive():
             os.kill(pid, signal.SIGKILL)
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_command_that_freezes_its_supervisor_past_its_timeout_is_no_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """A cgroup freezer holds a process without a signal: no SIGCONT to find, and no stopped
+    state for the plugin to see. Frozen past its command's 1 s deadline and thawed after
+    the command exited 0, the supervisor reaped that exit and called it a pass. An end it
+    finds when it looks again long after the deadline may have come after it: an error."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
+        pytest.skip("no cgroup v1 freezer this process may write")
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    ice = FREEZER / f"agentgate-test-{os.getpid()}-{server}"
+    result = run_command(
+        f"mkdir {ice}; for t in $(ls /proc/$PPID/task); do echo $t > {ice}/tasks; done; "
+        f"echo FROZEN > {ice}/freezer.state; "
+        f"(sleep 2.5; echo THAWED > {ice}/freezer.state) & sleep 1.5; exit 0",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    try:
+        assert not result.ok, result
+        assert result.timed_out or "frozen" in result.launch_error, result
+    finally:
+        with contextlib.suppress(OSError):
+            (ice / "freezer.state").write_text("THAWED")
+        for _ in range(50):
+            with contextlib.suppress(OSError):
+                for task in (ice / "tasks").read_text().split():
+                    (FREEZER / "tasks").write_text(task)
+                ice.rmdir()
+                break
+            time.sleep(0.1)

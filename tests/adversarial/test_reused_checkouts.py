@@ -192,15 +192,13 @@ def test_the_next_gate_sees_exactly_its_tree(repo: BaseRepo, tmp_path: Path, att
     assert seen == fresh
 
 
-def test_files_planted_in_a_submodule_s_directory_are_gone(
-    repo: BaseRepo, tmp_path: Path
-) -> None:
+def test_files_planted_in_a_submodule_s_directory_are_gone(repo: BaseRepo, tmp_path: Path) -> None:
     """git never lists what is inside a gitlink's directory: the gate's files there must not
     reach the next gate, whether the checkout is brought over or reset whole."""
     with_gitlink(repo)
     for extra in ("", "; echo tampered >> pkg/__init__.py"):
         attack = (
-            "sh -c 'mkdir -p vendor/lib/pkg; echo \"import os; os._exit(0)\" > "
+            'sh -c \'mkdir -p vendor/lib/pkg; echo "import os; os._exit(0)" > '
             f"vendor/lib/conftest.py; echo x > vendor/lib/pkg/data{extra}'"
         )
         case = tmp_path / ("reset" if extra else "brought-over")
@@ -228,5 +226,7 @@ os.kill(p, signal.SIGKILL)
     plain = GateSpec(commands=("true",), exit_code=("true",))
     assert gate.run_commands(repo, repo.tree_of("HEAD~1"), plain, context).ok
     assert kept.reused == 0  # the first checkout was removed, the second made afresh
-    assert not any(stat.S_ISDIR(p.lstat().st_mode) and p.name.endswith(".private") for p in tmp_path.iterdir())
+    assert not any(
+        stat.S_ISDIR(p.lstat().st_mode) and p.name.endswith(".private") for p in tmp_path.iterdir()
+    )
     kept.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_agentgate.store import oplog, pending
 
 
@@ -91,3 +93,22 @@ def test_a_line_still_being_written_is_read_once_it_is_whole(tmp_path: Path) -> 
         assert [r.new for r in log.read()] == ["1"]
         out.write(line[20:] + "\n")
     assert [r.new for r in log.read()] == ["1", "2"] == [r.new for r in _fresh(log)]
+
+
+def test_what_is_kept_is_bounded_and_what_was_dropped_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records of every log file read stayed for the life of the process, rotated files and
+    other repositories' logs included; past a bound the least recently read are dropped."""
+    monkeypatch.setattr(oplog, "_KEEP_RECORDS", 5)
+    oplog._parsed_files.clear()
+    logs = [oplog.OpLog(tmp_path / name) for name in ("a", "b")]
+    for n, log in enumerate(logs):
+        log.git_dir.mkdir()
+        for k in range(4):
+            log.append(oplog.OpRecord(op="promote", ref="r", old=None, new=f"{n}-{k}"))
+    assert [r.new for r in logs[0].read()] == [f"0-{k}" for k in range(4)]
+    assert [r.new for r in logs[1].read()] == [f"1-{k}" for k in range(4)]
+    assert list(oplog._parsed_files) == [str(logs[1].path)]  # 8 kept would be over 5
+    assert [r.new for r in logs[0].read()] == [f"0-{k}" for k in range(4)]
+    assert list(oplog._parsed_files) == [str(logs[0].path)]
