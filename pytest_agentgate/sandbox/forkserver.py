@@ -257,7 +257,12 @@ def _stop(server: _Server, *, at_once: bool = False) -> None:
         server.proc.wait(timeout=2)
     except subprocess.TimeoutExpired:
         server.proc.kill()
-        server.proc.wait()
+        # A frozen process (a cgroup freezer) does not die until thawed: not waited on for
+        # ever here; a thread of its own reaps it whenever it ends.
+        try:
+            server.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            threading.Thread(target=server.proc.wait, name="agentgate-reap", daemon=True).start()
 
 
 @atexit.register

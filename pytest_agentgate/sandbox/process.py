@@ -10,6 +10,7 @@ costs disk, not memory, and only its tail is kept.
 from __future__ import annotations
 
 import contextlib
+import io
 import marshal
 import os
 import re
@@ -37,6 +38,12 @@ TAIL_LINES = 40
 _KEEP_BYTES = 256 * 1024
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
+#: How long a supervisor's sweep goes on killing what its command left before it reports
+#: what is still there (a frozen process ignores SIGKILL until it is thawed).
+_SWEEP_S = 10.0
+#: How long a killed supervisor is waited for: a frozen process (a cgroup freezer) does
+#: not end until it is thawed, and run_command must return all the same.
+_GIVE_UP_S = 5.0
 #: How often the plugin looks whether its command stopped a supervisor (see _read_report).
 _NUDGE_S = 0.1
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -323,6 +330,7 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
     config = {
         "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
         "timeout": launch.timeout, "cgroup": launch.cgroup.path, "fsize_max": launch.fsize_max,
+        "sweep_s": _SWEEP_S,
         "state": forkserver.caller_state(),
     }  # fmt: skip
     try:
@@ -332,7 +340,8 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
         if data is None:  # the supervisor outlived its own timeout: end it
             _end_supervisor(forked)
             data = b""
-        forked.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            forked.wait(_GIVE_UP_S)  # a frozen one does not end when killed (not our child)
     finally:
         forked.close()
     return _with_cgroup_problem(_report(data), launch.cgroup)
@@ -387,7 +396,7 @@ def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
         if data is None:  # the supervisor outlived its own timeout: end it
             kill_group(proc.pid)
             data = b""
-        proc.wait()
+        _wait_or_abandon(proc)
     finally:
         os.close(status_r)
     return _with_cgroup_problem(_report(data), cgroup)
@@ -413,6 +422,7 @@ def _config(argv: list[str], launch: _Launch, status_w: int, problem: str) -> by
     config = {
         "argv": argv, "cwd": str(launch.cwd), "env": dict(launch.env),
         "timeout": launch.timeout, "parent": os.getpid(), "status_fd": status_w,
+        "sweep_s": _SWEEP_S,
         "out_fd": launch.sink.fileno(), "cgroup": launch.cgroup.path, "refuse": problem,
     }  # fmt: skip
     return supervisor_code() + marshal.dumps(config)
@@ -444,7 +454,17 @@ def _end_supervisor(proc: Supervisor) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
-        proc.wait()
+        _wait_or_abandon(proc)
+
+
+def _wait_or_abandon(proc: Supervisor) -> None:
+    """Wait ``_GIVE_UP_S`` for a killed supervisor; a frozen one (a cgroup freezer) does not
+    end until it is thawed, and run_command returns all the same: a thread of its own
+    reaps it whenever it ends."""
+    try:
+        proc.wait(_GIVE_UP_S)
+    except subprocess.TimeoutExpired:
+        threading.Thread(target=proc.wait, name="agentgate-reap", daemon=True).start()
 
 
 def _read_report(fd: int, timeout: float | None, proc: Supervisor) -> bytes | None:
@@ -516,13 +536,35 @@ def end_descendants(pid: int) -> int:
     return len(ended)
 
 
+#: What a supervisor's report holds, and of what type (anything else: no report).
+_REPORT_FIELDS: dict[str, tuple[type, ...]] = {
+    "returncode": (int, type(None)),
+    "timed_out": (bool,),
+    "interrupted": (bool,),
+    "stopped": (bool,),
+    "survivors": (int,),
+    "unended": (int,),
+    "subreaper": (bool,),
+    "exec_error": (str, type(None)),
+    "cgroup_problem": (str,),
+}
+
+
 def _report(data: bytes) -> dict[str, object]:
-    """The supervisor's report (``marshal``), or nothing when it ended without one."""
+    """The supervisor's report (``marshal``), or nothing when it ended without one, or
+    when what came is not exactly one report of the supervisor's shape: a second one on
+    the channel was written by someone else, and the first may be the forgery."""
+    reader = io.BytesIO(data)
     try:
-        found = marshal.loads(data)
+        found = marshal.load(reader)
     except (EOFError, ValueError, TypeError):
         return {}
-    return found if isinstance(found, dict) else {}
+    if reader.read() or not isinstance(found, dict):
+        return {}
+    for key, value in found.items():
+        if key not in _REPORT_FIELDS or not isinstance(value, _REPORT_FIELDS[key]):
+            return {}
+    return found
 
 
 def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:
@@ -531,6 +573,11 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
         return -1, "the command's exit status was lost (its supervisor ended without reporting)"
     if report.get("exec_error"):
         return -1, f"could not start the command: {report['exec_error']}"
+    if report.get("unended"):  # the sweep could not end them: a pass would leave them
+        return -1, (
+            f"{report['unended']} of the command's processes could not be ended (a frozen "
+            "process ignores SIGKILL)"
+        )
     if report.get("interrupted"):  # whatever it exited with then, it did not finish
         return -1, "the command was ended before it finished (its supervisor was told to stop)"
     if report.get("stopped"):  # its end could not be placed before or after its deadline

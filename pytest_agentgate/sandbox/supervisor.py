@@ -42,6 +42,7 @@ else:
     import _signal as signal
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 0.5
 #: Where the cgroup v1 pids hierarchy is mounted.
@@ -364,10 +365,12 @@ def _signal_all(pids: list[int], sig: int) -> None:
             pass
 
 
-def sweep(cgroup: Cgroup) -> int:
-    """Kill and reap every process left in the subtree; return how many there were."""
+def sweep(cgroup: Cgroup, within: float = 10.0) -> tuple[int, int]:
+    """Kill and reap every process left in the subtree: how many there were, and how many
+    were still there after ``within`` s (a frozen process ignores SIGKILL until thawed)."""
     killed: set[int] = set()
-    deadline = time.monotonic() + 10
+    left: set[int] = set()
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         left = set(children_of(os.getpid())) | set(cgroup.members())
         if not left:
@@ -377,7 +380,7 @@ def sweep(cgroup: Cgroup) -> int:
         time.sleep(0.002)
         _reap()
     _reap()
-    return len(killed)
+    return len(killed), len(left)
 
 
 def _read_all(fd: int) -> bytes:
@@ -435,6 +438,7 @@ def main() -> int:
     if "serve" in config:
         return serve(int(config["serve"]), int(config["parent"]))
     status_fd = int(config["status_fd"])
+    _prctl(PR_SET_DUMPABLE, 0)  # see _serve_one
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(config["parent"]):  # the plugin died before the death signal was set
@@ -469,6 +473,7 @@ def serve(ctl_fd: int, plugin: int) -> int:
 
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the supervisors
     _prctl(PR_SET_CHILD_SUBREAPER, 0)  # looks prctl up (this process stays no subreaper)
+    _prctl(PR_SET_DUMPABLE, 0)  # its control socket is no command's to open (see _serve_one)
     try:
         watch = os.pidfd_open(plugin)
     except OSError:
@@ -536,6 +541,11 @@ def _serve_one(
     os.setsid()  # a session of its own, as the per-command supervisor has
     os.dup2(out_fd, 1)  # its own errors go with the command's output
     os.dup2(out_fd, 2)
+    # Not dumpable: a process of the same user may then neither open its descriptors
+    # through /proc (the report channel: a command wrote a passing report there) nor copy
+    # them (pidfd_getfd) nor read its memory, short of CAP_SYS_PTRACE. The command it
+    # starts is dumpable again (execve resets it).
+    _prctl(PR_SET_DUMPABLE, 0)
     subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
     os.write(sock, b"%d\n" % os.getpid())
     config = marshal.loads(_read_config(sock, watch, select))
@@ -761,7 +771,7 @@ def supervise(
                 code = os.waitstatus_to_exitcode(status)
                 break
             time.sleep(0.005)
-    survivors = sweep(cgroup)
+    survivors, unended = sweep(cgroup, float(config.get("sweep_s") or 10.0))  # type: ignore[arg-type]
     if code is None:
         try:
             _, status = os.waitpid(child, 0)
@@ -774,6 +784,7 @@ def supervise(
         interrupted=cut == "interrupted",
         stopped=cut == "stopped",
         survivors=survivors,
+        unended=unended,
     )
 
 

@@ -524,3 +524,116 @@ def test_a_command_that_freezes_its_supervisor_past_its_timeout_is_no_pass(
                 ice.rmdir()
                 break
             time.sleep(0.1)
+
+
+FORGE = """
+import ctypes, marshal, os, sys
+sup = int(sys.argv[1])
+forged = marshal.dumps({"returncode": 0, "timed_out": False, "survivors": int(sys.argv[2])
+                        if sys.argv[2].isdigit() else sys.argv[2]})
+for fd in os.listdir(f"/proc/{sup}/fd"):
+    kind = os.readlink(f"/proc/{sup}/fd/{fd}")
+    if kind.startswith("pipe:"):
+        try:
+            out = os.open(f"/proc/{sup}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+    elif kind.startswith("socket:"):  # pidfd_getfd, which Python does not name
+        out = ctypes.CDLL(None, use_errno=True).syscall(438, os.pidfd_open(sup), int(fd), 0)
+        if out < 0:
+            continue
+    else:
+        continue
+    try:
+        os.write(out, forged)
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.parametrize("server", [True, False])
+@pytest.mark.parametrize("survivors", ["0", "x"])
+def test_a_report_written_into_the_supervisor_s_channel_is_not_believed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool, survivors: str
+) -> None:
+    """A command wrote a passing report into its supervisor's report channel (opened
+    through /proc, or copied with pidfd_getfd) and exited 3: the first report read was the
+    forgery, and the command passed; one whose survivors were not a number raised out of
+    run_command. A channel that carries more than one report, or one not of the
+    supervisor's shape, is a lost status. (As root the command can still reach the channel;
+    as another user the supervisor is not dumpable, and it cannot.)"""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    (tmp_path / "forge.py").write_text(FORGE)
+    result = run_command(
+        f"{sys.executable} forge.py $PPID {survivors}; exit 3", cwd=tmp_path, env=ENV, timeout=10
+    )
+    assert not result.ok, result
+    assert result.returncode != 0, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_supervisor_frozen_for_good_does_not_hold_run_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """A supervisor frozen by its command (a cgroup freezer) ignores SIGKILL until it is
+    thawed: past the backstop run_command killed it and then waited for it without end."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
+        pytest.skip("no cgroup v1 freezer this process may write")
+    from pytest_agentgate.sandbox import process
+
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    monkeypatch.setattr(process, "_BACKSTOP_S", 1.0)
+    monkeypatch.setattr(process, "_GIVE_UP_S", 1.0, raising=False)
+    ice = FREEZER / f"agentgate-test-good-{os.getpid()}-{server}"
+    started = time.monotonic()
+    try:
+        result = run_command(
+            f"mkdir {ice}; for t in $(ls /proc/$PPID/task); do echo $t > {ice}/tasks; done; "
+            f"echo FROZEN > {ice}/freezer.state; exit 0",
+            cwd=tmp_path, env=ENV, timeout=1,
+        )  # fmt: skip
+        assert time.monotonic() - started < 15, "run_command waited on a frozen supervisor"
+        assert not result.ok, result
+    finally:
+        _thaw(ice)
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_process_the_sweep_cannot_end_makes_the_command_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """A frozen process ignores SIGKILL: a command that froze a child of its own and exited
+    0 passed, the sweep having spent its time killing it in vain."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
+        pytest.skip("no cgroup v1 freezer this process may write")
+    from pytest_agentgate.sandbox import process
+
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    monkeypatch.setattr(process, "_SWEEP_S", 1.0, raising=False)
+    ice = FREEZER / f"agentgate-test-child-{os.getpid()}-{server}"
+    try:
+        result = run_command(
+            f"mkdir {ice}; sleep 30 & echo $! > {ice}/tasks; echo FROZEN > {ice}/freezer.state; "
+            "sleep 0.2; exit 0",
+            cwd=tmp_path, env=ENV, timeout=10,
+        )  # fmt: skip
+        assert not result.ok, result
+        assert "could not be ended" in result.launch_error, result
+    finally:
+        _thaw(ice)
+
+
+def _thaw(ice: Path) -> None:
+    """Thaw a freezer cgroup a test made, move its tasks out and remove it."""
+    with contextlib.suppress(OSError):
+        (ice / "freezer.state").write_text("THAWED")
+    for _ in range(50):
+        with contextlib.suppress(OSError):
+            for task in (ice / "tasks").read_text().split():
+                (FREEZER / "tasks").write_text(task)
+            ice.rmdir()
+            return
+        time.sleep(0.1)
