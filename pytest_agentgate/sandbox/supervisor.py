@@ -656,7 +656,7 @@ _WAKES = (*_STOPS, signal.SIGCHLD, signal.SIGCONT)
 #: How far past its command's deadline the supervisor may first look again before the
 #: command's end can no longer be placed before the deadline: a wait that runs looks at it
 #: within milliseconds, one frozen (a cgroup freezer stops it without a signal) does not.
-_HELD_S = 0.5
+_HELD_S = 0.25
 #: What the supervisor's interpreter ignores and a command must not inherit ignored, as
 #: subprocess's restore_signals has it: SIGPIPE (``yes | head`` would fail) and SIGXFSZ (a
 #: write past the file-size limit would be an error the command could go on from).

@@ -573,6 +573,30 @@ def test_a_report_written_into_the_supervisor_s_channel_is_not_believed(
 
 
 @pytest.mark.parametrize("server", [True, False])
+def test_a_supervisor_frozen_across_its_deadline_for_half_a_second_is_no_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """Frozen at 0.9 s, its command exiting 0 at 1.2 s, thawed at 1.4 s (a 1 s timeout):
+    the supervisor first looked again 0.4 s past the deadline, within the half second it
+    then allowed, and the command passed 20 times in 20. It allows a quarter second."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
+        pytest.skip("no cgroup v1 freezer this process may write")
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    ice = FREEZER / f"agentgate-test-half-{os.getpid()}-{server}"
+    try:
+        result = run_command(
+            f"mkdir {ice}; sup=$PPID; (sleep 0.9; for t in $(ls /proc/$sup/task); do "
+            f"echo $t > {ice}/tasks; done; echo FROZEN > {ice}/freezer.state; sleep 0.5; "
+            f"echo THAWED > {ice}/freezer.state) & sleep 1.2; exit 0",
+            cwd=tmp_path, env=ENV, timeout=1,
+        )  # fmt: skip
+        assert not result.ok, result
+    finally:
+        _thaw(ice)
+
+
+@pytest.mark.parametrize("server", [True, False])
 def test_a_supervisor_frozen_for_good_does_not_hold_run_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
 ) -> None:
