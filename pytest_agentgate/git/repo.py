@@ -292,6 +292,14 @@ class BaseRepo(RepoRefs):
             _keep(self._gitlinks, tree, found)
         return found
 
+    def same_gitlinks(self, tree: str, like: str) -> None:
+        """Note that ``tree`` holds exactly ``like``'s gitlinks, where those are known (a
+        snapshot's tree and its base's: a snapshot never stages a gitlink), so asking for
+        ``tree``'s starts no git process."""
+        found = self._gitlinks.get(like)
+        if found is not None:
+            _keep(self._gitlinks, tree, found)
+
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
         """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""
         out = self._run("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").stdout

@@ -50,7 +50,10 @@ class _Kept:
                 # command, and a command whose supervisor was killed (the sweep may not have
                 # run) lost its status, which spoils the checkout (never kept).
                 self.proven[0] = prove_clean(
-                    repo.index(self.path, self.index), self.path, made=self.made
+                    repo.index(self.path, self.index),
+                    self.path,
+                    repo.gitlinks(self.tree),
+                    made=self.made,
                 )
             except BaseException:  # any failure: the checkout is not reused, never an error
                 self.proven[0] = None

@@ -7,6 +7,7 @@ import contextlib
 import os
 import stat
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,7 @@ def reset_checkout(
     checkout = repo.index(path, index)
     if current is not None:
         if proven is None:
-            proven = prove_clean(checkout, path)
+            proven = prove_clean(checkout, path, repo.gitlinks(current))
             if proven is None:
                 raise RecycleFailed(path, "it holds what git cannot reset")
         if proven and _bring_over(repo, checkout, path, current, rev):
@@ -81,7 +82,7 @@ def reset_checkout(
         )
     for rel in found.untracked:
         remove_under(path, rel.rstrip("/"))
-    _purge_gitlinks(checkout, path)
+    _purge_gitlinks(path, repo.gitlinks(repo.tree_of(rev)))
     found_off = _scrub(path, files_since=files_since)
     if found_off is not None:  # what git cannot reset (see _scrub): not reused
         raise RecycleFailed(path, found_off)
@@ -90,7 +91,9 @@ def reset_checkout(
     return False
 
 
-def prove_clean(checkout: Index, path: Path, *, made: float | None = None) -> bool | None:
+def prove_clean(
+    checkout: Index, path: Path, gitlinks: Iterable[str], *, made: float | None = None
+) -> bool | None:
     """Whether the checkout holds exactly what its index says: True, False (a tracked file
     differs: reset every path), or None (something git cannot reset: do not reuse it).
 
@@ -106,7 +109,7 @@ def prove_clean(checkout: Index, path: Path, *, made: float | None = None) -> bo
     """
     for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
         remove_under(path, rel.rstrip("/"))
-    _purge_gitlinks(checkout, path)
+    _purge_gitlinks(path, gitlinks)
     if _scrub(path, files_since=made) is not None:
         return None
     found = checkout.differences(ignored_too=True)
@@ -282,14 +285,14 @@ def _attributes(target: int | str) -> list[str]:
     return [n for n in names if n.startswith(("user.", "system.posix_acl", "trusted."))]
 
 
-def _purge_gitlinks(checkout: Index, path: Path) -> None:
+def _purge_gitlinks(path: Path, gitlinks: Iterable[str]) -> None:
     """Empty every submodule's directory (a gitlink's): git never lists what is inside one,
-    and a fresh checkout leaves it empty."""
-    for entry in checkout.entries():
-        if entry.mode == "160000":
-            where = path / entry.path
-            if where.is_dir() and not where.is_symlink():
-                with os.scandir(where) as listing:
-                    names = [child.name for child in listing]
-                for name in names:
-                    remove_under(path, f"{entry.path}/{name}")
+    and a fresh checkout leaves it empty. The paths are the tree's the checkout holds (the
+    repository keeps them per tree id), not read from its index by a git process."""
+    for link in gitlinks:
+        where = path / link
+        if where.is_dir() and not where.is_symlink():
+            with os.scandir(where) as listing:
+                names = [child.name for child in listing]
+            for name in names:
+                remove_under(path, f"{link}/{name}")

@@ -151,6 +151,7 @@ def snapshot(
     ws.index_written = time.time()
     tree = index.write_tree()
     base_tree = repo.tree_of(ws.base)
+    repo.same_gitlinks(tree, base_tree)  # the index holds the base's gitlinks, no other
     changes, new_objects = diff_trees(repo, base_tree, tree)
     _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
     return Snapshot(
