@@ -230,3 +230,34 @@ os.kill(p, signal.SIGKILL)
         stat.S_ISDIR(p.lstat().st_mode) and p.name.endswith(".private") for p in tmp_path.iterdir()
     )
     kept.close()
+
+
+def test_a_snapshot_s_gitlinks_are_its_base_s_whatever_the_agent_did(
+    repo: BaseRepo, tmp_path: Path
+) -> None:
+    """A snapshot's tree is taken to hold its base's gitlinks without asking git (the kept
+    checkouts empty those directories by them): an agent that emptied, removed or replaced a
+    submodule's directory, or planted a repository, leaves a tree git lists the same."""
+    from pytest_agentgate.workspace.fork import fork
+    from pytest_agentgate.workspace.snapshot import SnapshotRefused, snapshot
+
+    with_gitlink(repo)
+    base = repo.resolve_commit("main")
+    for i, act in enumerate(["emptied", "removed", "a file", "a repository"]):
+        ws = fork(repo, base, "main", tmp_path / f"pool-{i}")
+        lib = ws.path / "vendor" / "lib"
+        (ws.path / "pkg" / "mod.py").write_text(f"X = {i + 10}\n")
+        if act == "removed":
+            lib.rmdir()
+        elif act == "a file":
+            lib.rmdir()
+            lib.write_text("not a submodule\n")
+        elif act == "a repository":
+            git(lib, "init", "-q")
+            (lib / "x.py").write_text("x\n")
+        try:
+            snap = snapshot(ws)
+        except SnapshotRefused:
+            continue
+        assert repo.gitlinks(snap.tree) == BaseRepo.open(repo.git_dir).gitlinks(snap.tree)
+        assert repo.gitlinks(snap.tree) == {"vendor/lib"}
