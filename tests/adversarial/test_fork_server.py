@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,16 @@ def _left(sleeper: Sleeper, within: float = 2.0) -> list[int]:
     while sleeper.alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     return sleeper.alive()
+
+
+@contextlib.contextmanager
+def _ending(sleeper: Sleeper) -> Iterator[None]:
+    """Kill whatever of ``sleeper`` is still running once the block is done, pass or fail."""
+    try:
+        yield
+    finally:
+        for pid in sleeper.alive():
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("how", ["KILL", "STOP"])
@@ -396,13 +407,10 @@ def test_a_command_that_stops_its_supervisor_is_ended_swept_and_an_error(
         f"setsid {sleeper.command} & kill -STOP $PPID; exec {sleeper.command}",
         cwd=tmp_path, env=ENV, timeout=1,
     )  # fmt: skip
-    try:
+    with _ending(sleeper):
         assert time.monotonic() - started < 6, "it ran on to the plugin's backstop"
         assert not result.ok and "supervisor was stopped" in result.launch_error, result
         assert _left(sleeper) == [], "left running after run_command returned"
-    finally:
-        for pid in sleeper.alive():
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("server", [True, False])
@@ -480,13 +488,10 @@ def test_the_c_library_s_own_signals_do_not_kill_the_supervisor(
         f"exec {sleeper.command}",
         cwd=tmp_path, env=ENV, timeout=1,
     )  # fmt: skip
-    try:
+    with _ending(sleeper):
         assert result.timed_out and not result.ok, result
         assert "lost" not in result.launch_error, result
         assert _left(sleeper) == [], "left running after run_command returned"
-    finally:
-        for pid in sleeper.alive():
-            os.kill(pid, signal.SIGKILL)
 
 
 FREEZER = Path("/sys/fs/cgroup/freezer")
@@ -515,15 +520,7 @@ def test_a_command_that_freezes_its_supervisor_past_its_timeout_is_no_pass(
         assert not result.ok, result
         assert result.timed_out or "frozen" in result.launch_error, result
     finally:
-        with contextlib.suppress(OSError):
-            (ice / "freezer.state").write_text("THAWED")
-        for _ in range(50):
-            with contextlib.suppress(OSError):
-                for task in (ice / "tasks").read_text().split():
-                    (FREEZER / "tasks").write_text(task)
-                ice.rmdir()
-                break
-            time.sleep(0.1)
+        _thaw(ice)
 
 
 FORGE = """
