@@ -497,30 +497,108 @@ def test_the_c_library_s_own_signals_do_not_kill_the_supervisor(
 FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
+@pytest.fixture
+def ice() -> Iterator[Path]:
+    """A freezer cgroup's folder for the command to make and use; thawed, emptied and
+    removed afterwards, whatever happened."""
+    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
+        pytest.skip("no cgroup v1 freezer this process may write")
+    import uuid
+
+    folder = FREEZER / f"agentgate-test-{uuid.uuid4().hex[:12]}"
+    yield folder
+    with contextlib.suppress(OSError):
+        (folder / "freezer.state").write_text("THAWED")
+    for _ in range(50):
+        with contextlib.suppress(OSError):
+            for task in (folder / "tasks").read_text().split():
+                (FREEZER / "tasks").write_text(task)
+            folder.rmdir()
+            return
+        time.sleep(0.1)
+
+
+def _freeze(ice: Path, who: str) -> str:
+    """Shell that moves every thread of process ``who`` into ``ice`` and freezes it."""
+    return (
+        f"for t in $(ls /proc/{who}/task); do echo $t > {ice}/tasks; done; "
+        f"echo FROZEN > {ice}/freezer.state"
+    )
+
+
 @pytest.mark.parametrize("server", [True, False])
 def test_a_command_that_freezes_its_supervisor_past_its_timeout_is_no_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool, ice: Path
 ) -> None:
     """A cgroup freezer holds a process without a signal: no SIGCONT to find, and no stopped
     state for the plugin to see. Frozen past its command's 1 s deadline and thawed after
     the command exited 0, the supervisor reaped that exit and called it a pass. An end it
     finds when it looks again long after the deadline may have come after it: an error."""
-    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
-        pytest.skip("no cgroup v1 freezer this process may write")
     if not server:
         monkeypatch.setattr(forkserver, "available", lambda: False)
-    ice = FREEZER / f"agentgate-test-{os.getpid()}-{server}"
     result = run_command(
-        f"mkdir {ice}; for t in $(ls /proc/$PPID/task); do echo $t > {ice}/tasks; done; "
-        f"echo FROZEN > {ice}/freezer.state; "
+        f"mkdir {ice}; {_freeze(ice, '$PPID')}; "
         f"(sleep 2.5; echo THAWED > {ice}/freezer.state) & sleep 1.5; exit 0",
         cwd=tmp_path, env=ENV, timeout=1,
     )  # fmt: skip
-    try:
-        assert not result.ok, result
-        assert result.timed_out or "frozen" in result.launch_error, result
-    finally:
-        _thaw(ice)
+    assert not result.ok, result
+    assert result.timed_out or "frozen" in result.launch_error, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_supervisor_frozen_across_its_deadline_for_half_a_second_is_no_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool, ice: Path
+) -> None:
+    """Frozen at 0.9 s, its command exiting 0 at 1.2 s, thawed at 1.4 s (a 1 s timeout):
+    the supervisor first looked again 0.4 s past the deadline, within the half second it
+    then allowed, and the command passed 20 times in 20. It allows a quarter second."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    result = run_command(
+        f"mkdir {ice}; sup=$PPID; (sleep 0.9; {_freeze(ice, '$sup')}; sleep 0.5; "
+        f"echo THAWED > {ice}/freezer.state) & sleep 1.2; exit 0",
+        cwd=tmp_path, env=ENV, timeout=1,
+    )  # fmt: skip
+    assert not result.ok, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_supervisor_frozen_for_good_does_not_hold_run_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool, ice: Path
+) -> None:
+    """A supervisor frozen by its command (a cgroup freezer) ignores SIGKILL until it is
+    thawed: past the backstop run_command killed it and then waited for it without end."""
+    from pytest_agentgate.sandbox import process
+
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    monkeypatch.setattr(process, "_BACKSTOP_S", 1.0)
+    monkeypatch.setattr(process, "_GIVE_UP_S", 1.0, raising=False)
+    started = time.monotonic()
+    result = run_command(
+        f"mkdir {ice}; {_freeze(ice, '$PPID')}; exit 0", cwd=tmp_path, env=ENV, timeout=1
+    )
+    assert time.monotonic() - started < 15, "run_command waited on a frozen supervisor"
+    assert not result.ok, result
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_process_the_sweep_cannot_end_makes_the_command_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool, ice: Path
+) -> None:
+    """A frozen process ignores SIGKILL: a command that froze a child of its own and exited
+    0 passed, the sweep having spent its time killing it in vain."""
+    from pytest_agentgate.sandbox import process
+
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    monkeypatch.setattr(process, "_SWEEP_S", 1.0, raising=False)
+    result = run_command(
+        f"mkdir {ice}; sleep 30 & child=$!; {_freeze(ice, '$child')}; sleep 0.2; exit 0",
+        cwd=tmp_path, env=ENV, timeout=10,
+    )  # fmt: skip
+    assert not result.ok, result
+    assert "could not be ended" in result.launch_error, result
 
 
 FORGE = """
@@ -567,94 +645,3 @@ def test_a_report_written_into_the_supervisor_s_channel_is_not_believed(
     )
     assert not result.ok, result
     assert result.returncode != 0, result
-
-
-@pytest.mark.parametrize("server", [True, False])
-def test_a_supervisor_frozen_across_its_deadline_for_half_a_second_is_no_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
-) -> None:
-    """Frozen at 0.9 s, its command exiting 0 at 1.2 s, thawed at 1.4 s (a 1 s timeout):
-    the supervisor first looked again 0.4 s past the deadline, within the half second it
-    then allowed, and the command passed 20 times in 20. It allows a quarter second."""
-    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
-        pytest.skip("no cgroup v1 freezer this process may write")
-    if not server:
-        monkeypatch.setattr(forkserver, "available", lambda: False)
-    ice = FREEZER / f"agentgate-test-half-{os.getpid()}-{server}"
-    try:
-        result = run_command(
-            f"mkdir {ice}; sup=$PPID; (sleep 0.9; for t in $(ls /proc/$sup/task); do "
-            f"echo $t > {ice}/tasks; done; echo FROZEN > {ice}/freezer.state; sleep 0.5; "
-            f"echo THAWED > {ice}/freezer.state) & sleep 1.2; exit 0",
-            cwd=tmp_path, env=ENV, timeout=1,
-        )  # fmt: skip
-        assert not result.ok, result
-    finally:
-        _thaw(ice)
-
-
-@pytest.mark.parametrize("server", [True, False])
-def test_a_supervisor_frozen_for_good_does_not_hold_run_command(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
-) -> None:
-    """A supervisor frozen by its command (a cgroup freezer) ignores SIGKILL until it is
-    thawed: past the backstop run_command killed it and then waited for it without end."""
-    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
-        pytest.skip("no cgroup v1 freezer this process may write")
-    from pytest_agentgate.sandbox import process
-
-    if not server:
-        monkeypatch.setattr(forkserver, "available", lambda: False)
-    monkeypatch.setattr(process, "_BACKSTOP_S", 1.0)
-    monkeypatch.setattr(process, "_GIVE_UP_S", 1.0, raising=False)
-    ice = FREEZER / f"agentgate-test-good-{os.getpid()}-{server}"
-    started = time.monotonic()
-    try:
-        result = run_command(
-            f"mkdir {ice}; for t in $(ls /proc/$PPID/task); do echo $t > {ice}/tasks; done; "
-            f"echo FROZEN > {ice}/freezer.state; exit 0",
-            cwd=tmp_path, env=ENV, timeout=1,
-        )  # fmt: skip
-        assert time.monotonic() - started < 15, "run_command waited on a frozen supervisor"
-        assert not result.ok, result
-    finally:
-        _thaw(ice)
-
-
-@pytest.mark.parametrize("server", [True, False])
-def test_a_process_the_sweep_cannot_end_makes_the_command_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
-) -> None:
-    """A frozen process ignores SIGKILL: a command that froze a child of its own and exited
-    0 passed, the sweep having spent its time killing it in vain."""
-    if not (FREEZER / "tasks").exists() or not os.access(FREEZER, os.W_OK):
-        pytest.skip("no cgroup v1 freezer this process may write")
-    from pytest_agentgate.sandbox import process
-
-    if not server:
-        monkeypatch.setattr(forkserver, "available", lambda: False)
-    monkeypatch.setattr(process, "_SWEEP_S", 1.0, raising=False)
-    ice = FREEZER / f"agentgate-test-child-{os.getpid()}-{server}"
-    try:
-        result = run_command(
-            f"mkdir {ice}; sleep 30 & echo $! > {ice}/tasks; echo FROZEN > {ice}/freezer.state; "
-            "sleep 0.2; exit 0",
-            cwd=tmp_path, env=ENV, timeout=10,
-        )  # fmt: skip
-        assert not result.ok, result
-        assert "could not be ended" in result.launch_error, result
-    finally:
-        _thaw(ice)
-
-
-def _thaw(ice: Path) -> None:
-    """Thaw a freezer cgroup a test made, move its tasks out and remove it."""
-    with contextlib.suppress(OSError):
-        (ice / "freezer.state").write_text("THAWED")
-    for _ in range(50):
-        with contextlib.suppress(OSError):
-            for task in (ice / "tasks").read_text().split():
-                (FREEZER / "tasks").write_text(task)
-            ice.rmdir()
-            return
-        time.sleep(0.1)
