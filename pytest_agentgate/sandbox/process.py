@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -373,7 +374,11 @@ def _with_cgroup_problem(report: dict[str, object], cgroup: Cgroup) -> dict[str,
 def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
     """An uncontained command under a supervisor interpreter of its own."""
     cgroup = launch.cgroup
-    status_r, status_w = os.pipe()
+    # A socket pair, not a pipe: a pipe's end is opened again through /proc/<pid>/fd by any
+    # process of the user that may read pytest's /proc (a command wrote a passing report
+    # into pytest's end after killing its supervisor); a socket cannot be opened there.
+    mine, theirs = socket.socketpair()
+    status_r, status_w = mine.detach(), theirs.detach()
     inside = cgroup.thread_in()
     try:
         try:

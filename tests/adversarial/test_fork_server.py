@@ -645,3 +645,58 @@ def test_a_report_written_into_the_supervisor_s_channel_is_not_believed(
     )
     assert not result.ok, result
     assert result.returncode != 0, result
+
+
+FORGE_INTO_PYTEST = """
+import marshal, os, signal, sys
+def parent(pid):
+    stat = open(f"/proc/{pid}/stat", "rb").read()
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
+def links(pid):
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            pass
+    return found
+def supervisor(pid):
+    return b"agentgate supervisor" in open(f"/proc/{pid}/cmdline", "rb").read()
+sup = os.getppid()  # the shell's, then up to the supervisor
+while not supervisor(sup):
+    sup = parent(sup)
+plugin = parent(sup)
+while supervisor(plugin):  # the fork server: pytest is its parent
+    plugin = parent(plugin)
+# The report channel only: what the supervisor holds besides its output and its stdio.
+held = set(links(sup).values()) - {os.readlink("/proc/self/fd/1")}
+forged = marshal.dumps({"returncode": 0, "timed_out": False, "survivors": 0})
+ends = []
+for fd, target in links(plugin).items():
+    # Its pipe (one inode for both ends), or any socket: /proc opens none of those.
+    if (target in held and target.startswith("pipe:")) or target.startswith("socket:"):
+        try:
+            ends.append(os.open(f"/proc/{plugin}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            print("refused:", exc, flush=True)
+os.kill(sup, signal.SIGKILL)
+for end in ends:
+    os.write(end, forged)
+print("forged into", len(ends), flush=True)
+"""
+
+
+@pytest.mark.parametrize("server", [True, False])
+def test_a_report_written_into_pytest_s_end_of_the_channel_is_not_believed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: bool
+) -> None:
+    """Uncontained, a process of the same user may read pytest's /proc: a command opened
+    pytest's end of its report pipe through /proc/<pid>/fd, killed its supervisor and wrote
+    a passing report there, then exited 1, and passed (20 times in 20, as another user than
+    root too). The channel is a socket, which /proc does not open."""
+    if not server:
+        monkeypatch.setattr(forkserver, "available", lambda: False)
+    (tmp_path / "forge.py").write_text(FORGE_INTO_PYTEST)
+    result = run_command(f"{sys.executable} forge.py; exit 1", cwd=tmp_path, env=ENV, timeout=10)
+    assert not result.ok, result
+    assert result.returncode != 0, result
