@@ -374,9 +374,9 @@ def _with_cgroup_problem(report: dict[str, object], cgroup: Cgroup) -> dict[str,
 def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
     """An uncontained command under a supervisor interpreter of its own."""
     cgroup = launch.cgroup
-    # A socket pair, not a pipe: a pipe's end is opened again through /proc/<pid>/fd by any
-    # process of the user that may read pytest's /proc (a command wrote a passing report
-    # into pytest's end after killing its supervisor); a socket cannot be opened there.
+    # A socket pair, not a pipe: a pipe's end can be opened again through /proc/<pid>/fd by
+    # any process of the user that may read pytest's /proc, and a command could kill its
+    # supervisor and write a passing report into pytest's end; a socket cannot be opened so.
     mine, theirs = socket.socketpair()
     status_r, status_w = mine.detach(), theirs.detach()
     inside = cgroup.thread_in()

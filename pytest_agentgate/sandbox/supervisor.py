@@ -86,8 +86,8 @@ def _prctl(option: int, value: int) -> bool:
 _RT_SIGACTION = {"x86_64": 13, "aarch64": 134}.get(os.uname().machine)
 #: The real-time signals the C library keeps for its threads (cancellation, set*id): its
 #: ``sigaction`` and ``sigprocmask`` refuse them, so no Python code can block or ignore
-#: them, and their default ends the process. A command sending one to its supervisor killed
-#: it, and with no cgroup its processes ran on unswept.
+#: them, and their default ends the process: a command could kill its supervisor with one,
+#: and with no cgroup its processes would run on unswept.
 _LIBC_SIGNALS = (32, 33)
 
 
@@ -318,8 +318,8 @@ _SWEPT: set[str] = set()
 def _remove_abandoned(parent: str) -> None:
     """Remove the command cgroups that runs killed before they could remove their own
     (``agentgate-<pid>-<time>-<pid namespace>`` of a process that is gone), ending what is
-    still in one: a command that kept its supervisor stopped as pytest was SIGKILLed outlived
-    both, and only its cgroup still knows its processes. A run of another PID namespace
+    still in one: a command that keeps its supervisor stopped while pytest is SIGKILLed
+    outlives both, and only its cgroup still knows its processes. A run of another PID namespace
     cannot be looked up here, so its cgroup is removed only once empty, as is one named
     without its namespace; a cgroup whose run is still there is not touched."""
     try:
@@ -542,7 +542,7 @@ def _serve_one(
     os.dup2(out_fd, 1)  # its own errors go with the command's output
     os.dup2(out_fd, 2)
     # Not dumpable: a process of the same user may then neither open its descriptors
-    # through /proc (the report channel: a command wrote a passing report there) nor copy
+    # through /proc (the report channel, where a passing report could be written) nor copy
     # them (pidfd_getfd) nor read its memory, short of CAP_SYS_PTRACE. The command it
     # starts is dumpable again (execve resets it).
     _prctl(PR_SET_DUMPABLE, 0)

@@ -113,8 +113,8 @@ def read(git_dir: Path) -> Iterator[OpRecord]:
 
     Each file's records are kept in this process once parsed, and only what was appended
     since is parsed again: every gated test reads the whole log (what accounts for a tip,
-    which moves are in flight), and parsing all of it each time made a test's cost grow
-    with the repository's history (about 8 ms more for every thousand lines).
+    which moves are in flight), and parsing all of it each time would make a test's cost
+    grow with the repository's history (about 8 ms for every thousand lines).
     """
     for path in (*sorted(log_path(git_dir).parent.glob(FILE_NAME + ".*")), log_path(git_dir)):
         yield from _parsed(path)
