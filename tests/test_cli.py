@@ -465,7 +465,7 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
     from pytest_agentgate import Engine, GateSpec
 
     flag = tmp_path / "service-up"
-    gate = f'{sys.executable} -c "import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)"'
+    gate = f"{sys.executable} -c \"import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)\""
     e = Engine.open(
         service, "main", promote=True, workdir=service.parent / "work",
         gate=GateSpec(commands=(gate,), exit_code=(gate,)), sandbox=Settings(mode="none"),
@@ -481,9 +481,7 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
         "--sandbox", "none",
     )  # fmt: skip
     assert code == 0, out
-    assert (
-        "judged again: promoted" in out and "recorded as refs/agentgate/attempts/add-notes/2" in out
-    )
+    assert "judged again: promoted" in out and "recorded as refs/agentgate/attempts/add-notes/2" in out
     on_main = git(service, "ls-tree", "--name-only", "main").splitlines()
     assert {"notes.txt", "other.txt"} <= set(on_main)
     git(service, "fsck", "--strict", "--no-progress")
