@@ -38,6 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from .supervisor import readable
 
@@ -257,12 +258,23 @@ def _stop(server: _Server, *, at_once: bool = False) -> None:
         server.proc.wait(timeout=2)
     except subprocess.TimeoutExpired:
         server.proc.kill()
-        # A frozen process (a cgroup freezer) does not die until thawed: not waited on for
-        # ever here; a thread of its own reaps it whenever it ends.
-        try:
-            server.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            threading.Thread(target=server.proc.wait, name="agentgate-reap", daemon=True).start()
+        wait_or_reap_later(server.proc, 2.0)
+
+
+def wait_or_reap_later(proc: Waitable, within: float) -> None:
+    """Wait ``within`` s for a killed process. A frozen one (a cgroup freezer) does not die
+    until it is thawed, and nothing may wait on it for ever: a thread of its own reaps it
+    whenever it ends."""
+    try:
+        proc.wait(within)
+    except subprocess.TimeoutExpired:
+        threading.Thread(target=proc.wait, name="agentgate-reap", daemon=True).start()
+
+
+class Waitable(Protocol):
+    """What :func:`wait_or_reap_later` needs: ``wait`` raising ``TimeoutExpired``, as Popen's."""
+
+    def wait(self, timeout: float | None = None) -> object: ...
 
 
 @atexit.register

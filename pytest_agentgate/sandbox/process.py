@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 from .. import _faults
-from .forkserver import BOOTSTRAP, supervisor_code
+from .forkserver import BOOTSTRAP, supervisor_code, wait_or_reap_later
 
 if TYPE_CHECKING:
     from .supervisor import Cgroup
@@ -338,11 +338,12 @@ def _run_supervised(argv: list[str], launch: _Launch) -> dict[str, object]:
         data = _await_report(
             forked, lambda: forked.configure(marshal.dumps(config)), forked.sock.fileno(), launch
         )
-        if data is None:  # the supervisor outlived its own timeout: end it
+        if data is None:  # the supervisor outlived its own timeout: end it (and wait)
             _end_supervisor(forked)
             data = b""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            forked.wait(_GIVE_UP_S)  # a frozen one does not end when killed (not our child)
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                forked.wait(_GIVE_UP_S)  # a frozen one does not end when killed (not our child)
     finally:
         forked.close()
     return _with_cgroup_problem(_report(data), launch.cgroup)
@@ -401,7 +402,7 @@ def _run_spawned(argv: list[str], launch: _Launch) -> dict[str, object]:
         if data is None:  # the supervisor outlived its own timeout: end it
             kill_group(proc.pid)
             data = b""
-        _wait_or_abandon(proc)
+        wait_or_reap_later(proc, _GIVE_UP_S)
     finally:
         os.close(status_r)
     return _with_cgroup_problem(_report(data), cgroup)
@@ -459,17 +460,7 @@ def _end_supervisor(proc: Supervisor) -> None:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         kill_group(proc.pid)
-        _wait_or_abandon(proc)
-
-
-def _wait_or_abandon(proc: Supervisor) -> None:
-    """Wait ``_GIVE_UP_S`` for a killed supervisor; a frozen one (a cgroup freezer) does not
-    end until it is thawed, and run_command returns all the same: a thread of its own
-    reaps it whenever it ends."""
-    try:
-        proc.wait(_GIVE_UP_S)
-    except subprocess.TimeoutExpired:
-        threading.Thread(target=proc.wait, name="agentgate-reap", daemon=True).start()
+        wait_or_reap_later(proc, _GIVE_UP_S)
 
 
 def _read_report(fd: int, timeout: float | None, proc: Supervisor) -> bytes | None:
