@@ -393,11 +393,11 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, mask: object) -> int:
-    """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, and no other
-    descriptor open. Raises ``OSError`` when the program could not be executed (the errno
-    comes back on a close-on-exec pipe), with ``filename`` the folder when that was what
-    could not be entered."""
+def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int) -> int:
+    """fork + exec of ``argv`` with stdout and stderr on ``out_fd``, stdin empty, no other
+    descriptor open, and every signal at its default, none blocked. Raises ``OSError`` when
+    the program could not be executed (the errno comes back on a close-on-exec pipe), with
+    ``filename`` the folder when that was what could not be entered."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nothing here may raise past os._exit
@@ -406,7 +406,7 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], out_fd: int, mask: ob
             for sig in _RESTORED:
                 signal.signal(sig, signal.SIG_DFL)
             _set_libc_signals(ignored=False)
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # type: ignore[arg-type]  # the command's own
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
             os.chdir(cwd)
             step = b"e"
             null = os.open(os.devnull, os.O_RDONLY)
@@ -657,10 +657,12 @@ _WAKES = (*_STOPS, signal.SIGCHLD, signal.SIGCONT)
 #: command's end can no longer be placed before the deadline: a wait that runs looks at it
 #: within milliseconds, one frozen (a cgroup freezer stops it without a signal) does not.
 _HELD_S = 0.25
-#: What the supervisor's interpreter ignores and a command must not inherit ignored, as
-#: subprocess's restore_signals has it: SIGPIPE (``yes | head`` would fail) and SIGXFSZ (a
-#: write past the file-size limit would be an error the command could go on from).
-_RESTORED = (signal.SIGPIPE, signal.SIGXFSZ)
+#: The signals a command starts with at their default, unblocked, however pytest itself was
+#: started: the supervisor's interpreter ignores SIGPIPE (``yes | head`` would fail) and
+#: SIGXFSZ (a write past the file-size limit would be an error the command could go on
+#: from), and a pytest started as a background job of a script ignores SIGINT and SIGQUIT,
+#: one under ``nohup`` SIGHUP. The command is the same wherever the run was started.
+_RESTORED = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
 
 
 def _wait(child: int, timeout: object) -> tuple[int | None, bool, str]:
@@ -709,11 +711,11 @@ def _reap_ready(child: int) -> tuple[int | None, bool]:
             code = os.waitstatus_to_exitcode(status)
 
 
-def _start(argv: list[str], config: dict[str, object], mask: object) -> tuple[int, str]:
+def _start(argv: list[str], config: dict[str, object]) -> tuple[int, str]:
     """The command started: its pid, or what could not be done (its folder entered, its
     program run)."""
     try:
-        return _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"]), mask), ""  # type: ignore[arg-type,call-overload]
+        return _spawn(argv, str(config["cwd"]), config["env"], int(config["out_fd"])), ""  # type: ignore[arg-type,call-overload]
     except OSError as exc:
         what = "its folder" if exc.filename == config["cwd"] else "the program"
         return -1, f"{what}: {exc.strerror or exc}: {exc.filename}"
@@ -742,7 +744,7 @@ def supervise(
 
     if config.get("refuse"):  # a bound the plugin could not set: the command does not start
         return finish(returncode=None, exec_error=str(config["refuse"]))
-    # Blocked before anything starts (see _WAKES); the command starts with the mask as it was.
+    # Blocked before anything starts (see _WAKES); the command starts with none blocked.
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # an ignored one would reap the command
     _set_libc_signals(ignored=True)
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _WAKES)
@@ -754,7 +756,7 @@ def supervise(
             problem = f"its supervisor could not watch the plugin: {exc}"
     child = -1
     if not problem:
-        child, problem = _start(argv, config, held)
+        child, problem = _start(argv, config)
     if problem:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         return finish(returncode=None, exec_error=problem)

@@ -378,13 +378,22 @@ def test_a_command_starts_with_no_signal_blocked_or_ignored(
 ) -> None:
     """The supervisor's interpreter ignores SIGPIPE and SIGXFSZ; a command inherited both
     (``yes | head -n1`` reported a broken pipe and exited 1, a write past the file-size limit
-    was an error it could go on from)."""
+    was an error it could go on from). A pytest started as a script's background job ignores
+    SIGINT and SIGQUIT, one under ``nohup`` SIGHUP, and one may start with signals blocked:
+    its commands inherited those too, so this test failed when the suite was run that way."""
     if not server:
         monkeypatch.setattr(forkserver, "available", lambda: False)
-    result = run_command(
-        "grep -E '^Sig(Blk|Ign):' /proc/self/status; yes | head -n1 >/dev/null",
-        cwd=tmp_path, env=ENV, timeout=10,
-    )  # fmt: skip
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGQUIT, signal.SIGHUP)}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        result = run_command(
+            "grep -E '^Sig(Blk|Ign):' /proc/self/status; yes | head -n1 >/dev/null",
+            cwd=tmp_path, env=ENV, timeout=10,
+        )  # fmt: skip
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     assert result.ok, result
     lines = dict(line.split(":\t") for line in result.output.split("\n") if ":\t" in line)
     assert int(lines["SigBlk"], 16) == 0 and int(lines["SigIgn"], 16) == 0, result.output
