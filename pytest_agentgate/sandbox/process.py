@@ -596,13 +596,16 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
 
 
 def processes_in(root: Path) -> list[int]:
-    """Processes (not this one) whose working directory, root or an open file is in ``root``."""
-    me = os.getpid()
+    """Processes whose working directory, root or an open file is in ``root``: not this one,
+    nor one it runs under (the shell or runner that started pytest, which a person may have
+    left in the folder), nor the PID namespace's init (no signal from inside ends it, and it
+    may hold hundreds of descriptors, each a read)."""
+    spared = {os.getpid(), 1, *_ancestors()}
     prefix = os.path.realpath(root)
     inside = (prefix, prefix + os.sep)
     found = []
     for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not name.isdigit() or int(name) == me:
+        if not name.isdigit() or int(name) in spared:
             continue
         base = f"/proc/{name}"
         links = [f"{base}/cwd", f"{base}/root"]
@@ -616,6 +619,21 @@ def processes_in(root: Path) -> list[int]:
             if target == inside[0] or target.startswith(inside[1]):
                 found.append(int(name))
                 break
+    return found
+
+
+def _ancestors() -> list[int]:
+    """The processes this one runs under, its parent first, up to the namespace's init."""
+    found: list[int] = []
+    pid = os.getppid()
+    while pid > 1 and pid not in found:
+        found.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            break
+        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
     return found
 
 

@@ -147,6 +147,26 @@ def test_a_process_the_test_body_started_is_ended_before_the_snapshot(service: P
     assert not watchers(number)
 
 
+def test_ending_what_is_at_work_in_a_folder_spares_the_shell_that_started_pytest(
+    tmp_path: Path,
+) -> None:
+    """A person's shell left in a workspace (it started pytest there) is at work in it too:
+    ending the workspace's processes killed the shell, and with it the run. What the shell
+    started beside pytest is ended; the shell and pytest are not."""
+    end = (
+        "from pathlib import Path; from pytest_agentgate.sandbox.process import "
+        "end_processes_in; print('left', end_processes_in(Path.cwd()))"
+    )
+    script = 'sleep 30 & "$0" -c "$1"; echo shell still here; kill $! 2>/dev/null && echo sleep too; exit 0'
+    ran = subprocess.run(
+        ["sh", "-c", script, sys.executable, end],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran
+    assert ran.stdout.split("\n")[:2] == ["left 0", "shell still here"], ran
+    assert "sleep too" not in ran.stdout, ran
+
+
 def test_gate_checkouts_are_private_and_unguessable(service: Path) -> None:
     e = engine(service, "none", commands=("pwd > /dev/null",))
     ws = e.fork(task="where")
