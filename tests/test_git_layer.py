@@ -200,3 +200,161 @@ def test_a_held_index_lock_is_found_whether_or_not_the_refresh_writes(service: P
     assert raised.value.path == lock
     lock.unlink()
     BaseRepo.open(service).checkout_index().refresh()
+
+
+# -- commits the plugin writes itself -----------------------------------------------------
+
+
+def _git_commit(
+    repo: BaseRepo, tree: str, parents: list[str], message: str, author: Author, date: str
+) -> str:
+    """The commit ``git commit-tree`` writes for the same input, at ``date``."""
+    args = ["git", f"--git-dir={repo.git_dir}", "commit-tree", tree]
+    for parent in parents:
+        args += ["-p", parent]
+    env = {
+        "PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
+        "GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
+        "GIT_COMMITTER_NAME": "agentgate", "GIT_COMMITTER_EMAIL": "agentgate@localhost",
+        "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date,
+    }  # fmt: skip
+    made = subprocess.run(args, input=message.encode(), env=env, capture_output=True, check=True)
+    return made.stdout.decode().strip()
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+@pytest.mark.parametrize(
+    ("zone", "offset"), [("UTC", "+0000"), ("Asia/Kolkata", "+0530"), ("America/St_Johns", "-0230")]
+)
+def test_a_commit_written_without_git_is_byte_for_byte_git_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, object_format: str, zone: str, offset: str
+) -> None:
+    """Records, changes and checkpoints are written without a git process: each must be the
+    object git itself writes for the same input, with any parents, any message and the
+    local time zone's offset (half hours, west of UTC), in either object format."""
+    import time
+
+    from pytest_agentgate.git import objects
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    monkeypatch.delenv("AGENTGATE_COMMITTER_NAME", raising=False)
+    monkeypatch.delenv("AGENTGATE_COMMITTER_EMAIL", raising=False)
+    git(tmp_path, "init", "-q", f"--object-format={object_format}", "-b", "main", "r")
+    path = tmp_path / "r"
+    (path / "f.txt").write_text("one\n")
+    git(path, "add", "f.txt")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-qm", "first")
+    repo = BaseRepo.open(path)
+    first, tree = repo.resolve_commit("main"), repo.tree_of("main")
+    author = Author.for_agent("agent ü-1")
+    when = 1_790_000_000.0  # in summer: St John's keeps daylight time then (-0230)
+    date = f"@{int(when)} {offset}"
+    second = _git_commit(repo, tree, [first], "two\n", author, date)
+    for parents, message in [
+        ([], "no parent, no newline at the end"),
+        ([first], "ünïcödé — subject\n\nbody\n\n"),
+        ([first, second], ""),
+    ]:
+        zone_offset = objects.local_offset(when)
+        body = objects.commit_body(
+            tree, parents, objects.identity(author.name, author.email, when, zone_offset),
+            objects.identity("agentgate", "agentgate@localhost", when, zone_offset), message,
+        )  # fmt: skip
+        mine = objects.write_loose(repo.common_dir / "objects", b"commit", body, len(first))
+        assert mine == _git_commit(repo, tree, parents, message, author, date), (parents, message)
+    made = repo.commit_tree(tree, [first, second], "through the repository\n", author)
+    assert git(path, "cat-file", "-t", made) == "commit"
+    assert git(path, "log", "-1", "--format=%an|%ae|%cn|%ce|%P|%B", made).split("|") == [
+        author.name, author.email, "agentgate", "agentgate@localhost",
+        f"{first} {second}", "through the repository",
+    ]  # fmt: skip
+    subprocess.run(["git", "-C", str(path), "fsck", "--strict"], check=True, capture_output=True)
+
+
+def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
+    repo: BaseRepo, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit git would refuse (a tree that is not there, a blob given as the tree, a tree
+    given as a parent) is refused as git refuses it; a repository shared with a group gets
+    the permissions git gives; an identity git would rewrite is git's to write."""
+    from pytest_agentgate.git import objects
+
+    base = repo.resolve_commit("main")
+    tree = repo.tree_of(base)
+    blob = repo.hash_blob(b"a blob\n")
+    author = Author("t", "t@e")
+    for bad_tree, parents in [("1" * 40, [base]), (blob, [base]), (tree, [tree])]:
+        with pytest.raises(GitError):
+            repo.commit_tree(bad_tree, parents, "m\n", author)
+    assert not objects.clean_identity(" padded") and not objects.clean_identity("a <b>")
+    odd = repo.commit_tree(tree, [base], "m\n", Author("odd.", "odd@e"))
+    assert git(service, "log", "-1", "--format=%an", odd) == "odd"  # git took the dot off
+    rewritten = repo.commit_tree(tree, [base], "not a character: \uffff\n", author)
+    raw = subprocess.run(["git", "-C", str(service), "cat-file", "commit", rewritten],
+                         capture_output=True, check=True).stdout  # fmt: skip
+    assert raw.endswith(b"not a character: \xc3\xaf\xc2\xbf\xc2\xbf\n"), raw  # as Latin-1
+    from pytest_agentgate.git import runner
+
+    ran: list[str] = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda args, **kw: ran.append(args[0]) or real(args, **kw))
+    repo.commit_tree(tree, [base], "plain\n", author)
+    assert "commit-tree" not in ran  # written without git...
+    git(service, "config", "core.sharedRepository", "group")
+    ran.clear()
+    shared = BaseRepo.open(service)
+    made = shared.commit_tree(tree, [base], "shared\n", author)
+    assert "commit-tree" in ran  # ...but a group's permissions are git's to give
+    folder = shared.common_dir / "objects" / made[:2]
+    assert folder.stat().st_mode & 0o070 == 0o070, oct(folder.stat().st_mode)
+
+
+def test_the_kind_of_a_packed_object_is_git_s_or_left_to_git(service: Path) -> None:
+    """An object's kind read from a pack (whole, or past a large-offset table) is the kind
+    git names; a delta, whose kind is its base's, is never guessed."""
+    from pytest_agentgate.git import objects
+
+    repo = BaseRepo.open(service)
+    git(service, "gc", "-q", "--aggressive")
+    listed = git(
+        service, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype)"
+    )
+    kinds = dict(line.split() for line in listed.splitlines())
+    answered = {oid: objects.kind_of(repo.common_dir / "objects", oid) for oid in kinds}
+    assert all(found in (None, kinds[oid].encode()) for oid, found in answered.items())
+    assert sum(found is not None for found in answered.values()) > len(kinds) // 2
+    assert objects.kind_of(repo.common_dir / "objects", "2" * 40) is None
+
+
+def test_a_plugin_ref_created_without_git_is_the_one_git_creates(
+    repo: BaseRepo, service: Path
+) -> None:
+    """Records, checkpoints and baselines create their refs without a git process: git reads
+    each as it would its own, a second creation is a lost race, and whatever git would
+    report (a held lock, a ref where a folder must be, a packed ref of the same name) is
+    git's to report, as before."""
+    from pytest_agentgate.errors import StaleLock
+
+    base = repo.resolve_commit("main")
+    made = repo.commit_tree(repo.tree_of(base), [base], "a record\n", Author("t", "t@e"))
+    assert repo.update_ref("refs/agentgate/attempts/t/1", made, None, "m")
+    assert git(service, "rev-parse", "refs/agentgate/attempts/t/1") == made
+    assert not repo.update_ref("refs/agentgate/attempts/t/1", base, None, "m")  # lost race
+    assert git(service, "rev-parse", "refs/agentgate/attempts/t/1") == made
+    assert not (repo.common_dir / "refs/agentgate/attempts/t/1.lock").exists()
+    git(service, "update-ref", "refs/agentgate/packed/1", base)
+    git(service, "pack-refs", "--all")
+    assert not repo.update_ref("refs/agentgate/packed/1", made, None, "m")  # packed: exists
+    with pytest.raises(GitError):  # a ref where its folder would be: git's conflict
+        repo.update_ref("refs/agentgate/packed/1/below", made, None, "m")
+    with pytest.raises(GitError):
+        repo.update_ref("refs/agentgate/attempts/t/1/below", made, None, "m")
+    with pytest.raises(GitError):  # an object that is not there is never named
+        repo.update_ref("refs/agentgate/attempts/t/2", "3" * 40, None, "m")
+    lock = repo.common_dir / "refs/agentgate/attempts/t/3.lock"
+    lock.write_text("")
+    with pytest.raises(StaleLock):
+        repo.update_ref("refs/agentgate/attempts/t/3", made, None, "m")
+    assert lock.read_text() == ""  # somebody else's lock, left as it was
+    subprocess.run(["git", "-C", str(service), "fsck", "--strict"], check=True, capture_output=True)

@@ -94,6 +94,14 @@ _SAFETY = (
 COMMITTER = ("agentgate", "agentgate@localhost")
 
 
+def committer() -> tuple[str, str]:
+    """The name and e-mail address every commit the plugin writes is committed by."""
+    return (
+        os.environ.get("AGENTGATE_COMMITTER_NAME", COMMITTER[0]),
+        os.environ.get("AGENTGATE_COMMITTER_EMAIL", COMMITTER[1]),
+    )
+
+
 def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The calling process's environment minus everything that could redirect git."""
     env = {
@@ -106,8 +114,7 @@ def scrubbed_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env["GIT_OPTIONAL_LOCKS"] = "0"
     env["LC_ALL"] = "C"
     env["LANGUAGE"] = "C"
-    env.setdefault("GIT_COMMITTER_NAME", os.environ.get("AGENTGATE_COMMITTER_NAME", COMMITTER[0]))
-    env.setdefault("GIT_COMMITTER_EMAIL", os.environ.get("AGENTGATE_COMMITTER_EMAIL", COMMITTER[1]))
+    env["GIT_COMMITTER_NAME"], env["GIT_COMMITTER_EMAIL"] = committer()
     if extra:
         env.update(extra)
     return env

@@ -1,0 +1,217 @@
+"""Git objects read and written by the plugin itself, where that is exactly what git would
+do and a process less: the kind of an object (loose, or whole in a pack), a commit written
+as a loose object, and the settings under which git would write either otherwise.
+
+Anything this module cannot answer for certain (a packed object stored as a delta, an
+object in an alternate store, a repository whose configuration asks for shared
+permissions or includes other files, an identity git would rewrite) is left to git: every
+function here returns None for "ask git", never a guess. The format follows git's
+documentation (gitformat-pack, the loose object and commit layouts); the approach, reading
+an index's fan-out table and a pack entry's header in place, is the one dulwich's pack
+reader takes, as an idea.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+import re
+import secrets
+import time
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+#: An object's kind from the type bits of its pack entry header; 6 and 7 are deltas, whose
+#: kind is their base's (left to git).
+_PACKED_KIND = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
+
+#: What git strips from both ends of a name or an e-mail address (``strbuf_addstr_without_crud``),
+#: and what it will not keep inside one: an identity holding any of these is git's to write.
+_CRUD = ".,:;<>\"\\'"
+_UNWRITABLE = re.compile(r"[<>\n\0]")
+
+#: Settings that change what git writes for a commit or how it writes an object (a group's
+#: permissions, syncing, a signature, another encoding): with any of them in the
+#: repository's, the user's or the system's configuration, the plugin leaves writing to git.
+_GIT_WRITES = re.compile(
+    r"(?im)^\s*(sharedrepository|fsyncobjectfiles|fsync|gpgsign|commitencoding)\s*=?"
+)
+
+
+_LOGS_EVERY_REF = re.compile(r"(?im)^\s*logallrefupdates\s*=\s*\"?always")
+
+
+def clean_identity(text: str) -> bool:
+    """Whether git writes ``text`` (a name or an e-mail address) exactly as given."""
+    return (
+        bool(text)
+        and not _UNWRITABLE.search(text)
+        and text[0] not in _CRUD + " \t"
+        and (text[-1] not in _CRUD + " \t")
+    )
+
+
+def git_keeps(message: str) -> bool:
+    """Whether git stores ``message`` as its UTF-8 bytes: it takes U+FFFE and U+FFFF for
+    invalid UTF-8 and rewrites their bytes (as if Latin-1)."""
+    return "\ufffe" not in message and "\uffff" not in message
+
+
+def writes_itself(common_dir: Path) -> bool:
+    """Whether the plugin may write a commit as git would here: no configuration git reads
+    (the repository's, the user's, the system's) holds a setting of :data:`_GIT_WRITES`,
+    and the repository borrows no objects from another store (an object there is git's to
+    find)."""
+    return (
+        not _configured(common_dir, _GIT_WRITES)
+        and not (common_dir / "objects" / "info" / "alternates").exists()
+    )
+
+
+def logs_every_ref(common_dir: Path) -> bool:
+    """Whether git would keep a reflog for any ref it writes (``core.logAllRefUpdates =
+    always``), which the plugin leaves to git."""
+    return _configured(common_dir, _LOGS_EVERY_REF)
+
+
+def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
+    """Whether a configuration git reads (the repository's, the user's, the system's) may
+    hold ``setting``: True also when one cannot be read."""
+    home = Path(os.environ.get("HOME") or "/nonexistent")
+    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    for config in (
+        common_dir / "config",
+        Path(os.environ.get("GIT_CONFIG_GLOBAL") or home / ".gitconfig"),
+        xdg / "git" / "config",
+        Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"),
+    ):
+        try:
+            text = config.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return True
+        if setting.search(text):
+            return True
+    return False
+
+
+def kind_of(objects: Path, oid: str) -> bytes | None:
+    """The kind of object ``oid`` (``commit``, ``tree``, ``blob``, ``tag``), read from its
+    loose file's header or its pack entry's; None when it is in neither, or packed as a delta."""
+    try:
+        with open(objects / oid[:2] / oid[2:], "rb") as loose:
+            # A compressed block may open with its code tables (hundreds of bytes) before
+            # the header's first byte: read on until the header is out.
+            inflate, head = zlib.decompressobj(), b""
+            while b"\0" not in head and (chunk := loose.read(512)) and len(head) < 64:
+                head += inflate.decompress(chunk, 64 - len(head))
+        return head.partition(b" ")[0] if b"\0" in head else None
+    except FileNotFoundError:
+        pass
+    except (OSError, zlib.error):
+        return None
+    return _packed_kind(objects / "pack", bytes.fromhex(oid))
+
+
+def _packed_kind(packs: Path, raw: bytes) -> bytes | None:
+    try:
+        names = [n for n in os.listdir(packs) if n.endswith(".idx")]
+    except OSError:
+        return None
+    for name in names:
+        offset = _pack_offset(packs / name, raw)
+        if offset is None:
+            continue
+        try:
+            with open(packs / f"{name[:-4]}.pack", "rb") as pack:
+                pack.seek(offset)
+                first = pack.read(1)
+        except OSError:
+            return None
+        return _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
+    return None
+
+
+def _pack_offset(idx: Path, raw: bytes) -> int | None:
+    """Where ``raw`` (a binary object id) starts in the pack of version-2 index ``idx``."""
+    try:
+        with open(idx, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            if m[:8] != b"\xfftOc\x00\x00\x00\x02":
+                return None
+            width, first = len(raw), raw[0]
+            low = int.from_bytes(m[8 + 4 * (first - 1) : 12 + 4 * (first - 1)]) if first else 0
+            high = int.from_bytes(m[8 + 4 * first : 12 + 4 * first])
+            count = int.from_bytes(m[8 + 4 * 255 : 12 + 4 * 255])
+            names = 8 + 256 * 4
+            while low < high:
+                mid = (low + high) // 2
+                found = m[names + mid * width : names + (mid + 1) * width]
+                if found == raw:
+                    at = names + count * (width + 4) + mid * 4
+                    offset = int.from_bytes(m[at : at + 4])
+                    if offset & 0x80000000:  # the low bits index the table of large offsets
+                        big = names + count * (width + 8) + (offset & 0x7FFFFFFF) * 8
+                        offset = int.from_bytes(m[big : big + 8])
+                    return offset
+                low, high = (mid + 1, high) if found < raw else (low, mid)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def identity(name: str, email: str, when: float, offset_s: int) -> bytes:
+    """An author or committer line's value, as git formats it."""
+    sign = "-" if offset_s < 0 else "+"
+    minutes = abs(offset_s) // 60
+    return f"{name} <{email}> {int(when)} {sign}{minutes // 60:02d}{minutes % 60:02d}".encode()
+
+
+def commit_body(
+    tree: str, parents: Sequence[str], author: bytes, committer: bytes, message: str
+) -> bytes:
+    """The content of a commit object, as ``git commit-tree`` writes it."""
+    lines = [b"tree " + tree.encode()]
+    lines += [b"parent " + parent.encode() for parent in parents]
+    lines += [b"author " + author, b"committer " + committer]
+    return b"\n".join(lines) + b"\n\n" + message.encode("utf-8")
+
+
+def local_offset(when: float) -> int:
+    """The local time zone's offset from UTC at ``when``, in seconds, as git takes it."""
+    return time.localtime(when).tm_gmtoff
+
+
+def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str:
+    """Write an object as git writes a loose one, and return its id.
+
+    The file is written whole under a temporary name in its folder, then linked into place,
+    so a reader never sees part of it and an object already there is left as it is (its
+    time refreshed, as git does, so a prune does not take it). Raises ``OSError`` when it
+    cannot be written; nothing is left half written.
+    """
+    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
+    oid = hashlib.new("sha256" if oid_length == 64 else "sha1", whole).hexdigest()
+    folder = objects / oid[:2]
+    final = folder / oid[2:]
+    if final.exists():
+        os.utime(final)
+        return oid
+    folder.mkdir(exist_ok=True)
+    tmp = folder / f"tmp_obj_{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    try:
+        try:
+            data = memoryview(zlib.compress(whole, 1))  # git's loose default: best speed
+            while data:  # a short write is followed by the error that cut it short
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):  # written meanwhile: the same bytes
+            os.link(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return oid
