@@ -3,6 +3,9 @@ answers, whatever the names hold, and the shortcuts that read git's files agree 
 
 from __future__ import annotations
 
+import itertools
+import random
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -75,7 +78,7 @@ def test_a_kept_diff_answers_as_git_does_and_starts_no_git(
     assert [(c.status, c.path) for c in repo.diff_tree(old, new, trees=True)] == raw("-t")
     assert [(c.status, c.path) for c in repo.diff_tree(old, new)] == raw()
     assert [(c.status, c.path) for c in repo.diff_tree(old, new, trees=True)] == raw("-t")
-    assert len(calls) == 1, calls
+    assert len(calls) == 0, calls  # loose trees: read in process, and the answer kept
 
 
 def test_loose_ref_reads_agree_with_git(repo: BaseRepo, service: Path) -> None:
@@ -206,38 +209,45 @@ def test_a_held_index_lock_is_found_whether_or_not_the_refresh_writes(service: P
 
 
 def _git_commit(
-    repo: BaseRepo, tree: str, parents: list[str], message: str, author: Author, date: str
-) -> str:
-    """The commit ``git commit-tree`` writes for the same input, at ``date``."""
-    args = ["git", f"--git-dir={repo.git_dir}", "commit-tree", tree]
+    repo: BaseRepo, tree: str, parents: list[str], message: str, author: Author
+) -> tuple[str, int]:
+    """The commit ``git commit-tree`` writes for the same input, run as the plugin runs git
+    (its own clock and zone), and the second it was stamped with."""
+    from pytest_agentgate.git import runner
+
+    args = ["git", *runner._SAFETY, f"--git-dir={repo.git_dir}", "commit-tree", tree]
     for parent in parents:
         args += ["-p", parent]
-    env = {
-        "PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
-        "GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email,
-        "GIT_COMMITTER_NAME": "agentgate", "GIT_COMMITTER_EMAIL": "agentgate@localhost",
-        "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date,
-    }  # fmt: skip
+    env = runner.scrubbed_env(author.env())
     made = subprocess.run(args, input=message.encode(), env=env, capture_output=True, check=True)
-    return made.stdout.decode().strip()
+    oid = made.stdout.decode().strip()
+    committer = git(repo.git_dir, "cat-file", "commit", oid).split("\ncommitter ")[1]
+    return oid, int(committer.split("\n")[0].split()[-2])
 
 
 @pytest.mark.parametrize("object_format", ["sha1", "sha256"])
 @pytest.mark.parametrize(
-    ("zone", "offset"), [("UTC", "+0000"), ("Asia/Kolkata", "+0530"), ("America/St_Johns", "-0230")]
+    "zone",
+    [
+        "UTC",
+        "Asia/Kolkata",  # half an hour
+        "America/St_Johns",  # west, and a half hour
+        "XXX0:00:30",  # thirty seconds west: git writes +0000
+        "right/Asia/Kolkata",  # counts leap seconds: git writes +0529
+    ],
 )
 def test_a_commit_written_without_git_is_byte_for_byte_git_s(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, object_format: str, zone: str, offset: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, object_format: str, zone: str
 ) -> None:
     """Records, changes and checkpoints are written without a git process: each must be the
-    object git itself writes for the same input, with any parents, any message and the
-    local time zone's offset (half hours, west of UTC), in either object format."""
+    object git itself writes for the same input in the same second, with any parents (one
+    named twice), any message (what git rewrites is git's to write), any identity, in the
+    local zone as the environment names it now, in either object format."""
     import time
 
     from pytest_agentgate.git import objects
 
-    monkeypatch.setenv("TZ", zone)
-    time.tzset()
+    monkeypatch.setenv("TZ", zone)  # set, not applied: the plugin applies it as git does
     monkeypatch.delenv("AGENTGATE_COMMITTER_NAME", raising=False)
     monkeypatch.delenv("AGENTGATE_COMMITTER_EMAIL", raising=False)
     git(tmp_path, "init", "-q", f"--object-format={object_format}", "-b", "main", "r")
@@ -247,28 +257,23 @@ def test_a_commit_written_without_git_is_byte_for_byte_git_s(
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-qm", "first")
     repo = BaseRepo.open(path)
     first, tree = repo.resolve_commit("main"), repo.tree_of("main")
-    author = Author.for_agent("agent ü-1")
-    when = 1_790_000_000.0  # in summer: St John's keeps daylight time then (-0230)
-    date = f"@{int(when)} {offset}"
-    second = _git_commit(repo, tree, [first], "two\n", author, date)
-    for parents, message in [
-        ([], "no parent, no newline at the end"),
-        ([first], "ünïcödé — subject\n\nbody\n\n"),
-        ([first, second], ""),
+    agent = Author.for_agent("agent ü-1")
+    second = repo.commit_tree(tree, [first], "two\n", agent)
+    for parents, message, author in [
+        ([], "no parent, no newline at the end", agent),
+        ([first], "ünïcödé — subject\n\nbody\n\n", agent),
+        ([first, second], "", agent),
+        ([first, first], "one parent named twice\n", agent),
+        ([first], "not characters: \ufdd0 \U0001fffe \uffff\n", agent),
+        ([first], "m\n", Author("a name ending in a carriage return\r", "cr@e")),
+        ([first], "m\n", Author("not a character \ufffe", "nc@e")),
     ]:
-        zone_offset = objects.local_offset(when)
-        body = objects.commit_body(
-            tree, parents, objects.identity(author.name, author.email, when, zone_offset),
-            objects.identity("agentgate", "agentgate@localhost", when, zone_offset), message,
-        )  # fmt: skip
-        mine = objects.write_loose(repo.common_dir / "objects", b"commit", body, len(first))
-        assert mine == _git_commit(repo, tree, parents, message, author, date), (parents, message)
-    made = repo.commit_tree(tree, [first, second], "through the repository\n", author)
-    assert git(path, "cat-file", "-t", made) == "commit"
-    assert git(path, "log", "-1", "--format=%an|%ae|%cn|%ce|%P|%B", made).split("|") == [
-        author.name, author.email, "agentgate", "agentgate@localhost",
-        f"{first} {second}", "through the repository",
-    ]  # fmt: skip
+        expected, when = _git_commit(repo, tree, parents, message, author)
+        monkeypatch.setattr(objects, "now", lambda when=when: when)
+        made = repo.commit_tree(tree, parents, message, author)
+        assert made == expected, (zone, parents, message, author)
+    monkeypatch.undo()
+    time.tzset()
     subprocess.run(["git", "-C", str(path), "fsck", "--strict"], check=True, capture_output=True)
 
 
@@ -287,6 +292,8 @@ def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
     for bad_tree, parents in [("1" * 40, [base]), (blob, [base]), (tree, [tree])]:
         with pytest.raises(GitError):
             repo.commit_tree(bad_tree, parents, "m\n", author)
+    with pytest.raises(GitError):  # a NUL in a message: git refuses, and so does the plugin
+        repo.commit_tree(tree, [base], "a\0b\n", author)
     assert not objects.clean_identity(" padded") and not objects.clean_identity("a <b>")
     odd = repo.commit_tree(tree, [base], "m\n", Author("odd.", "odd@e"))
     assert git(service, "log", "-1", "--format=%an", odd) == "odd"  # git took the dot off
@@ -301,11 +308,26 @@ def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
     monkeypatch.setattr(runner, "run", lambda args, **kw: ran.append(args[0]) or real(args, **kw))
     repo.commit_tree(tree, [base], "plain\n", author)
     assert "commit-tree" not in ran  # written without git...
+    config = repo.common_dir / "config"
+    plain = config.read_text()
+    included = service.parent / "included.cfg"
+    included.write_text("[i18n]\n\tcommitEncoding = ISO-8859-1\n")
+    for setting in [
+        "[core] sharedRepository = 0600\n",  # a section and its key on one line
+        "[i18n]commitEncoding=ISO-8859-1\n",
+        f"[include]\n\tpath = {included}\n",  # what an included file holds is unknown
+        "[extensions]\n\tworktreeConfig = true\n",
+    ]:
+        config.write_text(plain + setting)
+        ran.clear()
+        repo.commit_tree(tree, [base], f"with {setting}", author)
+        assert "commit-tree" in ran, setting  # ...but these are git's to honour
+    config.write_text(plain)
     git(service, "config", "core.sharedRepository", "group")
     ran.clear()
     shared = BaseRepo.open(service)
     made = shared.commit_tree(tree, [base], "shared\n", author)
-    assert "commit-tree" in ran  # ...but a group's permissions are git's to give
+    assert "commit-tree" in ran
     folder = shared.common_dir / "objects" / made[:2]
     assert folder.stat().st_mode & 0o070 == 0o070, oct(folder.stat().st_mode)
 
@@ -358,3 +380,85 @@ def test_a_plugin_ref_created_without_git_is_the_one_git_creates(
         repo.update_ref("refs/agentgate/attempts/t/3", made, None, "m")
     assert lock.read_text() == ""  # somebody else's lock, left as it was
     subprocess.run(["git", "-C", str(service), "fsck", "--strict"], check=True, capture_output=True)
+
+
+def _random_edit(path: Path, rng: random.Random, names: list[str]) -> None:
+    """One edit of the work tree at a random path: written, removed, made executable, made
+    a link, or turned from a file into a folder (or back)."""
+    target = path.joinpath(*[rng.choice(names) for _ in range(rng.randint(1, 3))])
+    above = [p for p in target.parents if path in p.parents]
+    if any(p.is_file() or p.is_symlink() for p in above):
+        return
+    action = rng.choice(["write", "write", "remove", "exec", "link", "flip"])
+    is_dir = target.is_dir() and not target.is_symlink()
+    if action in ("remove", "flip"):
+        if is_dir:
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+        if action == "flip":
+            target.mkdir(parents=True)
+            (target / rng.choice(names)).write_text(str(rng.random()))
+        return
+    if is_dir:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_symlink() or action == "link":
+        target.unlink(missing_ok=True)
+    if action == "link":
+        target.symlink_to(rng.choice(names))
+        return
+    if action == "write" or not target.exists():
+        target.write_text(str(rng.random()))
+    if action == "exec":
+        target.chmod(0o755)
+
+
+def _random_history(path: Path, rounds: int) -> list[str]:
+    """Commits of ``rounds`` random edits each (some adding or moving a submodule's commit)."""
+    rng = random.Random(24)
+    names = ["a", "a.txt", "a-b", "b", "z"]
+    commits = []
+    for _ in range(rounds):
+        for _ in range(rng.randint(1, 6)):
+            _random_edit(path, rng, names)
+        git(path, "add", "-A")
+        link = "/".join(rng.choice(names) for _ in range(rng.randint(1, 2)))
+        clear = not (path / link).exists() and not (path / link).parent.is_file()
+        if rng.random() < 0.2 and clear:
+            git(path, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},{link}")
+        git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "--allow-empty",
+            "-m", "c")  # fmt: skip
+        commits.append(git(path, "rev-parse", "HEAD"))
+    return commits
+
+
+def test_a_diff_read_without_git_is_git_s_change_for_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot's diff of two loose trees is read in process: over many random edits
+    (files added, removed, made executable, made links; a file made a folder and back; a
+    submodule's commit; whole folders gone) it is ``diff-tree -r -t``'s list, in its order.
+    Trees that are packed are git's to read, with the same answer."""
+    from pytest_agentgate.git import runner
+
+    git(tmp_path, "init", "-q", "-b", "main", "r")
+    path = tmp_path / "r"
+    commits = _random_history(path, 25)
+    repo = BaseRepo.open(path)
+    pairs = [*itertools.pairwise(commits), (commits[0], commits[-1]), (commits[-1], commits[0])]
+    statuses = set()
+    for old, new in pairs:
+        here = repo._diff_here(old, new)
+        assert here is not None
+        assert here == repo._diff_tree(old, new), (old, new)
+        statuses |= {c.status for c in here}
+    assert statuses == {"A", "D", "M", "T"}  # the edits made every kind of change
+    git(path, "gc", "-q")
+    packed = BaseRepo.open(path)
+    assert packed._diff_here(commits[0], commits[-1]) is None  # packed: git's to read
+    calls: list[object] = []
+    real = runner.run
+    monkeypatch.setattr(runner, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
+    found = packed.diff_tree(commits[0], commits[-1], trees=True)
+    assert calls and found == repo._diff_tree(commits[0], commits[-1])

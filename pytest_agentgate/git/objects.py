@@ -13,6 +13,7 @@ reader takes, as an idea.
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import hashlib
 import mmap
@@ -28,20 +29,26 @@ from pathlib import Path
 #: kind is their base's (left to git).
 _PACKED_KIND = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 
-#: What git strips from both ends of a name or an e-mail address (``strbuf_addstr_without_crud``),
-#: and what it will not keep inside one: an identity holding any of these is git's to write.
+#: What git strips from both ends of a name or an e-mail address (besides every byte up to
+#: the space: ``strbuf_addstr_without_crud``), and what it will not keep inside one: an
+#: identity holding any of these is git's to write.
 _CRUD = ".,:;<>\"\\'"
 _UNWRITABLE = re.compile(r"[<>\n\0]")
 
-#: Settings that change what git writes for a commit or how it writes an object (a group's
-#: permissions, syncing, a signature, another encoding): with any of them in the
-#: repository's, the user's or the system's configuration, the plugin leaves writing to git.
-_GIT_WRITES = re.compile(
-    r"(?im)^\s*(sharedrepository|fsyncobjectfiles|fsync|gpgsign|commitencoding)\s*=?"
+#: The code points git takes for invalid UTF-8 in a commit (and rewrites, as if Latin-1):
+#: U+FDD0 to U+FDEF and the last two of every plane (``find_invalid_utf8``).
+_NONCHARACTERS = re.compile(
+    "[\ufdd0-\ufdef"
+    + "".join(chr(plane << 16 | 0xFFFE) + chr(plane << 16 | 0xFFFF) for plane in range(17))
+    + "]"
 )
 
-
-_LOGS_EVERY_REF = re.compile(r"(?im)^\s*logallrefupdates\s*=\s*\"?always")
+#: Settings that change what git writes for a commit or a ref, or how (a group's
+#: permissions, syncing, another encoding), and those that bring in other files (includes,
+#: a worktree's own configuration): wherever one is mentioned in a configuration git reads,
+#: the plugin leaves writing to git. ``commit-tree`` signs nothing unless told to.
+_GIT_WRITES = re.compile(r"(?i)sharedrepository|fsync|commitencoding|include|worktreeconfig")
+_LOGS_EVERY_REF = re.compile(r"(?i)logallrefupdates\s*=\s*\"?always|include|worktreeconfig")
 
 
 def clean_identity(text: str) -> bool:
@@ -49,15 +56,19 @@ def clean_identity(text: str) -> bool:
     return (
         bool(text)
         and not _UNWRITABLE.search(text)
-        and text[0] not in _CRUD + " \t"
-        and (text[-1] not in _CRUD + " \t")
+        and git_keeps(text)
+        and not _crud(text[0])
+        and not _crud(text[-1])
     )
 
 
-def git_keeps(message: str) -> bool:
-    """Whether git stores ``message`` as its UTF-8 bytes: it takes U+FFFE and U+FFFF for
-    invalid UTF-8 and rewrites their bytes (as if Latin-1)."""
-    return "\ufffe" not in message and "\uffff" not in message
+def _crud(char: str) -> bool:
+    return ord(char) <= 32 or char in _CRUD
+
+
+def git_keeps(text: str) -> bool:
+    """Whether git stores ``text`` in a commit as its UTF-8 bytes (see :data:`_NONCHARACTERS`)."""
+    return not _NONCHARACTERS.search(text)
 
 
 def writes_itself(common_dir: Path) -> bool:
@@ -79,7 +90,8 @@ def logs_every_ref(common_dir: Path) -> bool:
 
 def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
     """Whether a configuration git reads (the repository's, the user's, the system's) may
-    hold ``setting``: True also when one cannot be read."""
+    hold ``setting``: True also when one cannot be read, or is named by a relative path
+    (git would take it from another folder)."""
     home = Path(os.environ.get("HOME") or "/nonexistent")
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
     for config in (
@@ -88,6 +100,8 @@ def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
         xdg / "git" / "config",
         Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"),
     ):
+        if not config.is_absolute():
+            return True
         try:
             text = config.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -114,25 +128,28 @@ def kind_of(objects: Path, oid: str) -> bytes | None:
         pass
     except (OSError, zlib.error):
         return None
-    return _packed_kind(objects / "pack", bytes.fromhex(oid))
+    found = _packed(objects / "pack", bytes.fromhex(oid))
+    if found is None:
+        return None
+    try:
+        with open(found[0], "rb") as pack:
+            pack.seek(found[1])
+            first = pack.read(1)
+    except OSError:
+        return None
+    return _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
 
 
-def _packed_kind(packs: Path, raw: bytes) -> bytes | None:
+def _packed(packs: Path, raw: bytes) -> tuple[Path, int] | None:
+    """The pack holding ``raw`` (a binary object id) and where in it, or None."""
     try:
         names = [n for n in os.listdir(packs) if n.endswith(".idx")]
     except OSError:
         return None
     for name in names:
         offset = _pack_offset(packs / name, raw)
-        if offset is None:
-            continue
-        try:
-            with open(packs / f"{name[:-4]}.pack", "rb") as pack:
-                pack.seek(offset)
-                first = pack.read(1)
-        except OSError:
-            return None
-        return _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
+        if offset is not None:
+            return packs / f"{name[:-4]}.pack", offset
     return None
 
 
@@ -163,11 +180,11 @@ def _pack_offset(idx: Path, raw: bytes) -> int | None:
     return None
 
 
-def identity(name: str, email: str, when: float, offset_s: int) -> bytes:
+def identity(name: str, email: str, when: int, offset_minutes: int) -> bytes:
     """An author or committer line's value, as git formats it."""
-    sign = "-" if offset_s < 0 else "+"
-    minutes = abs(offset_s) // 60
-    return f"{name} <{email}> {int(when)} {sign}{minutes // 60:02d}{minutes % 60:02d}".encode()
+    sign = "-" if offset_minutes < 0 else "+"
+    minutes = abs(offset_minutes)
+    return f"{name} <{email}> {when} {sign}{minutes // 60:02d}{minutes % 60:02d}".encode()
 
 
 def commit_body(
@@ -180,9 +197,18 @@ def commit_body(
     return b"\n".join(lines) + b"\n\n" + message.encode("utf-8")
 
 
-def local_offset(when: float) -> int:
-    """The local time zone's offset from UTC at ``when``, in seconds, as git takes it."""
-    return time.localtime(when).tm_gmtoff
+def now() -> int:
+    """The time git stamps a commit with: whole seconds of the real clock (a test that
+    freezes ``time.time`` does not freeze git's)."""
+    return int(time.clock_gettime(time.CLOCK_REALTIME))
+
+
+def zone_offset(when: int) -> int:
+    """The local zone's offset at ``when`` in minutes, as git computes it: the local time
+    read back as if it were UTC (a zone that counts leap seconds is off by them), less
+    ``when``, divided toward zero; the zone TZ names now (git reads it in each process)."""
+    time.tzset()  # the C library keeps the zone it read first; git reads TZ in each process
+    return int((calendar.timegm(time.localtime(when)) - when) / 60)
 
 
 def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str:
@@ -200,6 +226,10 @@ def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str
     if final.exists():
         os.utime(final)
         return oid
+    packed = _packed(objects / "pack", bytes.fromhex(oid))
+    if packed is not None:  # as git: the pack's time refreshed, no loose copy
+        os.utime(packed[0])
+        return oid
     folder.mkdir(exist_ok=True)
     tmp = folder / f"tmp_obj_{secrets.token_hex(6)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
@@ -215,3 +245,34 @@ def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str
     finally:
         tmp.unlink(missing_ok=True)
     return oid
+
+
+#: The modes git writes in a tree (a tree's without its leading zero), as ``diff-tree``
+#: prints them. A tree holding any other is left to git, which canonicalises it.
+_TREE_MODES = {b"40000": "040000", b"100644": "100644", b"100755": "100755",
+               b"120000": "120000", b"160000": "160000"}  # fmt: skip
+
+
+def tree_entries(body: bytes, oid_length: int) -> list[tuple[str, str, str]] | None:
+    """A tree object's entries as (mode, name, object id), in their order; None when it is
+    not exactly as git writes one (a mode git does not write, a name with a slash or none,
+    entries out of git's order or twice), which is then git's to read."""
+    width = oid_length // 2
+    entries: list[tuple[str, str, str]] = []
+    at, last = 0, b""
+    while at < len(body):
+        space = body.find(b" ", at)
+        nul = body.find(b"\0", space + 1)
+        if space < 0 or nul < 0 or nul + 1 + width > len(body):
+            return None
+        mode, name = _TREE_MODES.get(body[at:space]), body[space + 1 : nul]
+        if mode is None or not name or b"/" in name:
+            return None
+        key = name + b"/" if mode == "040000" else name  # git's order: a tree as "name/"
+        if key <= last:
+            return None
+        last = key
+        oid = body[nul + 1 : nul + 1 + width].hex()
+        entries.append((mode, name.decode("utf-8", "surrogateescape"), oid))
+        at = nul + 1 + width
+    return entries

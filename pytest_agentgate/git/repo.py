@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,9 +213,11 @@ class BaseRepo(RepoRefs):
         these bytes and the tree and parents are known to be a tree and commits, as git
         checks; None leaves it to git, which then writes it or says why it cannot."""
         names = (*_git.committer(), author.name, author.email)
+        parents = list(dict.fromkeys(parents))  # git drops a parent named twice, and says so
         if (
             not all(len(oid) == self._oid_length and is_oid(oid) for oid in (tree, *parents))
             or not all(objects.clean_identity(name) for name in names)
+            or "\0" in message  # git refuses it
             or not objects.git_keeps(message)
             or not self._writes_itself()
         ):
@@ -226,8 +227,8 @@ class BaseRepo(RepoRefs):
             objects.kind_of(store, parent) != b"commit" for parent in parents
         ):
             return None
-        when = time.time()
-        offset = objects.local_offset(when)
+        when = objects.now()
+        offset = objects.zone_offset(when)
         try:
             body = objects.commit_body(
                 tree,
@@ -364,10 +365,60 @@ class BaseRepo(RepoRefs):
         key = f"{old} {new}"
         found = self._diffs.get(key)
         if found is None:
-            found = self._diff_tree(old, new)
+            here = self._diff_here(old, new)
+            found = here if here is not None else self._diff_tree(old, new)
             if is_oid(old) and is_oid(new):
                 _keep(self._diffs, key, found, check=False)
         return list(found) if trees else [c for c in found if not c.is_tree]
+
+    def _diff_here(self, old: str, new: str) -> list[TreeChange] | None:
+        """``diff-tree -r -t`` between two trees or commits, read from their loose objects
+        (every tree a snapshot or a merge just wrote is loose, and so, in a run, is the tree
+        each landing left on the target): the same changes in the same order, a git
+        process less. None when an object it needs is not loose or not as git writes it."""
+        if not (is_oid(old) and is_oid(new)):
+            return None
+        roots = [self._loose_commit_tree(oid) for oid in (old, new)]
+        if roots[0] is None or roots[1] is None:
+            return None
+        changes: list[TreeChange] = []
+        return changes if self._walk_trees(roots[0], roots[1], "", changes) else None
+
+    def _tree_here(self, oid: str) -> dict[str, tuple[str, str]] | None:
+        found = self._loose(oid)
+        if found is None or found[0] != b"tree":
+            return None
+        entries = objects.tree_entries(found[1], self._oid_length)
+        return None if entries is None else {name: (mode, eid) for mode, name, eid in entries}
+
+    def _walk_trees(self, old: str, new: str, prefix: str, out: list[TreeChange]) -> bool:
+        """Add the changes between trees ``old`` and ``new`` (either may be absent: the
+        null id) below ``prefix`` to ``out``, in git's order; False when one is git's to read."""
+        none = "0" * self._oid_length
+        ours = {} if old == none else self._tree_here(old)
+        theirs = {} if new == none else self._tree_here(new)
+        if ours is None or theirs is None:
+            return False
+        keys = {name + ("/" if mode == "040000" else ""): name for name, (mode, _) in ours.items()}
+        keys.update(
+            (name + ("/" if mode == "040000" else ""), name) for name, (mode, _) in theirs.items()
+        )
+        for key in sorted(keys, key=lambda k: k.encode("utf-8", "surrogateescape")):
+            name, is_tree = keys[key], key.endswith("/")
+            a = ours.get(name) if ours.get(name, ("",))[0].startswith("04") == is_tree else None
+            b = theirs.get(name) if theirs.get(name, ("",))[0].startswith("04") == is_tree else None
+            if a == b:
+                continue
+            old_mode, old_oid = a or ("000000", none)
+            new_mode, new_oid = b or ("000000", none)
+            status = "A" if a is None else "D" if b is None else "M"
+            if a and b and not is_tree and old_mode[:2] != new_mode[:2]:
+                status = "T"  # a file, a link and a submodule's commit are three kinds
+            path = prefix + name
+            out.append(TreeChange(status, path, old_mode, new_mode, old_oid, new_oid))
+            if is_tree and not self._walk_trees(old_oid, new_oid, path + "/", out):
+                return False
+        return True
 
     def _diff_tree(self, old: str, new: str) -> list[TreeChange]:
         raw = self._run(

@@ -120,8 +120,6 @@ class RepoRefs:
         #: A reftable repository keeps no ref files: every ref question goes to git.
         self._reftable = (self.common_dir / "reftable").is_dir()
         self._oid_length = 64 if _object_format(self.common_dir) == "sha256" else 40
-        #: Whether objects and refs may be written here without git (see :mod:`.objects`).
-        self._may_write: bool | None = None
 
     @classmethod
     def open(cls, path: str | Path, source: str = "", option: str = "") -> Self:
@@ -441,11 +439,11 @@ class RepoRefs:
         raise _git.failure(args, result.returncode, result.stderr)
 
     def _writes_itself(self) -> bool:
-        if self._may_write is None:
-            self._may_write = objects.writes_itself(self.common_dir) and not (
-                objects.logs_every_ref(self.common_dir)
-            )
-        return self._may_write
+        """Whether objects and refs may be written here without git (see :mod:`.objects`);
+        read each time, a few small files, so a setting made meanwhile counts."""
+        return objects.writes_itself(self.common_dir) and not objects.logs_every_ref(
+            self.common_dir
+        )
 
     def _create_here(self, ref: str, new: str) -> bool | None:
         """Create one of the plugin's own refs as git's files backend does, without a git
