@@ -28,6 +28,7 @@ from pathlib import Path
 #: An object's kind from the type bits of its pack entry header; 6 and 7 are deltas, whose
 #: kind is their base's (left to git).
 _PACKED_KIND = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
+_KINDS = frozenset(_PACKED_KIND.values())
 
 #: What git strips from both ends of a name or an e-mail address (besides every byte up to
 #: the space: ``strbuf_addstr_without_crud``), and what it will not keep inside one: an
@@ -48,7 +49,12 @@ _NONCHARACTERS = re.compile(
 #: a worktree's own configuration): wherever one is mentioned in a configuration git reads,
 #: the plugin leaves writing to git. ``commit-tree`` signs nothing unless told to.
 _GIT_WRITES = re.compile(r"(?i)sharedrepository|fsync|commitencoding|include|worktreeconfig")
-_LOGS_EVERY_REF = re.compile(r"(?i)logallrefupdates\s*=\s*\"?always|include|worktreeconfig")
+#: Anything that brings in another file, and any mention of ``logAllRefUpdates`` other
+#: than the plain ``true`` or ``false`` a repository is made with (``always`` would have git
+#: keep a reflog of the plugin's own refs; a value spelt otherwise is git's to read).
+_LOGS_EVERY_REF = re.compile(
+    r"(?i)include|worktreeconfig|logallrefupdates(?!\s*=\s*(true|false)[ \t]*(\r?\n|\Z))"
+)
 
 
 def clean_identity(text: str) -> bool:
@@ -111,6 +117,29 @@ def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
         if setting.search(text):
             return True
     return False
+
+
+def read_loose(objects: Path, oid: str, limit: int = 1 << 16) -> tuple[bytes, bytes] | None:
+    """A small loose object's kind and content, read from its file and held to what git
+    checks: one whole zlib stream and nothing after it, a header of a known kind and the
+    exact size, the content hashing to its id. None to ask git (packed, larger than
+    ``limit``, not there, or not what git would read)."""
+    try:
+        with open(objects / oid[:2] / oid[2:], "rb") as loose:
+            raw = loose.read(limit + 1)
+        inflate = zlib.decompressobj()
+        whole = inflate.decompress(raw)
+    except (OSError, zlib.error):
+        return None
+    if len(raw) > limit or not inflate.eof or inflate.unused_data:
+        return None
+    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
+        return None
+    header, nul, body = whole.partition(b"\0")
+    kind, _, size = header.partition(b" ")
+    if not nul or kind not in _KINDS or size != str(len(body)).encode():
+        return None
+    return kind, body
 
 
 def kind_of(objects: Path, oid: str) -> bytes | None:
@@ -259,15 +288,16 @@ def tree_entries(body: bytes, oid_length: int) -> list[tuple[str, str, str]] | N
     entries out of git's order or twice), which is then git's to read."""
     width = oid_length // 2
     entries: list[tuple[str, str, str]] = []
-    at, last = 0, b""
+    at, last, names = 0, b"", set()
     while at < len(body):
         space = body.find(b" ", at)
         nul = body.find(b"\0", space + 1)
         if space < 0 or nul < 0 or nul + 1 + width > len(body):
             return None
         mode, name = _TREE_MODES.get(body[at:space]), body[space + 1 : nul]
-        if mode is None or not name or b"/" in name:
-            return None
+        if mode is None or not name or b"/" in name or name in names:
+            return None  # a name twice (a file and a folder): git lists both, a dict cannot
+        names.add(name)
         key = name + b"/" if mode == "040000" else name  # git's order: a tree as "name/"
         if key <= last:
             return None
@@ -276,3 +306,15 @@ def tree_entries(body: bytes, oid_length: int) -> list[tuple[str, str, str]] | N
         entries.append((mode, name.decode("utf-8", "surrogateescape"), oid))
         at = nul + 1 + width
     return entries
+
+
+def plain_commit(body: bytes) -> bool:
+    """Whether a commit's content opens as git writes one: a tree, then parents, an author
+    and a committer (a commit missing any is git's to judge)."""
+    head = body.partition(b"\n\n")[0].split(b"\n")
+    return (
+        len(head) >= 3
+        and head[0].startswith(b"tree ")
+        and head[-1].startswith(b"committer ")
+        and any(line.startswith(b"author ") for line in head)
+    )

@@ -151,30 +151,17 @@ class BaseRepo(RepoRefs):
         found = self._loose(oid)
         if found is not None and found[0] == b"tree":
             return oid
-        if found is None or found[0] != b"commit" or not found[1].startswith(b"tree "):
+        if found is None or found[0] != b"commit" or not objects.plain_commit(found[1]):
             return None
         tree = found[1][5:].partition(b"\n")[0].decode("ascii", "replace")
         return tree if is_oid(tree) else None
 
     def _loose(self, oid: str) -> tuple[bytes, bytes] | None:
-        """A small loose object's kind and content, read from its file and checked against
-        its id; None to ask git (packed, large, not there, or not what its name says)."""
-        import hashlib
-        import zlib
-
+        """A small loose object's kind and content, checked as git checks it; None to ask
+        git (see :func:`.objects.read_loose`)."""
         if len(oid) != self._oid_length or not is_oid(oid):
             return None
-        try:
-            with open(self.common_dir / "objects" / oid[:2] / oid[2:], "rb") as loose:
-                raw = loose.read(1 << 16)
-            whole = zlib.decompress(raw)
-        except (OSError, zlib.error):
-            return None
-        if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
-            return None
-        header, _, body = whole.partition(b"\0")
-        kind, _, size = header.partition(b" ")
-        return (kind, body) if size.isdigit() and int(size) == len(body) else None
+        return objects.read_loose(self.common_dir / "objects", oid)
 
     # -- objects ------------------------------------------------------------------------
 

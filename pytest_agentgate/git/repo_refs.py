@@ -6,6 +6,7 @@ merges."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -28,10 +29,13 @@ _OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 # Refs read from their files: shared ones (not per-worktree), plain names only.
-_PLAIN_REF = re.compile(r"^refs/(heads|tags|remotes|agentgate)/[A-Za-z0-9._+@%/-]+$")
+_PLAIN_REF = re.compile(r"^refs/(heads|tags|remotes|agentgate)/[A-Za-z0-9._+@%/-]+\Z")
 
 
-_ODD_REF = re.compile(r"(^|/)\.|\.\.|//|/$|\.lock(/|$)")
+#: The most of ``packed-refs`` read to create a ref without git (about 3,000 refs).
+_PACKED_READ = 256 * 1024
+
+_ODD_REF = re.compile(r"(^|/)\.|\.\.|//|[/.]\Z|\.lock(/|\Z)")
 
 
 @dataclass(frozen=True)
@@ -424,7 +428,7 @@ class RepoRefs:
         A stale lock raises :class:`StaleLock`; any other failure :class:`GitError`.
         """
         if old is None and not reflog:
-            created = self._create_here(ref, new)
+            created = self._create_here(ref, new, message)
             if created is not None:
                 return created
         args = ["update-ref"]
@@ -445,26 +449,32 @@ class RepoRefs:
             self.common_dir
         )
 
-    def _create_here(self, ref: str, new: str) -> bool | None:
+    def _create_here(self, ref: str, new: str, message: str) -> bool | None:
         """Create one of the plugin's own refs as git's files backend does, without a git
         process (one less for every record, checkpoint and baseline): its lock file taken
         exclusively, the ref found neither in its file nor in ``packed-refs``, the value
         written to the lock and the lock renamed into place. False when the ref exists.
 
         None leaves it to git, which then does it or says why not: a lock already held, a
-        ref where a folder must be (or the other way round), an object not known to be
-        there, refs kept in a reftable, reflogs or settings git would honour."""
+        ref where a folder must be (or the other way round), a commit not loose and whole,
+        refs kept in a reftable, a reflog git would write (its settings, a HEAD naming the
+        ref), a name or message git refuses."""
         if (
             self._reftable
             or not ref.startswith("refs/agentgate/")
             or not _PLAIN_REF.match(ref)
             or _ODD_REF.search(ref)
+            or not message
+            or "\0" in message
             or len(new) != self._oid_length
             or not is_oid(new)
             or not self._writes_itself()
             or os.path.lexists(self.common_dir / "logs" / ref)
-            or objects.kind_of(self.common_dir / "objects", new) is None
+            or self._a_head_names(ref)
         ):
+            return None
+        found = objects.read_loose(self.common_dir / "objects", new)
+        if found is None or found[0] != b"commit" or not objects.plain_commit(found[1]):
             return None
         path = self.common_dir / ref
         lock = path.with_name(f"{path.name}.lock")
@@ -486,29 +496,53 @@ class RepoRefs:
                 return True
         except OSError:
             way = "failed"
+        except BaseException:  # an interrupt: the lock is ours, never left for others
+            lock.unlink(missing_ok=True)
+            raise
         lock.unlink(missing_ok=True)
         return False if way == "exists" else None
+
+    def _a_head_names(self, ref: str) -> bool:
+        """Whether a HEAD (this worktree's, the main one's, a linked one's) points at
+        ``ref``: git would log the ref's creation in that HEAD's reflog too."""
+        heads = [self.git_dir / "HEAD", self.common_dir / "HEAD"]
+        with contextlib.suppress(OSError):
+            heads += [self.common_dir / "worktrees" / n / "HEAD" for n in os.listdir(
+                self.common_dir / "worktrees")]  # fmt: skip
+        for head in heads:
+            try:
+                text = head.read_bytes()[:4096]
+            except OSError:
+                continue
+            if text.strip() == f"ref: {ref}".encode():
+                return True
+        return False
 
     def _in_the_way(self, ref: str, path: Path) -> str:
         """What stands where ``ref`` would be created, its lock held: ``exists`` (the ref
         itself: a lost race), ``conflict`` (a ref or a folder of refs where git would report
-        one, or a ``packed-refs`` that cannot be read), or nothing."""
+        one; a symbolic ref, which git would follow; a ``packed-refs`` too large to read
+        here, or not whole), or nothing."""
         if os.path.lexists(path):
-            return "exists" if path.is_file() and not path.is_symlink() else "conflict"
-        name = ref.encode()
+            if not path.is_file() or path.is_symlink():
+                return "conflict"
+            with open(path, "rb") as current:
+                return "conflict" if current.read(5) == b"ref: " else "exists"
         try:
             with open(self.common_dir / "packed-refs", "rb") as packed:
-                for line in packed:
-                    if line[:1] in (b"#", b"^"):
-                        continue
-                    found = line.rstrip(b"\n").partition(b" ")[2]
-                    if found == name:
-                        return "exists"
-                    if found.startswith(name + b"/") or name.startswith(found + b"/"):
-                        return "conflict"
+                data = packed.read(_PACKED_READ + 1)
         except FileNotFoundError:
             return ""
         except OSError:
+            return "conflict"
+        if len(data) > _PACKED_READ or (data and not data.endswith(b"\n")):
+            return "conflict"  # git reads a large one by halving; a torn one is git's to report
+        name = b" " + ref.encode()
+        if name + b"\n" in data:
+            return "exists"
+        parts = ref.split("/")
+        above = [" " + "/".join(parts[:n]) + "\n" for n in range(2, len(parts))]
+        if name + b"/" in data or any(a.encode() in data for a in above):
             return "conflict"
         return ""
 
