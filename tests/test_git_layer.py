@@ -106,10 +106,10 @@ def test_loose_commit_trees_agree_with_git(repo: BaseRepo, service: Path) -> Non
     fresh = BaseRepo.open(service)  # no cache: the object file is read
     assert fresh.tree_of(new) == git(service, "rev-parse", f"{new}^{{tree}}")
     tree = fresh.tree_of(new)
-    assert BaseRepo.open(service)._loose_commit_tree(tree) == tree  # a loose tree is its own
+    assert BaseRepo.open(service)._commit_tree_here(tree) == tree  # a loose tree is its own
     assert git(service, "rev-parse", f"{tree}^{{tree}}") == tree
     blob = git(service, "rev-parse", f"{new}:x.txt")
-    assert BaseRepo.open(service)._loose_commit_tree(blob) is None  # a blob has none: git says
+    assert BaseRepo.open(service)._commit_tree_here(blob) is None  # a blob has none: git says
     with pytest.raises(GitError):
         BaseRepo.open(service).tree_of(blob)
     git(service, "gc", "-q")
@@ -139,7 +139,7 @@ def test_a_forged_loose_commit_is_not_believed(repo: BaseRepo, service: Path) ->
     target.parent.mkdir(exist_ok=True)
     shutil.copy(service / ".git" / "objects" / real[:2] / real[2:], target)
     fresh = BaseRepo.open(service)
-    assert fresh._loose_commit_tree(fake) is None
+    assert fresh._commit_tree_here(fake) is None
     with pytest.raises(GitError):
         fresh.tree_of(fake)
 
@@ -174,7 +174,7 @@ def test_a_loose_blob_is_read_from_its_file_and_checked_against_its_id(repo: Bas
     path = repo.common_dir / "objects" / oid[:2] / oid[2:]
     os.chmod(path, 0o644)
     path.write_bytes(zlib.compress(other))
-    assert repo._loose(oid) is None
+    assert repo._object(oid) is None
     assert repo.read_blob(oid) == git(repo.common_dir, "cat-file", "blob", oid).encode()
 
 
@@ -446,10 +446,10 @@ def _random_history(path: Path, rounds: int) -> list[str]:
 def test_a_diff_read_without_git_is_git_s_change_for_change(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The snapshot's diff of two loose trees is read in process: over many random edits
+    """The snapshot's diff of two trees is read in process: over many random edits
     (files added, removed, made executable, made links; a file made a folder and back; a
     submodule's commit; whole folders gone) it is ``diff-tree -r -t``'s list, in its order.
-    Trees that are packed are git's to read, with the same answer."""
+    Trees read from a pack give the same answer, with no git process either."""
     from pytest_agentgate.git import runner
 
     git(tmp_path, "init", "-q", "-b", "main", "r")
@@ -464,14 +464,14 @@ def test_a_diff_read_without_git_is_git_s_change_for_change(
         assert here == repo._diff_tree(old, new), (old, new)
         statuses |= {c.status for c in here}
     assert statuses == {"A", "D", "M", "T"}  # the edits made every kind of change
-    git(path, "gc", "-q")
+    git(path, "gc", "-q", "--aggressive")  # packed, deltas and all: read in process too
     packed = BaseRepo.open(path)
-    assert packed._diff_here(commits[0], commits[-1]) is None  # packed: git's to read
     calls: list[object] = []
     real = runner.run
     monkeypatch.setattr(runner, "run", lambda *a, **k: calls.append(a) or real(*a, **k))
-    found = packed.diff_tree(commits[0], commits[-1], trees=True)
-    assert calls and found == repo._diff_tree(commits[0], commits[-1])
+    found = [packed.diff_tree(old, new, trees=True) for old, new in pairs]
+    monkeypatch.undo()
+    assert not calls and found == [repo._diff_tree(old, new) for old, new in pairs]
 
 
 def test_a_plugin_ref_is_git_s_to_create_wherever_git_would_do_otherwise(
@@ -540,3 +540,60 @@ def test_a_tree_naming_a_file_and_a_folder_alike_is_diffed_as_git_does(
     for old, new in [(empty, both), (both, empty)]:
         found = repo.diff_tree(old, new, trees=True)
         assert found == repo._diff_tree(old, new) and len(found) == 3, found
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+@pytest.mark.parametrize("bases", ["by offset", "by id"])
+def test_an_object_read_from_a_pack_is_git_s_whatever_its_chain_of_deltas(
+    tmp_path: Path, object_format: str, bases: str
+) -> None:
+    """Trees and commits a snapshot diffs are read from the pack without git, deltas
+    applied (their bases named by offset, or by id): every object of a history repacked
+    deep reads as ``cat-file`` prints it. A pack changed under the reader is never believed."""
+    from pytest_agentgate.git import objects
+
+    git(tmp_path, "init", "-q", f"--object-format={object_format}", "-b", "main", "r")
+    path = tmp_path / "r"
+    _random_history(path, 12)
+    for n in range(12):  # files that differ a little: what deltas are made of
+        (path / f"doc{n % 4}.txt").write_text(
+            "".join(f"line {i} {n if i == n else ''}\n" for i in range(200))
+        )
+        git(path, "add", "-A")
+        git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-qm", f"doc {n}")
+    offsets = "true" if bases == "by offset" else "false"
+    git(
+        path,
+        "-c",
+        f"repack.useDeltaBaseOffset={offsets}",
+        "repack",
+        "-adfq",
+        "--depth=50",
+        "--window=50",
+    )
+    store = path / ".git" / "objects"
+    listed = git(
+        path,
+        "cat-file",
+        "--batch-all-objects",
+        "--batch-check=%(objectname) %(objecttype) %(deltabase)",
+    )
+    rows = [line.split() for line in listed.splitlines()]
+    assert sum(base.strip("0") != "" for _, _, base in rows) > 20  # deltas there are
+    batch = subprocess.run(["git", "-C", str(path), "cat-file", "--batch"], capture_output=True, check=True,
+                           input="".join(f"{oid}\n" for oid, _, _ in rows).encode()).stdout  # fmt: skip
+    want = {}
+    for oid, kind, _ in rows:
+        header, _, batch = batch.partition(b"\n")
+        size = int(header.split()[2])
+        want[oid], batch = (kind.encode(), batch[:size]), batch[size + 1 :]
+        assert objects.read_packed(store, oid) == want[oid], oid
+        assert objects.kind_of(store, oid) == want[oid][0]
+    pack = next((store / "pack").glob("*.pack"))
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pack.chmod(0o644)
+    pack.write_bytes(bytes(data))
+    read = {oid: objects.read_packed(store, oid) for oid in want}
+    assert all(found in (None, want[oid]) for oid, found in read.items())  # never misread
+    assert None in read.values()

@@ -1,14 +1,15 @@
 """Git objects read and written by the plugin itself, where that is exactly what git would
-do and a process less: the kind of an object (loose, or whole in a pack), a commit written
-as a loose object, and the settings under which git would write either otherwise.
+do and a process less: small objects read loose or from a pack (deltas applied, each
+checked against its id), a commit written as a loose object, and the settings under which
+git would write otherwise.
 
-Anything this module cannot answer for certain (a packed object stored as a delta, an
-object in an alternate store, a repository whose configuration asks for shared
+Anything this module cannot answer for certain (an object in an alternate store or based on
+one in another pack, a large one, a repository whose configuration asks for shared
 permissions or includes other files, an identity git would rewrite) is left to git: every
 function here returns None for "ask git", never a guess. The format follows git's
 documentation (gitformat-pack, the loose object and commit layouts); the approach, reading
-an index's fan-out table and a pack entry's header in place, is the one dulwich's pack
-reader takes, as an idea.
+an index's fan-out table and a pack entry in place, is the one dulwich's pack reader takes,
+as an idea.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from pathlib import Path
 #: kind is their base's (left to git).
 _PACKED_KIND = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
 _KINDS = frozenset(_PACKED_KIND.values())
+#: The most packs searched for an object here (a repository not repacked lately has more).
+_PACKS_READ = 16
 
 #: What git strips from both ends of a name or an e-mail address (besides every byte up to
 #: the space: ``strbuf_addstr_without_crud``), and what it will not keep inside one: an
@@ -144,7 +147,8 @@ def read_loose(objects: Path, oid: str, limit: int = 1 << 16) -> tuple[bytes, by
 
 def kind_of(objects: Path, oid: str) -> bytes | None:
     """The kind of object ``oid`` (``commit``, ``tree``, ``blob``, ``tag``), read from its
-    loose file's header or its pack entry's; None when it is in neither, or packed as a delta."""
+    loose file's header or its pack entry's (a delta's, from its chain); None when it is in
+    neither, or git's to read."""
     try:
         with open(objects / oid[:2] / oid[2:], "rb") as loose:
             # A compressed block may open with its code tables (hundreds of bytes) before
@@ -166,7 +170,17 @@ def kind_of(objects: Path, oid: str) -> bytes | None:
             first = pack.read(1)
     except OSError:
         return None
-    return _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
+    kind = _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
+    if kind is None and first:  # a delta: its kind is its base's, read whole
+        whole = read_packed(objects, oid)
+        kind = whole[0] if whole is not None else None
+    return kind
+
+
+def read_object(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
+    """A small object's kind and content, loose or packed, checked against its id; None
+    to ask git."""
+    return read_loose(objects, oid) or read_packed(objects, oid)
 
 
 def _packed(packs: Path, raw: bytes) -> tuple[Path, int] | None:
@@ -175,6 +189,8 @@ def _packed(packs: Path, raw: bytes) -> tuple[Path, int] | None:
         names = [n for n in os.listdir(packs) if n.endswith(".idx")]
     except OSError:
         return None
+    if len(names) > _PACKS_READ:
+        return None  # each index is opened per lookup: with many, one git process is less
     for name in names:
         offset = _pack_offset(packs / name, raw)
         if offset is not None:
@@ -318,3 +334,144 @@ def plain_commit(body: bytes) -> bool:
         and head[-1].startswith(b"committer ")
         and any(line.startswith(b"author ") for line in head)
     )
+
+
+#: The largest object read from a pack without git (trees and commits are far smaller).
+_PACKED_LIMIT = 1 << 20
+#: The longest chain of deltas followed (git's own default depth is 50; ``gc --aggressive``
+#: makes 250).
+_CHAIN_LIMIT = 1000
+
+
+def read_packed(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
+    """An object's kind and content read from the pack that holds it, deltas applied, and
+    checked against its id (so a misread is never believed); None to ask git (not in a pack
+    here, larger than :data:`_PACKED_LIMIT`, based on an object in another pack or loose, or
+    not what its id says)."""
+    found = _packed(objects / "pack", bytes.fromhex(oid))
+    if found is None:
+        return None
+    try:
+        with open(found[0], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            read = _unpack(m, found[1], found[0], objects, len(oid))
+    except (OSError, ValueError, IndexError, zlib.error):
+        return None
+    if read is None:
+        return None
+    kind, body = read
+    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
+    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
+        return None
+    return kind, body
+
+
+def _unpack(
+    m: mmap.mmap, offset: int, pack: Path, objects: Path, oid_length: int
+) -> tuple[bytes, bytes] | None:
+    """The object at ``offset``: its chain of deltas walked back to a whole object, then
+    applied forward (gitformat-pack: each entry a type and size, a delta's base named by a
+    negative offset or an id)."""
+    deltas: list[bytes] = []
+    while len(deltas) <= _CHAIN_LIMIT:
+        kind, size, at = _entry_header(m, offset)
+        if size > _PACKED_LIMIT:
+            return None
+        if kind in _PACKED_KIND:
+            data = _inflate(m, at, size)
+            break
+        if kind == 6:  # the base lies before, at a distance encoded big-endian, 7 bits a byte
+            byte = m[at]
+            distance, at = byte & 0x7F, at + 1
+            while byte & 0x80:
+                byte = m[at]
+                distance, at = ((distance + 1) << 7) | (byte & 0x7F), at + 1
+            deltas.append(_inflate(m, at, size))
+            offset -= distance
+        elif kind == 7:  # the base named by its id: in this pack, or it is git's to find
+            width = oid_length // 2
+            base = _packed(objects / "pack", bytes(m[at : at + width]))
+            if base is None or base[0] != pack:
+                return None
+            deltas.append(_inflate(m, at + width, size))
+            offset = base[1]
+        else:
+            return None
+    else:
+        return None
+    for delta in reversed(deltas):
+        data = _apply_delta(data, delta)
+    return _PACKED_KIND[kind], data
+
+
+def _entry_header(m: mmap.mmap, offset: int) -> tuple[int, int, int]:
+    """A pack entry's type, its (inflated) size, and where its data starts."""
+    byte = m[offset]
+    kind, size, shift, at = (byte >> 4) & 7, byte & 0x0F, 4, offset + 1
+    while byte & 0x80:
+        byte = m[at]
+        size |= (byte & 0x7F) << shift
+        shift, at = shift + 7, at + 1
+    return kind, size, at
+
+
+def _inflate(m: mmap.mmap, at: int, size: int) -> bytes:
+    """``size`` bytes inflated from the zlib stream at ``at``, fed a few kilobytes at a time
+    (the stream's end is not recorded)."""
+    inflate, out = zlib.decompressobj(), b""
+    step = max(4096, size + 64)
+    while not inflate.eof:
+        chunk = m[at : at + step]
+        if not chunk:
+            raise ValueError("a pack entry runs past the end of its pack")
+        out += inflate.decompress(chunk, size + 1 - len(out))
+        if len(out) > size:
+            raise ValueError("a pack entry is larger than its header says")
+        at += step - len(inflate.unconsumed_tail) - len(inflate.unused_data)
+        if inflate.unconsumed_tail:
+            raise ValueError("a pack entry is larger than its header says")
+    if len(out) != size:
+        raise ValueError("a pack entry is not the size its header says")
+    return out
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        shift, at = shift + 7, at + 1
+        if not byte & 0x80:
+            return value, at
+
+
+def _apply_delta(base: bytes, delta: bytes) -> bytes:
+    """``base`` with ``delta`` applied: copies of its ranges and inserted bytes."""
+    size, at = _varint(delta, 0)
+    if size != len(base):
+        raise ValueError("a delta for another base")
+    size, at = _varint(delta, at)
+    if size > _PACKED_LIMIT:
+        raise ValueError("a delta's result is too large to read here")
+    out = bytearray()
+    while at < len(delta):
+        op, at = delta[at], at + 1
+        if op & 0x80:  # copy: up to four bytes of offset, three of size, each if its bit is set
+            start = length = 0
+            for bit in range(4):
+                if op & (1 << bit):
+                    start, at = start | delta[at] << (8 * bit), at + 1
+            for bit in range(3):
+                if op & (0x10 << bit):
+                    length, at = length | delta[at] << (8 * bit), at + 1
+            length = length or 0x10000
+            if start + length > len(base):
+                raise ValueError("a delta copies past its base")
+            out += base[start : start + length]
+        elif op:  # insert the next ``op`` bytes
+            out += delta[at : at + op]
+            at += op
+        else:
+            raise ValueError("a delta with a reserved instruction")
+    if len(out) != size:
+        raise ValueError("a delta's result is not the size it says")
+    return bytes(out)

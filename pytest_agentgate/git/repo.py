@@ -131,13 +131,13 @@ class BaseRepo(RepoRefs):
     def tree_of(self, rev: str) -> str:
         """The tree of a commit (cached for full commit ids, which never change).
 
-        A loose commit (every commit the plugin just wrote) is read from its object file:
-        its first line names the tree; a loose tree is its own. Anything else is asked of git.
+        A commit is read from its object, loose or packed: its first line names the tree; a
+        tree is its own. Anything else is asked of git.
         """
         cached = self._trees.get(rev)
         if cached is not None:
             return cached
-        tree = self._loose_commit_tree(rev) if is_oid(rev) else None
+        tree = self._commit_tree_here(rev) if is_oid(rev) else None
         if tree is None:
             tree = self._run(
                 "rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}"
@@ -146,9 +146,9 @@ class BaseRepo(RepoRefs):
             self._trees[rev] = tree
         return tree
 
-    def _loose_commit_tree(self, oid: str) -> str | None:
-        """The tree of a loose commit object (a loose tree's is itself), or None to ask git."""
-        found = self._loose(oid)
+    def _commit_tree_here(self, oid: str) -> str | None:
+        """The tree of a commit read in process (a tree's is itself), or None to ask git."""
+        found = self._object(oid)
         if found is not None and found[0] == b"tree":
             return oid
         if found is None or found[0] != b"commit" or not objects.plain_commit(found[1]):
@@ -156,12 +156,12 @@ class BaseRepo(RepoRefs):
         tree = found[1][5:].partition(b"\n")[0].decode("ascii", "replace")
         return tree if is_oid(tree) else None
 
-    def _loose(self, oid: str) -> tuple[bytes, bytes] | None:
-        """A small loose object's kind and content, checked as git checks it; None to ask
-        git (see :func:`.objects.read_loose`)."""
+    def _object(self, oid: str) -> tuple[bytes, bytes] | None:
+        """A small object's kind and content, loose or packed, checked as git checks it;
+        None to ask git (see :func:`.objects.read_object`)."""
         if len(oid) != self._oid_length or not is_oid(oid):
             return None
-        return objects.read_loose(self.common_dir / "objects", oid)
+        return objects.read_object(self.common_dir / "objects", oid)
 
     # -- objects ------------------------------------------------------------------------
 
@@ -250,12 +250,12 @@ class BaseRepo(RepoRefs):
 
     def read_blob(self, spec: str) -> bytes | None:
         """The content of a blob (an id, or ``tree:path``), or None when there is none. A
-        small loose blob named by its id is read from its file, without starting git."""
-        loose = self._loose(spec) if is_oid(spec) else None
-        if loose is not None and loose[0] == b"blob":
-            return loose[1]
-        found = self._run("cat-file", "blob", spec, ok=(0, 128))
-        return found.stdout if found.returncode == 0 else None
+        small blob named by its id is read from its object, without starting git."""
+        found = self._object(spec) if is_oid(spec) else None
+        if found is not None and found[0] == b"blob":
+            return found[1]
+        asked = self._run("cat-file", "blob", spec, ok=(0, 128))
+        return asked.stdout if asked.returncode == 0 else None
 
     def blob_size(self, oid: str) -> int:
         return int(self._run("cat-file", "-s", oid).out.strip())
@@ -359,20 +359,20 @@ class BaseRepo(RepoRefs):
         return list(found) if trees else [c for c in found if not c.is_tree]
 
     def _diff_here(self, old: str, new: str) -> list[TreeChange] | None:
-        """``diff-tree -r -t`` between two trees or commits, read from their loose objects
-        (every tree a snapshot or a merge just wrote is loose, and so, in a run, is the tree
+        """``diff-tree -r -t`` between two trees or commits, read from their objects, loose
+        or packed (every tree a snapshot or a merge just wrote is loose, and so, in a run, the tree
         each landing left on the target): the same changes in the same order, a git
         process less. None when an object it needs is not loose or not as git writes it."""
         if not (is_oid(old) and is_oid(new)):
             return None
-        roots = [self._loose_commit_tree(oid) for oid in (old, new)]
+        roots = [self._commit_tree_here(oid) for oid in (old, new)]
         if roots[0] is None or roots[1] is None:
             return None
         changes: list[TreeChange] = []
         return changes if self._walk_trees(roots[0], roots[1], "", changes) else None
 
     def _tree_here(self, oid: str) -> dict[str, tuple[str, str]] | None:
-        found = self._loose(oid)
+        found = self._object(oid)
         if found is None or found[0] != b"tree":
             return None
         entries = objects.tree_entries(found[1], self._oid_length)
