@@ -17,7 +17,6 @@ from __future__ import annotations
 import calendar
 import contextlib
 import hashlib
-import mmap
 import os
 import re
 import secrets
@@ -26,12 +25,9 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-#: An object's kind from the type bits of its pack entry header; 6 and 7 are deltas, whose
-#: kind is their base's (left to git).
-_PACKED_KIND = {1: b"commit", 2: b"tree", 3: b"blob", 4: b"tag"}
-_KINDS = frozenset(_PACKED_KIND.values())
-#: The most packs searched for an object here (a repository not repacked lately has more).
-_PACKS_READ = 16
+from . import packs
+
+_KINDS = frozenset(packs.KIND.values())
 
 #: What git strips from both ends of a name or an e-mail address (besides every byte up to
 #: the space: ``strbuf_addstr_without_crud``), and what it will not keep inside one: an
@@ -147,8 +143,8 @@ def read_loose(objects: Path, oid: str, limit: int = 1 << 16) -> tuple[bytes, by
 
 def kind_of(objects: Path, oid: str) -> bytes | None:
     """The kind of object ``oid`` (``commit``, ``tree``, ``blob``, ``tag``), read from its
-    loose file's header or its pack entry's (a delta's, from its chain); None when it is in
-    neither, or git's to read."""
+    loose file's header or its pack entry's (a delta's, from its chain's base); None when it
+    is in neither, or git's to read."""
     try:
         with open(objects / oid[:2] / oid[2:], "rb") as loose:
             # A compressed block may open with its code tables (hundreds of bytes) before
@@ -161,20 +157,7 @@ def kind_of(objects: Path, oid: str) -> bytes | None:
         pass
     except (OSError, zlib.error):
         return None
-    found = _packed(objects / "pack", bytes.fromhex(oid))
-    if found is None:
-        return None
-    try:
-        with open(found[0], "rb") as pack:
-            pack.seek(found[1])
-            first = pack.read(1)
-    except OSError:
-        return None
-    kind = _PACKED_KIND.get((first[0] >> 4) & 7) if first else None
-    if kind is None and first:  # a delta: its kind is its base's, read whole
-        whole = read_packed(objects, oid)
-        kind = whole[0] if whole is not None else None
-    return kind
+    return packs.kind(objects, oid)
 
 
 def read_object(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
@@ -183,46 +166,17 @@ def read_object(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
     return read_loose(objects, oid) or read_packed(objects, oid)
 
 
-def _packed(packs: Path, raw: bytes) -> tuple[Path, int] | None:
-    """The pack holding ``raw`` (a binary object id) and where in it, or None."""
-    try:
-        names = [n for n in os.listdir(packs) if n.endswith(".idx")]
-    except OSError:
+def read_packed(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
+    """A packed object's kind and content (see :mod:`.packs`), believed only when it hashes
+    to its id: a misread, a corrupted or a crafted pack is never taken for the object."""
+    found = packs.read(objects, oid)
+    if found is None:
         return None
-    if len(names) > _PACKS_READ:
-        return None  # each index is opened per lookup: with many, one git process is less
-    for name in names:
-        offset = _pack_offset(packs / name, raw)
-        if offset is not None:
-            return packs / f"{name[:-4]}.pack", offset
-    return None
-
-
-def _pack_offset(idx: Path, raw: bytes) -> int | None:
-    """Where ``raw`` (a binary object id) starts in the pack of version-2 index ``idx``."""
-    try:
-        with open(idx, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            if m[:8] != b"\xfftOc\x00\x00\x00\x02":
-                return None
-            width, first = len(raw), raw[0]
-            low = int.from_bytes(m[8 + 4 * (first - 1) : 12 + 4 * (first - 1)]) if first else 0
-            high = int.from_bytes(m[8 + 4 * first : 12 + 4 * first])
-            count = int.from_bytes(m[8 + 4 * 255 : 12 + 4 * 255])
-            names = 8 + 256 * 4
-            while low < high:
-                mid = (low + high) // 2
-                found = m[names + mid * width : names + (mid + 1) * width]
-                if found == raw:
-                    at = names + count * (width + 4) + mid * 4
-                    offset = int.from_bytes(m[at : at + 4])
-                    if offset & 0x80000000:  # the low bits index the table of large offsets
-                        big = names + count * (width + 8) + (offset & 0x7FFFFFFF) * 8
-                        offset = int.from_bytes(m[big : big + 8])
-                    return offset
-                low, high = (mid + 1, high) if found < raw else (low, mid)
-    except (OSError, ValueError):
+    kind, body = found
+    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
+    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
         return None
-    return None
+    return found
 
 
 def identity(name: str, email: str, when: int, offset_minutes: int) -> bytes:
@@ -271,7 +225,7 @@ def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str
     if final.exists():
         os.utime(final)
         return oid
-    packed = _packed(objects / "pack", bytes.fromhex(oid))
+    packed = packs.find(objects / "pack", bytes.fromhex(oid))
     if packed is not None:  # as git: the pack's time refreshed, no loose copy
         os.utime(packed[0])
         return oid
@@ -334,144 +288,3 @@ def plain_commit(body: bytes) -> bool:
         and head[-1].startswith(b"committer ")
         and any(line.startswith(b"author ") for line in head)
     )
-
-
-#: The largest object read from a pack without git (trees and commits are far smaller).
-_PACKED_LIMIT = 1 << 20
-#: The longest chain of deltas followed (git's own default depth is 50; ``gc --aggressive``
-#: makes 250).
-_CHAIN_LIMIT = 1000
-
-
-def read_packed(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
-    """An object's kind and content read from the pack that holds it, deltas applied, and
-    checked against its id (so a misread is never believed); None to ask git (not in a pack
-    here, larger than :data:`_PACKED_LIMIT`, based on an object in another pack or loose, or
-    not what its id says)."""
-    found = _packed(objects / "pack", bytes.fromhex(oid))
-    if found is None:
-        return None
-    try:
-        with open(found[0], "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            read = _unpack(m, found[1], found[0], objects, len(oid))
-    except (OSError, ValueError, IndexError, zlib.error):
-        return None
-    if read is None:
-        return None
-    kind, body = read
-    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
-    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
-        return None
-    return kind, body
-
-
-def _unpack(
-    m: mmap.mmap, offset: int, pack: Path, objects: Path, oid_length: int
-) -> tuple[bytes, bytes] | None:
-    """The object at ``offset``: its chain of deltas walked back to a whole object, then
-    applied forward (gitformat-pack: each entry a type and size, a delta's base named by a
-    negative offset or an id)."""
-    deltas: list[bytes] = []
-    while len(deltas) <= _CHAIN_LIMIT:
-        kind, size, at = _entry_header(m, offset)
-        if size > _PACKED_LIMIT:
-            return None
-        if kind in _PACKED_KIND:
-            data = _inflate(m, at, size)
-            break
-        if kind == 6:  # the base lies before, at a distance encoded big-endian, 7 bits a byte
-            byte = m[at]
-            distance, at = byte & 0x7F, at + 1
-            while byte & 0x80:
-                byte = m[at]
-                distance, at = ((distance + 1) << 7) | (byte & 0x7F), at + 1
-            deltas.append(_inflate(m, at, size))
-            offset -= distance
-        elif kind == 7:  # the base named by its id: in this pack, or it is git's to find
-            width = oid_length // 2
-            base = _packed(objects / "pack", bytes(m[at : at + width]))
-            if base is None or base[0] != pack:
-                return None
-            deltas.append(_inflate(m, at + width, size))
-            offset = base[1]
-        else:
-            return None
-    else:
-        return None
-    for delta in reversed(deltas):
-        data = _apply_delta(data, delta)
-    return _PACKED_KIND[kind], data
-
-
-def _entry_header(m: mmap.mmap, offset: int) -> tuple[int, int, int]:
-    """A pack entry's type, its (inflated) size, and where its data starts."""
-    byte = m[offset]
-    kind, size, shift, at = (byte >> 4) & 7, byte & 0x0F, 4, offset + 1
-    while byte & 0x80:
-        byte = m[at]
-        size |= (byte & 0x7F) << shift
-        shift, at = shift + 7, at + 1
-    return kind, size, at
-
-
-def _inflate(m: mmap.mmap, at: int, size: int) -> bytes:
-    """``size`` bytes inflated from the zlib stream at ``at``, fed a few kilobytes at a time
-    (the stream's end is not recorded)."""
-    inflate, out = zlib.decompressobj(), b""
-    step = max(4096, size + 64)
-    while not inflate.eof:
-        chunk = m[at : at + step]
-        if not chunk:
-            raise ValueError("a pack entry runs past the end of its pack")
-        out += inflate.decompress(chunk, size + 1 - len(out))
-        if len(out) > size:
-            raise ValueError("a pack entry is larger than its header says")
-        at += step - len(inflate.unconsumed_tail) - len(inflate.unused_data)
-        if inflate.unconsumed_tail:
-            raise ValueError("a pack entry is larger than its header says")
-    if len(out) != size:
-        raise ValueError("a pack entry is not the size its header says")
-    return out
-
-
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        byte = data[at]
-        value |= (byte & 0x7F) << shift
-        shift, at = shift + 7, at + 1
-        if not byte & 0x80:
-            return value, at
-
-
-def _apply_delta(base: bytes, delta: bytes) -> bytes:
-    """``base`` with ``delta`` applied: copies of its ranges and inserted bytes."""
-    size, at = _varint(delta, 0)
-    if size != len(base):
-        raise ValueError("a delta for another base")
-    size, at = _varint(delta, at)
-    if size > _PACKED_LIMIT:
-        raise ValueError("a delta's result is too large to read here")
-    out = bytearray()
-    while at < len(delta):
-        op, at = delta[at], at + 1
-        if op & 0x80:  # copy: up to four bytes of offset, three of size, each if its bit is set
-            start = length = 0
-            for bit in range(4):
-                if op & (1 << bit):
-                    start, at = start | delta[at] << (8 * bit), at + 1
-            for bit in range(3):
-                if op & (0x10 << bit):
-                    length, at = length | delta[at] << (8 * bit), at + 1
-            length = length or 0x10000
-            if start + length > len(base):
-                raise ValueError("a delta copies past its base")
-            out += base[start : start + length]
-        elif op:  # insert the next ``op`` bytes
-            out += delta[at : at + op]
-            at += op
-        else:
-            raise ValueError("a delta with a reserved instruction")
-    if len(out) != size:
-        raise ValueError("a delta's result is not the size it says")
-    return bytes(out)
