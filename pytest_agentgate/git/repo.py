@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
     pass
 
 T = TypeVar("T")
+
+#: How long a diff is walked in process before ``diff-tree`` is asked instead: about what
+#: starting git costs here. A gated test's few changes take a fraction of it.
+_DIFF_HERE_S = 0.003
 
 
 @dataclass(frozen=True)
@@ -362,14 +367,17 @@ class BaseRepo(RepoRefs):
         """``diff-tree -r -t`` between two trees or commits, read from their objects, loose
         or packed (every tree a snapshot or a merge just wrote is loose, and so, in a run, the tree
         each landing left on the target): the same changes in the same order, a git
-        process less. None when an object it needs is not loose or not as git writes it."""
+        process less. None when an object it needs is git's to read, or when the walk takes
+        longer than a ``diff-tree`` would (many changes, deep chains of deltas): the answer is
+        the same either way, only its cost differs."""
         if not (is_oid(old) and is_oid(new)):
             return None
         roots = [self._commit_tree_here(oid) for oid in (old, new)]
         if roots[0] is None or roots[1] is None:
             return None
         changes: list[TreeChange] = []
-        return changes if self._walk_trees(roots[0], roots[1], "", changes) else None
+        deadline = time.perf_counter() + _DIFF_HERE_S
+        return changes if self._walk_trees(roots[0], roots[1], "", changes, deadline) else None
 
     def _tree_here(self, oid: str) -> dict[str, tuple[str, str]] | None:
         found = self._object(oid)
@@ -378,9 +386,14 @@ class BaseRepo(RepoRefs):
         entries = objects.tree_entries(found[1], self._oid_length)
         return None if entries is None else {name: (mode, eid) for mode, name, eid in entries}
 
-    def _walk_trees(self, old: str, new: str, prefix: str, out: list[TreeChange]) -> bool:
+    def _walk_trees(
+        self, old: str, new: str, prefix: str, out: list[TreeChange], deadline: float
+    ) -> bool:
         """Add the changes between trees ``old`` and ``new`` (either may be absent: the
-        null id) below ``prefix`` to ``out``, in git's order; False when one is git's to read."""
+        null id) below ``prefix`` to ``out``, in git's order; False when one is git's to
+        read, or the walk has taken as long as a git process would (a large difference)."""
+        if time.perf_counter() > deadline:
+            return False
         none = "0" * self._oid_length
         ours = {} if old == none else self._tree_here(old)
         theirs = {} if new == none else self._tree_here(new)
@@ -403,7 +416,7 @@ class BaseRepo(RepoRefs):
                 status = "T"  # a file, a link and a submodule's commit are three kinds
             path = prefix + name
             out.append(TreeChange(status, path, old_mode, new_mode, old_oid, new_oid))
-            if is_tree and not self._walk_trees(old_oid, new_oid, path + "/", out):
+            if is_tree and not self._walk_trees(old_oid, new_oid, path + "/", out, deadline):
                 return False
         return True
 
