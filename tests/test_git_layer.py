@@ -346,10 +346,8 @@ def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
     git(service, "config", "core.sharedRepository", "group")
     ran.clear()
     shared = BaseRepo.open(service)
-    made = shared.commit_tree(tree, [base], "shared\n", author)
-    assert "commit-tree" in ran
-    folder = shared.common_dir / "objects" / made[:2]
-    assert folder.stat().st_mode & 0o070 == 0o070, oct(folder.stat().st_mode)
+    shared.commit_tree(tree, [base], "shared\n", author)
+    assert "commit-tree" in ran  # git gives the group its permissions
 
 
 def test_the_kind_of_a_packed_object_is_git_s_or_left_to_git(service: Path) -> None:

@@ -207,18 +207,30 @@ class _Pack:
         return out
 
 
-def kind(objects: Path, oid: str) -> bytes | None:
-    """The kind of packed object ``oid``: its entry's, or its chain's base's for a delta."""
+#: What reading a pack raises when it is not as git writes it, or changed under the reader.
+_FAILED = (OSError, IndexError, _Unreadable, zlib.error)
+
+
+def _opened(objects: Path, oid: str) -> tuple[_Pack, int] | None:
+    """The pack holding ``oid``, open, and where in it the object starts; None if none."""
     found = find(objects / "pack", _raw(oid))
     if found is None:
         return None
     try:
-        pack = _Pack(found[0], objects, len(oid) // 2)
+        return _Pack(found[0], objects, len(oid) // 2), found[1]
     except OSError:
         return None
+
+
+def kind(objects: Path, oid: str) -> bytes | None:
+    """The kind of packed object ``oid``: its entry's, or its chain's base's for a delta."""
+    opened = _opened(objects, oid)
+    if opened is None:
+        return None
+    pack, offset = opened
     try:
-        return KIND[pack.chain(found[1])[-1][0]]
-    except (OSError, IndexError, _Unreadable, zlib.error):
+        return KIND[pack.chain(offset)[-1][0]]
+    except _FAILED:
         return None
     finally:
         pack.close()
@@ -227,15 +239,12 @@ def kind(objects: Path, oid: str) -> bytes | None:
 def read(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
     """Packed object ``oid``'s kind and content, its deltas applied one at a time (the
     caller checks the result against the id); None to ask git."""
-    found = find(objects / "pack", _raw(oid))
-    if found is None:
+    opened = _opened(objects, oid)
+    if opened is None:
         return None
+    pack, offset = opened
     try:
-        pack = _Pack(found[0], objects, len(oid) // 2)
-    except OSError:
-        return None
-    try:
-        chain = pack.chain(found[1])
+        chain = pack.chain(offset)
         base_kind, size, at = chain[-1]
         data = pack.inflate(at, size)
         work, inflated = _WORK_LIMIT, size
@@ -245,7 +254,7 @@ def read(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
                 raise _Unreadable("more to inflate than a git process costs")
             data, work = _apply_delta(pack, data, pack.inflate(at, size), work)
         return KIND[base_kind], data
-    except (OSError, IndexError, _Unreadable, zlib.error):
+    except _FAILED:
         return None
     finally:
         pack.close()
