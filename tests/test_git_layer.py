@@ -500,7 +500,9 @@ def test_a_plugin_ref_is_git_s_to_create_wherever_git_would_do_otherwise(
     def interrupted(*_args: object) -> str:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(BaseRepo, "_in_the_way", interrupted)
+    from pytest_agentgate.git import ref_files
+
+    monkeypatch.setattr(ref_files, "_in_the_way", interrupted)
     with pytest.raises(KeyboardInterrupt):
         repo.update_ref("refs/agentgate/t/1", made, None, "m")
     monkeypatch.undo()

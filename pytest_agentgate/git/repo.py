@@ -211,7 +211,7 @@ class BaseRepo(RepoRefs):
             or not all(objects.clean_identity(name) for name in names)
             or "\0" in message  # git refuses it
             or not objects.git_keeps(message)
-            or not self._writes_itself()
+            or not objects.writes_itself(self.common_dir)
         ):
             return None
         store = self.common_dir / "objects"

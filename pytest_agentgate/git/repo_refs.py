@@ -6,7 +6,6 @@ merges."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from ..errors import BadRefName, RepoNotFound, RevisionNotFound
-from . import objects
+from . import ref_files
 from . import runner as _git
 
 if TYPE_CHECKING:
@@ -28,14 +27,7 @@ ZERO = "0" * 40
 _OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
-# Refs read from their files: shared ones (not per-worktree), plain names only.
-_PLAIN_REF = re.compile(r"^refs/(heads|tags|remotes|agentgate)/[A-Za-z0-9._+@%/-]+\Z")
-
-
-#: The most of ``packed-refs`` read to create a ref without git (about 3,000 refs).
-_PACKED_READ = 256 * 1024
-
-_ODD_REF = re.compile(r"(^|/)\.|\.\.|//|[/.]\Z|\.lock(/|\Z)")
+_PLAIN_REF, _ODD_REF = ref_files.PLAIN_REF, ref_files.ODD_REF
 
 
 @dataclass(frozen=True)
@@ -427,8 +419,8 @@ class RepoRefs:
 
         A stale lock raises :class:`StaleLock`; any other failure :class:`GitError`.
         """
-        if old is None and not reflog:
-            created = self._create_here(ref, new, message)
+        if old is None and not reflog and not self._reftable and len(new) == self._oid_length:
+            created = ref_files.create(self.common_dir, self.git_dir, ref, new, message)
             if created is not None:
                 return created
         args = ["update-ref"]
@@ -441,110 +433,6 @@ class RepoRefs:
         if _git.held_lock(result.stderr) is None and _git.lost_race(result.stderr):
             return False
         raise _git.failure(args, result.returncode, result.stderr)
-
-    def _writes_itself(self) -> bool:
-        """Whether objects and refs may be written here without git (see :mod:`.objects`);
-        read each time, a few small files, so a setting made meanwhile counts."""
-        return objects.writes_itself(self.common_dir) and not objects.logs_every_ref(
-            self.common_dir
-        )
-
-    def _create_here(self, ref: str, new: str, message: str) -> bool | None:
-        """Create one of the plugin's own refs as git's files backend does, without a git
-        process (one less for every record, checkpoint and baseline): its lock file taken
-        exclusively, the ref found neither in its file nor in ``packed-refs``, the value
-        written to the lock and the lock renamed into place. False when the ref exists.
-
-        None leaves it to git, which then does it or says why not: a lock already held, a
-        ref where a folder must be (or the other way round), a commit not loose and whole,
-        refs kept in a reftable, a reflog git would write (its settings, a HEAD naming the
-        ref), a name or message git refuses."""
-        if (
-            self._reftable
-            or not ref.startswith("refs/agentgate/")
-            or not _PLAIN_REF.match(ref)
-            or _ODD_REF.search(ref)
-            or not message
-            or "\0" in message
-            or len(new) != self._oid_length
-            or not is_oid(new)
-            or not self._writes_itself()
-            or os.path.lexists(self.common_dir / "logs" / ref)
-            or self._a_head_names(ref)
-        ):
-            return None
-        found = objects.read_loose(self.common_dir / "objects", new)
-        if found is None or found[0] != b"commit" or not objects.plain_commit(found[1]):
-            return None
-        path = self.common_dir / ref
-        lock = path.with_name(f"{path.name}.lock")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return None
-        try:
-            try:
-                way = self._in_the_way(ref, path)
-                data = memoryview(f"{new}\n".encode("ascii"))
-                while not way and data:  # a short write: its error follows
-                    data = data[os.write(fd, data) :]
-            finally:
-                os.close(fd)
-            if not way:
-                os.rename(lock, path)  # the lock is the ref now: nothing of it to remove
-                return True
-        except OSError:
-            way = "failed"
-        except BaseException:  # an interrupt: the lock is ours, never left for others
-            lock.unlink(missing_ok=True)
-            raise
-        lock.unlink(missing_ok=True)
-        return False if way == "exists" else None
-
-    def _a_head_names(self, ref: str) -> bool:
-        """Whether a HEAD (this worktree's, the main one's, a linked one's) points at
-        ``ref``: git would log the ref's creation in that HEAD's reflog too."""
-        heads = [self.git_dir / "HEAD", self.common_dir / "HEAD"]
-        with contextlib.suppress(OSError):
-            heads += [self.common_dir / "worktrees" / n / "HEAD" for n in os.listdir(
-                self.common_dir / "worktrees")]  # fmt: skip
-        for head in heads:
-            try:
-                text = head.read_bytes()[:4096]
-            except OSError:
-                continue
-            if text.strip() == f"ref: {ref}".encode():
-                return True
-        return False
-
-    def _in_the_way(self, ref: str, path: Path) -> str:
-        """What stands where ``ref`` would be created, its lock held: ``exists`` (the ref
-        itself: a lost race), ``conflict`` (a ref or a folder of refs where git would report
-        one; a symbolic ref, which git would follow; a ``packed-refs`` too large to read
-        here, or not whole), or nothing."""
-        if os.path.lexists(path):
-            if not path.is_file() or path.is_symlink():
-                return "conflict"
-            with open(path, "rb") as current:
-                return "conflict" if current.read(5) == b"ref: " else "exists"
-        try:
-            with open(self.common_dir / "packed-refs", "rb") as packed:
-                data = packed.read(_PACKED_READ + 1)
-        except FileNotFoundError:
-            return ""
-        except OSError:
-            return "conflict"
-        if len(data) > _PACKED_READ or (data and not data.endswith(b"\n")):
-            return "conflict"  # git reads a large one by halving; a torn one is git's to report
-        name = b" " + ref.encode()
-        if name + b"\n" in data:
-            return "exists"
-        parts = ref.split("/")
-        above = [" " + "/".join(parts[:n]) + "\n" for n in range(2, len(parts))]
-        if name + b"/" in data or any(a.encode() in data for a in above):
-            return "conflict"
-        return ""
 
     def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
         """Delete ``ref`` if it is still at ``old``; False when it was not."""
