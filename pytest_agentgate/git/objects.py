@@ -76,26 +76,22 @@ def git_keeps(text: str) -> bool:
     return not _NONCHARACTERS.search(text)
 
 
-def writes_itself(common_dir: Path) -> bool:
-    """Whether the plugin may write a commit as git would here: no configuration git reads
-    (the repository's, the user's, the system's) holds a setting of :data:`_GIT_WRITES`,
-    and the repository borrows no objects from another store (an object there is git's to
-    find)."""
+def writes_itself(common_dir: Path, *, refs: bool = False) -> bool:
+    """Whether the plugin may write a commit (with ``refs``, also a ref) as git would here:
+    no configuration git reads (the repository's, the user's, the system's) holds a setting
+    of :data:`_GIT_WRITES` (nor, for a ref, one of :data:`_LOGS_EVERY_REF`: git would keep
+    its reflog), and the repository borrows no objects from another store (an object there
+    is git's to find)."""
+    settings = (_GIT_WRITES, _LOGS_EVERY_REF) if refs else (_GIT_WRITES,)
     return (
-        not _configured(common_dir, _GIT_WRITES)
+        not _configured(common_dir, settings)
         and not (common_dir / "objects" / "info" / "alternates").exists()
     )
 
 
-def logs_every_ref(common_dir: Path) -> bool:
-    """Whether git would keep a reflog for any ref it writes (``core.logAllRefUpdates =
-    always``), which the plugin leaves to git."""
-    return _configured(common_dir, _LOGS_EVERY_REF)
-
-
-def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
+def _configured(common_dir: Path, settings: tuple[re.Pattern[str], ...]) -> bool:
     """Whether a configuration git reads (the repository's, the user's, the system's) may
-    hold ``setting``: True also when one cannot be read, or is named by a relative path
+    hold one of ``settings``, each file read once: True also when one cannot be read, or is named by a relative path
     (git would take it from another folder)."""
     home = Path(os.environ.get("HOME") or "/nonexistent")
     xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
@@ -113,9 +109,19 @@ def _configured(common_dir: Path, setting: re.Pattern[str]) -> bool:
             continue
         except OSError:
             return True
-        if setting.search(text):
+        if any(setting.search(text) for setting in settings):
             return True
     return False
+
+
+def _framed(kind: bytes, body: bytes) -> bytes:
+    """An object as git hashes and stores it: its kind, its size, a NUL, its content."""
+    return kind + b" " + str(len(body)).encode() + b"\0" + body
+
+
+def _hash(whole: bytes, oid_length: int) -> str:
+    """The id of a framed object in the repository's object format."""
+    return hashlib.new("sha256" if oid_length == 64 else "sha1", whole).hexdigest()
 
 
 def read_loose(objects: Path, oid: str, limit: int = 1 << 16) -> tuple[bytes, bytes] | None:
@@ -132,7 +138,7 @@ def read_loose(objects: Path, oid: str, limit: int = 1 << 16) -> tuple[bytes, by
         return None
     if len(raw) > limit or not inflate.eof or inflate.unused_data:
         return None
-    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
+    if _hash(whole, len(oid)) != oid:
         return None
     header, nul, body = whole.partition(b"\0")
     kind, _, size = header.partition(b" ")
@@ -172,11 +178,7 @@ def read_packed(objects: Path, oid: str) -> tuple[bytes, bytes] | None:
     found = packs.read(objects, oid)
     if found is None:
         return None
-    kind, body = found
-    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
-    if hashlib.new("sha256" if len(oid) == 64 else "sha1", whole).hexdigest() != oid:
-        return None
-    return found
+    return found if _hash(_framed(*found), len(oid)) == oid else None
 
 
 def identity(name: str, email: str, when: int, offset_minutes: int) -> bytes:
@@ -218,8 +220,8 @@ def write_loose(objects: Path, kind: bytes, body: bytes, oid_length: int) -> str
     time refreshed, as git does, so a prune does not take it). Raises ``OSError`` when it
     cannot be written; nothing is left half written.
     """
-    whole = kind + b" " + str(len(body)).encode() + b"\0" + body
-    oid = hashlib.new("sha256" if oid_length == 64 else "sha1", whole).hexdigest()
+    whole = _framed(kind, body)
+    oid = _hash(whole, oid_length)
     folder = objects / oid[:2]
     final = folder / oid[2:]
     if final.exists():

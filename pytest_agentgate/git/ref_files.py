@@ -22,12 +22,6 @@ ODD_REF = re.compile(r"(^|/)\.|\.\.|//|[/.]\Z|\.lock(/|\Z)")
 _PACKED_READ = 256 * 1024
 
 
-def writes_itself(common_dir: Path) -> bool:
-    """Whether objects and refs may be written here without git (see :mod:`.objects`);
-    read each time, a few small files, so a setting made meanwhile counts."""
-    return objects.writes_itself(common_dir) and not objects.logs_every_ref(common_dir)
-
-
 def create(common_dir: Path, git_dir: Path, ref: str, new: str, message: str) -> bool | None:
     """Create one of the plugin's own refs as git's files backend does: its lock file
     taken exclusively, the ref found neither in its file nor in ``packed-refs``, the value
@@ -43,7 +37,7 @@ def create(common_dir: Path, git_dir: Path, ref: str, new: str, message: str) ->
         or ODD_REF.search(ref)
         or not message
         or "\0" in message
-        or not writes_itself(common_dir)
+        or not objects.writes_itself(common_dir, refs=True)  # read each time: a few files
         or os.path.lexists(common_dir / "logs" / ref)
         or _a_head_names(common_dir, git_dir, ref)
     ):

@@ -204,7 +204,8 @@ class BaseRepo(RepoRefs):
         less for every record, change and checkpoint): only when git would write exactly
         these bytes and the tree and parents are known to be a tree and commits, as git
         checks; None leaves it to git, which then writes it or says why it cannot."""
-        names = (*_git.committer(), author.name, author.email)
+        committer = _git.committer()
+        names = (*committer, author.name, author.email)
         parents = list(dict.fromkeys(parents))  # git drops a parent named twice, and says so
         if (
             not all(len(oid) == self._oid_length and is_oid(oid) for oid in (tree, *parents))
@@ -226,7 +227,7 @@ class BaseRepo(RepoRefs):
                 tree,
                 parents,
                 objects.identity(author.name, author.email, when, offset),
-                objects.identity(*_git.committer(), when, offset),
+                objects.identity(*committer, when, offset),
                 message,
             )
             return objects.write_loose(store, b"commit", body, self._oid_length)
@@ -379,12 +380,17 @@ class BaseRepo(RepoRefs):
         deadline = time.perf_counter() + _DIFF_HERE_S
         return changes if self._walk_trees(roots[0], roots[1], "", changes, deadline) else None
 
-    def _tree_here(self, oid: str) -> dict[str, tuple[str, str]] | None:
+    def _tree_here(self, oid: str) -> dict[str, tuple[str, str, str]] | None:
+        """A tree's entries by the key git orders them by (a tree's name with a slash), as
+        (name, mode, id); None when it is git's to read."""
         found = self._object(oid)
         if found is None or found[0] != b"tree":
             return None
         entries = objects.tree_entries(found[1], self._oid_length)
-        return None if entries is None else {name: (mode, eid) for mode, name, eid in entries}
+        if entries is None:
+            return None
+        return {name + ("/" if mode == "040000" else ""): (name, mode, eid)
+                for mode, name, eid in entries}  # fmt: skip
 
     def _walk_trees(
         self, old: str, new: str, prefix: str, out: list[TreeChange], deadline: float
@@ -399,19 +405,16 @@ class BaseRepo(RepoRefs):
         theirs = {} if new == none else self._tree_here(new)
         if ours is None or theirs is None:
             return False
-        keys = {name + ("/" if mode == "040000" else ""): name for name, (mode, _) in ours.items()}
-        keys.update(
-            (name + ("/" if mode == "040000" else ""), name) for name, (mode, _) in theirs.items()
-        )
-        for key in sorted(keys, key=lambda k: k.encode("utf-8", "surrogateescape")):
-            name, is_tree = keys[key], key.endswith("/")
-            a = ours.get(name) if ours.get(name, ("",))[0].startswith("04") == is_tree else None
-            b = theirs.get(name) if theirs.get(name, ("",))[0].startswith("04") == is_tree else None
+        for key in sorted(
+            ours.keys() | theirs.keys(), key=lambda k: k.encode("utf-8", "surrogateescape")
+        ):
+            a, b = ours.get(key), theirs.get(key)
             if a == b:
                 continue
-            old_mode, old_oid = a or ("000000", none)
-            new_mode, new_oid = b or ("000000", none)
+            name, old_mode, old_oid = a or (key.rstrip("/"), "000000", none)
+            new_mode, new_oid = (b or ("", "000000", none))[1:]
             status = "A" if a is None else "D" if b is None else "M"
+            is_tree = key.endswith("/")
             if a and b and not is_tree and old_mode[:2] != new_mode[:2]:
                 status = "T"  # a file, a link and a submodule's commit are three kinds
             path = prefix + name
