@@ -15,7 +15,7 @@ from pathlib import Path
 from .git.repo import BaseRepo
 from .judge.gate import GateContext
 from .sandbox import containment as sandbox
-from .sandbox.removal import remove_tree
+from .sandbox.removal import removals_done, remove_tree
 from .store.records import slugify
 from .workspace import fork as workspace
 from .workspace import recycle as recycling
@@ -122,7 +122,7 @@ class WorkspacePool:
             ws.end_processes()
             self._free.append(ws)
         else:
-            workspace.remove(ws)
+            workspace.remove(ws, later=True)
 
     def close(self) -> None:
         """Remove the kept workspaces (they hold nothing but a copy of a base)."""
@@ -132,5 +132,6 @@ class WorkspacePool:
             self._checkouts.close()
             self._checkouts = None
         if self._private is not None:
+            removals_done()  # the gates' checkouts inside it, still being deleted
             remove_tree(self._private)
             self._private = None

@@ -444,13 +444,13 @@ def test_an_attempt_number_is_never_claimed_again_after_prune(
     for _ in range(3):
         land(service, {}, task="again", promote=False)
     repo = BaseRepo(service / ".git", service)
-    (repo.private_dir / "numbers" / "again").unlink()  # as if its claimer could not write it
+    assert attempts.high_water(repo, "again") == 0  # a claim is its ref: no mark written yet
     code, _, _ = agentgate(
         capsys, "prune", "--repo", str(service), "--older-than", "0s", "--keep-last", "0"
     )
     assert code == 0
     assert git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts/") == ""
-    # Even when the claimer could not keep its mark, prune kept it before deleting.
+    # Prune kept the mark before deleting.
     assert attempts.high_water(repo, "again") == 3
     after = land(service, {}, task="again", promote=False)
     assert after.record_ref == "refs/agentgate/attempts/again/4"

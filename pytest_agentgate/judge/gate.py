@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._constants import DEFAULT_GATE_TIMEOUT_S
 from ..sandbox.containment import ALLOWED_ENV, UNCONTAINED, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
-from ..sandbox.removal import remove_tree
+from ..sandbox.removal import remove_later
 from ..store.record import Status
 from ..workspace.fork import checkout_tree
 from . import harness, results
@@ -486,7 +486,7 @@ def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) ->
     try:
         yield path
     finally:
-        remove_tree(path)
+        remove_later(path)  # its command has ended: the verdict need not wait for it
 
 
 def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
@@ -584,7 +584,7 @@ class _Run:
             finally:
                 if report is None:
                     channel.close()
-                remove_tree(private)
+                remove_later(private)
         return self._judge(index, command, result, report, declared)
 
     def _setup(

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -123,6 +124,66 @@ def remove_tree(path: Path) -> None:
                 _remove_entry(path.name, parent)
         finally:
             os.close(parent)
+
+
+class _Remover:
+    """Deletes, one after another in a thread of its own, the directories a caller no longer
+    needs and need not wait for: a gate's checkout is of no use once its command has ended,
+    and deleting its files costs a gated test as much as checking them out did.
+
+    The thread is not a daemon: the interpreter waits for it at exit, so a run that ends
+    normally leaves nothing behind. A process killed meanwhile leaves what it had not
+    deleted inside its private directory, which a later run's clean-up removes as before.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._queued: list[Path] = []
+        self._busy = False
+
+    def add(self, path: Path) -> None:
+        with self._lock:
+            self._queued.append(path)
+            if self._busy:
+                return
+            self._busy = True
+        try:
+            threading.Thread(target=self._work, name="agentgate-removal").start()
+        except RuntimeError:  # no thread to be had (interpreter exiting): do it here
+            self._work()
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queued:
+                    self._busy = False
+                    self._idle.notify_all()
+                    return
+                path = self._queued.pop(0)
+            with contextlib.suppress(Exception):  # never leave the queue stuck as busy
+                remove_tree(path)
+
+    def wait(self) -> None:
+        with self._lock:
+            while self._busy:
+                self._idle.wait()
+
+
+_remover = _Remover()
+
+
+def remove_later(path: Path) -> None:
+    """Delete ``path`` as :func:`remove_tree` does, but in the background: the caller goes
+    on at once. Only for a directory nothing will use again (its processes ended, its name
+    never handed out again); :func:`removals_done` waits for every such deletion."""
+    _remover.add(path)
+
+
+def removals_done() -> None:
+    """Return once every deletion :func:`remove_later` was given has finished: before a
+    directory that holds them is itself removed, or anything that expects them gone."""
+    _remover.wait()
 
 
 def empty_dir(path: Path) -> None:

@@ -50,8 +50,9 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
     n = max([int(x) for x in taken if x.isdigit()] + [high_water(repo, slug)], default=0) + 1
     for _ in range(10_000):
         ref = f"{PREFIX}{slug}/{n}"
+        # The new ref is its own claim; the high-water file only has to outlive the refs
+        # that go, and whatever removes one (prune, a renumbering) raises it first.
         if repo.update_ref(ref, commit, None, message):
-            raise_high_water(repo, slug, n)
             return ref
         n += 1
     raise GitError(
@@ -64,8 +65,8 @@ def _high_water_file(repo: BaseRepo, slug: str) -> Path:
 
 
 def high_water(repo: BaseRepo, slug: str) -> int:
-    """The highest attempt number ever claimed for ``slug`` (0: none known), kept beside
-    the refs so that a number freed by ``prune`` is never claimed again."""
+    """The highest attempt number of ``slug`` whose ref was removed (0: none known), kept
+    beside the refs so that a number freed by ``prune`` is never claimed again."""
     try:
         return int(_high_water_file(repo, slug).read_text(encoding="ascii").strip() or 0)
     except (OSError, ValueError):

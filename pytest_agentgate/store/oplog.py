@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,9 @@ class OpRecord:
     record: dict[str, object] = field(default_factory=dict)
 
 
+_FIELDS = tuple(f.name for f in fields(OpRecord))
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -68,15 +71,16 @@ def append(git_dir: Path, record: OpRecord, fault: str = "oplog") -> OpRecord:
     Raises ``OSError`` when the line cannot be written whole (a full disk, an I/O error);
     whatever part of it reached the file is closed off as a torn line that readers skip.
     """
-    stamped = OpRecord(
-        **{
-            **asdict(record),
-            "time": record.time or datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "user": record.user or _user(),
-            "host": record.host or socket.gethostname(),
-        }
+    stamped = replace(
+        record,
+        time=record.time or datetime.now(UTC).isoformat(timespec="milliseconds"),
+        user=record.user or _user(),
+        host=record.host or socket.gethostname(),
     )
-    line = json.dumps(asdict(stamped), sort_keys=True, ensure_ascii=True)
+    # Its fields as they are (``asdict`` would deep-copy the record's mapping for nothing).
+    line = json.dumps(
+        {name: getattr(stamped, name) for name in _FIELDS}, sort_keys=True, ensure_ascii=True
+    )
     path = log_path(git_dir)
     path.parent.mkdir(exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)

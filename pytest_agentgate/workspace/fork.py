@@ -27,7 +27,7 @@ from ..git.index import Index
 from ..git.repo import BaseRepo
 from ..sandbox import process as _proc
 from ..sandbox.containment import UNCONTAINED, Role, Sandbox, run_contained
-from ..sandbox.removal import remove_tree
+from ..sandbox.removal import remove_later, remove_tree
 
 if TYPE_CHECKING:
     from ..sandbox.agent_command import AgentCommand
@@ -389,16 +389,20 @@ def _checkout(repo: BaseRepo, rev: str, root: Path, name: str) -> tuple[Path, Pa
     return path, index
 
 
-def remove(ws: Workspace) -> None:
+def remove(ws: Workspace, *, later: bool = False) -> None:
     """Delete the workspace directory and its private index (both are the plugin's own).
 
     The deletion never follows a symlink (see :mod:`pytest_agentgate.sandbox.removal`).
+    With ``later``, its processes are ended now and its files deleted in the background
+    (:func:`~pytest_agentgate.sandbox.removal.remove_later`): for a workspace no one will
+    use again, whose removal the caller need not wait for.
     """
     ws.end_processes()
-    remove_tree(ws.path)
-    if ws.private is not None:
-        remove_tree(ws.private)
     ws.index.unlink(missing_ok=True)
+    remove = remove_later if later else remove_tree
+    remove(ws.path)
+    if ws.private is not None:
+        remove(ws.private)
 
 
 def discard_index(ws: Workspace) -> None:

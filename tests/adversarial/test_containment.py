@@ -41,7 +41,9 @@ def engine(
     promote: bool = True,
     **settings: object,
 ) -> Engine:
-    extra = {k: settings.pop(k) for k in ("isolation", "allow_symlinks") if k in settings}
+    extra = {
+        k: settings.pop(k) for k in ("isolation", "allow_symlinks", "recycle") if k in settings
+    }
     return Engine.open(
         repo,
         "main",
@@ -423,6 +425,48 @@ def test_removal_walks_without_following_links(tmp_path: Path) -> None:
     os.symlink(victim, swapped)
     remove_tree(swapped)
     assert (victim / "tmp.txt").exists()
+
+
+
+def test_removal_in_the_background_follows_no_link_and_is_waited_for(tmp_path: Path) -> None:
+    """A gate's checkout is deleted after its verdict, in a thread: with the same care as a
+    deletion in place (a link planted inside goes as a link), all of it done once
+    ``removals_done`` returns, and one that fails does not stop the ones after it."""
+    from pytest_agentgate.sandbox.removal import removals_done, remove_later
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    queued = []
+    for n in range(12):
+        folder = tmp_path / f"checkout-{n}"
+        for d in range(5):
+            (folder / f"d{d}").mkdir(parents=True)
+            for f in range(40):
+                (folder / f"d{d}" / f"f{f}.txt").write_text("x")
+        os.symlink(victim, folder / "d0" / "out")
+        queued.append(folder)
+    remove_later(tmp_path / "bad\0name")  # its removal raises (ValueError), not OSError
+    for folder in queued:
+        remove_later(folder)
+    removals_done()
+    assert not any(folder.exists() for folder in queued)
+    assert (victim / "keep.txt").read_text() == "keep"
+
+
+def test_a_run_without_recycling_leaves_no_gate_checkout(service: Path) -> None:
+    """Gate checkouts deleted in the background are all gone once the engine is closed,
+    before the run's private folder goes: nothing of them is left in the workdir."""
+    e = engine(service, "none", commands=("pwd > seen.txt",), recycle=False)
+    for n in range(3):
+        ws = e.fork(task=f"nothing left {n}")
+        (ws.path / f"x{n}.txt").write_text("x")
+        assert e.run_attempt(ws, task=f"nothing left {n}").verdict.status == "promoted"
+        e.release(ws)
+    private = e.private_root()
+    e.close()
+    assert not private.exists()
+    assert sorted(p.name for p in e.workdir.iterdir() if not p.name.startswith(".")) == []
 
 
 # -- names -----------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pytest_agentgate.git.repo import BaseRepo
 from pytest_agentgate.judge import gate
 from pytest_agentgate.judge.gate import GateSpec
 from pytest_agentgate.sandbox import containment as sandbox
+from pytest_agentgate.sandbox.removal import removals_done
 from pytest_agentgate.workspace.checkouts import GateCheckouts
 
 FILES = {
@@ -226,6 +227,7 @@ os.kill(p, signal.SIGKILL)
     plain = GateSpec(commands=("true",), exit_code=("true",))
     assert gate.run_commands(repo, repo.tree_of("HEAD~1"), plain, context).ok
     assert kept.reused == 0  # the first checkout was removed, the second made afresh
+    removals_done()  # each command's private folder goes in the background
     assert not any(
         stat.S_ISDIR(p.lstat().st_mode) and p.name.endswith(".private") for p in tmp_path.iterdir()
     )
