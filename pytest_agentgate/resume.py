@@ -71,6 +71,7 @@ def write_into(repo: BaseRepo, ws: Workspace, source: ResumeSource | None, mode:
         return "a fresh workspace at the base, with the base state"
     repo.index(ws.path, ws.index).merge_trees(ws.base, source.code_tree)
     ws.index_written = time.time()
+    ws.index_tree = None  # what the merge left: the index's to say
     ws.resumed_from = source.commit
     said = source.label
     if full and source.state is not None:

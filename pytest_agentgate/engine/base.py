@@ -224,7 +224,8 @@ class EngineBase:
     def gate_context(self) -> GateContext:
         return self.pool.gate_context()
 
-    def snapshot(self, ws: Workspace) -> Snapshot:
+    def snapshot(self, ws: Workspace, *, final: bool = False) -> Snapshot:
+        """What ``ws`` holds as a tree; ``final``: the attempt's own, no checkpoint after it."""
         s = self.settings
         return snapshots.snapshot(
             ws,
@@ -232,6 +233,7 @@ class EngineBase:
             max_files=s.max_files,
             max_bytes=s.max_bytes,
             allow_symlinks=s.allow_symlinks,
+            final=final,
         )
 
     def judge(

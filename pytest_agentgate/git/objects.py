@@ -84,12 +84,12 @@ def writes_itself(common_dir: Path, *, refs: bool = False) -> bool:
     is git's to find)."""
     settings = (_GIT_WRITES, _LOGS_EVERY_REF) if refs else (_GIT_WRITES,)
     return (
-        not _configured(common_dir, settings)
+        not configured(common_dir, settings)
         and not (common_dir / "objects" / "info" / "alternates").exists()
     )
 
 
-def _configured(common_dir: Path, settings: tuple[re.Pattern[str], ...]) -> bool:
+def configured(common_dir: Path, settings: tuple[re.Pattern[str], ...]) -> bool:
     """Whether a configuration git reads (the repository's, the user's, the system's) may
     hold one of ``settings``, each file read once: True also when one cannot be read, or is named by a relative path
     (git would take it from another folder)."""

@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import GitError
-from . import objects
+from . import objects, trees
 from . import runner as _git
 from .repo_refs import (
     ZERO,
@@ -128,6 +128,8 @@ class BaseRepo(RepoRefs):
         super().__init__(git_dir, worktree)
         #: "old new" object ids -> ``diff-tree -t`` between them (objects never change).
         self._diffs: dict[str, list[TreeChange]] = {}
+        #: Tree id -> whether it holds a ``.gitattributes`` at any depth.
+        self._attributed: dict[str, bool] = {}
 
     # -- running git ------------------------------------------------------------------
 
@@ -323,8 +325,21 @@ class BaseRepo(RepoRefs):
         """The paths of ``tree``'s gitlinks (submodules), kept per tree id."""
         found = self._gitlinks.get(tree)
         if found is None:
-            found = frozenset(e.path for e in self.ls_tree(tree) if e.mode == "160000")
+            entries = self.ls_tree(tree)
+            found = frozenset(e.path for e in entries if e.mode == "160000")
             _keep(self._gitlinks, tree, found)
+            attributed = any(e.path.rpartition("/")[2] == ".gitattributes" for e in entries)
+            _keep(self._attributed, tree, attributed, size=64)
+        return found
+
+    def has_attributes(self, tree: str) -> bool:
+        """Whether ``tree`` holds a ``.gitattributes`` file at any depth, kept per tree id
+        (listed with its gitlinks)."""
+        found = self._attributed.get(tree)
+        if found is None:
+            self._gitlinks.pop(tree, None)
+            self.gitlinks(tree)
+            found = self._attributed.get(tree, True)
         return found
 
     def same_gitlinks(self, tree: str, like: str) -> None:
@@ -334,6 +349,33 @@ class BaseRepo(RepoRefs):
         found = self._gitlinks.get(like)
         if found is not None:
             _keep(self._gitlinks, tree, found)
+
+    def same_attributes(self, tree: str, like: str) -> None:
+        """Note that ``tree`` holds a ``.gitattributes`` exactly when ``like`` does, where
+        that is known (a tree made from ``like`` changing none)."""
+        found = self._attributed.get(like)
+        if found is not None:
+            _keep(self._attributed, tree, found, size=64)
+
+    def edited_tree(self, tree: str, edits: Mapping[str, tuple[str, str] | None]) -> str | None:
+        """``tree`` with each path of ``edits`` set to a (mode, object id) or removed
+        (None), written by the plugin as ``write-tree`` would write it from an index given
+        those edits (see :func:`.trees.edit`); None when it is git's to do."""
+        if len(tree) != self._oid_length or not is_oid(tree):
+            return None
+        store = self.common_dir / "objects"
+
+        def write(body: bytes) -> str:
+            return objects.write_loose(store, b"tree", body, self._oid_length)
+
+        try:
+            return trees.edit(self._tree_here, write, tree, edits)
+        except OSError:
+            return None  # git tries it, and says what is wrong (a full disk) if it fails too
+
+    def write_blob(self, data: bytes) -> str:
+        """Store ``data`` as a blob, byte for byte, as git writes a loose object; its id."""
+        return objects.write_loose(self.common_dir / "objects", b"blob", data, self._oid_length)
 
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
         """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""
@@ -539,11 +581,11 @@ def _tree_entry(item: str) -> TreeEntry:
     return TreeEntry(mode, kind, oid, path)
 
 
-def _keep(cache: dict[str, T], tree: str, value: T, *, check: bool = True) -> None:
+def _keep(cache: dict[str, T], tree: str, value: T, *, check: bool = True, size: int = 4) -> None:
     """Keep ``value`` for ``tree`` when that is an object id (an id always names the same
-    tree), with the last few others (``check=False``: the caller made sure of the key)."""
+    tree), with the last ``size`` others (``check=False``: the caller made sure of the key)."""
     if not check or is_oid(tree):
-        if len(cache) >= 4:
+        if len(cache) >= size:
             # Threads of one gate share the repository: another may evict at the same time.
             with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                 cache.pop(next(iter(cache)))

@@ -48,6 +48,8 @@ class Workspace:
     resumed_from: str | None = None
     #: When the private index was last written (0: known to be stat-valid).
     index_written: float = 0.0
+    #: The tree the private index holds, where known (None: only the index can say).
+    index_tree: str | None = None
     #: The containment the agent's commands run in, and as which role.
     sandbox: Sandbox = UNCONTAINED
     role: Role = field(default_factory=lambda: Role("agent"))
@@ -274,6 +276,7 @@ def fork(
         index=index,
         fork_ms=(time.perf_counter() - begin) * 1000,
         index_written=time.time(),
+        index_tree=repo.tree_of(base),
         private=private,
         objects=None if sealed else (repo.common_dir / "objects").resolve(),
     )

@@ -187,6 +187,7 @@ def recycle(ws: Workspace, base: str, name: str | None = None) -> Workspace:
         raise RecycleFailed(ws.path, str(exc)) from exc
     ws.base = base
     ws.index_written = time.time()
+    ws.index_tree = repo.tree_of(base)
     ws.resumed_from = None
     ws.runs.clear()
     ws.fork_ms = (time.perf_counter() - begin) * 1000

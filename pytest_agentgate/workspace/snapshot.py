@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from .._constants import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from ..errors import AgentgateError, GitError
 from ..git import runner as _git
+from ..git import trees
+from ..git.index import IndexEntry
 from ..git.repo import BaseRepo, TreeChange
 
 if TYPE_CHECKING:
@@ -97,6 +99,7 @@ def snapshot(
     max_files: int = DEFAULT_MAX_FILES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     allow_symlinks: Sequence[str] = (),
+    final: bool = False,
 ) -> Snapshot:
     """Turn the files the agent left into a tree whose parent is the base.
 
@@ -104,7 +107,8 @@ def snapshot(
     honoured); only those paths become new objects. Secrets matching ``exclude`` stay out and
     are named in the result. Gitlinks keep the base's value (an agent cannot repoint a
     submodule). Nested repositories and paths git refuses raise :class:`SnapshotRefused`.
-    The limits are checked from file sizes before anything is read.
+    The limits are checked from file sizes before anything is read. A ``final`` snapshot
+    (the attempt's, not a checkpoint's) need not leave the private index up to date.
     """
     repo = ws.repo
     _settle_index(ws)
@@ -140,18 +144,15 @@ def snapshot(
         total += (ws.path / rel).lstat().st_size
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
-    index = _index(ws)
-    try:
-        index.stage_paths(sorted(removals), remove=True)
-        index.stage_paths(additions)
-    except GitError as err:
-        if _git.disk_trouble(err.stderr):
-            raise  # a full or failing disk is the machine's trouble, not the agent's
-        raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
-    ws.index_written = time.time()
-    tree = index.write_tree()
-    base_tree = repo.tree_of(ws.base)
+    base_tree, start = repo.tree_of(ws.base), ws.index_tree
+    tree = _written_here(ws, base_tree, additions, removals, total, keep_index=not final)
+    if tree is None:
+        tree = _written_by_git(ws, additions, removals)
     repo.same_gitlinks(tree, base_tree)  # the index holds the base's gitlinks, no other
+    if start is not None and not any(
+        p.rpartition("/")[2] == ".gitattributes" for p in (*additions, *removals)
+    ):
+        repo.same_attributes(tree, start)  # and the attributes files it held
     changes, new_objects = diff_trees(repo, base_tree, tree)
     _refuse_escaping_links(repo, base_tree, tree, changes, allow_symlinks)
     return Snapshot(
@@ -164,6 +165,70 @@ def snapshot(
         hashed=len(additions),
         kept_gitlinks=tuple(sorted(gitlinks)),
     )
+
+
+def _written_by_git(ws: Workspace, additions: Sequence[str], removals: Iterable[str]) -> str:
+    """The snapshot's tree as git writes it: the paths staged in the private index (git
+    hashes the files, filters applied), then the index written as a tree."""
+    index = _index(ws)
+    try:
+        index.stage_paths(sorted(removals), remove=True)
+        index.stage_paths(additions)
+    except GitError as err:
+        if _git.disk_trouble(err.stderr):
+            raise  # a full or failing disk is the machine's trouble, not the agent's
+        raise SnapshotRefused(f"git refused a path the agent wrote: {err.stderr.strip()}") from err
+    ws.index_written = time.time()
+    ws.index_tree = index.write_tree()
+    return ws.index_tree
+
+
+def _written_here(
+    ws: Workspace,
+    base_tree: str,
+    additions: Sequence[str],
+    removals: Iterable[str],
+    size: int,
+    *,
+    keep_index: bool,
+) -> str | None:
+    """The snapshot's tree written by the plugin, the same objects git would write, two
+    git processes less (see :mod:`pytest_agentgate.git.trees`); None when it is git's to
+    write: a name git guards, an attributes file anywhere, a setting that changes what git
+    stores, more than :data:`~pytest_agentgate.git.trees.MAX_BYTES`, or anything but a
+    file or a link.
+
+    With ``keep_index`` (a checkpoint: more snapshots follow), the private index is given
+    the new entries, so the next snapshot hashes only what changes after this one; a last
+    snapshot leaves it, as nothing reads it again but a recycling, which resets it whole.
+    """
+    repo = ws.repo
+    removals = sorted(removals)
+    if (
+        ws.index_tree is None
+        or size > trees.MAX_BYTES
+        or not all(trees.plain_name(p) for p in (*additions, *removals))
+        or not trees.plain_checkin(repo.common_dir)
+        or repo.has_attributes(ws.index_tree)
+    ):
+        return None
+    edits: dict[str, tuple[str, str] | None] = dict.fromkeys(removals)
+    for rel in additions:
+        found = trees.file_blob(ws.path, rel)
+        if found is None:
+            return None
+        try:
+            edits[rel] = (found[0], repo.write_blob(found[1]))
+        except OSError:
+            return None  # git tries, and a full or failing disk is reported as git's error
+    # The edits are of what the index holds: the base, or the last checkpoint's tree.
+    tree = repo.edited_tree(ws.index_tree, edits)
+    if tree is not None and keep_index:
+        null = "0" * len(base_tree)
+        entries = [IndexEntry(*(e or ("0", null)), rel) for rel, e in edits.items()]
+        _index(ws).stage_entries(entries)
+        ws.index_written, ws.index_tree = time.time(), tree
+    return tree
 
 
 def tree_snapshot(

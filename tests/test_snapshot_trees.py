@@ -1,0 +1,189 @@
+"""A snapshot's tree written without git is the tree git writes from the same files, and
+wherever git would store other bytes (attributes, line-ending settings, names it guards),
+git writes it."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import git
+from test_git_layer import _random_edit
+
+from pytest_agentgate.git import runner
+from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.workspace.fork import Workspace, fork
+from pytest_agentgate.workspace.snapshot import snapshot
+
+
+def git_tree_of(repo: BaseRepo, ws: Workspace, scratch: Path) -> str:
+    """What ``git add -A`` and ``write-tree`` make of the workspace's files, from its base."""
+    env = {**os.environ, "GIT_DIR": str(repo.git_dir), "GIT_WORK_TREE": str(ws.path),
+           "GIT_INDEX_FILE": str(scratch)}  # fmt: skip
+    for args in (["read-tree", ws.base], ["add", "-A"], ["write-tree"]):
+        out = subprocess.run(["git", *args], env=env, capture_output=True, text=True, check=True)
+    scratch.unlink()
+    return out.stdout.strip()
+
+
+def counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The git commands started from now on (their first word)."""
+    calls: list[str] = []
+    real = runner.run
+
+    def run(args: list[str], *rest: object, **options: object) -> object:
+        calls.append(next(a for a in args if not a.startswith("-") and "=" not in a))
+        return real(args, *rest, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "run", run)
+    return calls
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+def test_a_snapshot_tree_written_without_git_is_git_s_edit_for_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, object_format: str
+) -> None:
+    """Random edits (files written, removed, made executable, made links, a file made a
+    folder and back), each round's snapshot the next round's base: the tree is git's every
+    time, and written without ``update-index`` and ``write-tree``."""
+    git(tmp_path, "init", "-q", "-b", "main", f"--object-format={object_format}", "r")
+    path = tmp_path / "r"
+    (path / "a").mkdir()
+    (path / "a" / "a.txt").write_text("first\n")
+    (path / "b").write_text("b\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    repo = BaseRepo.open(path)
+    rng = random.Random(7)
+    names = ["a", "a.txt", "a-b", "b", "z"]
+    base = repo.resolve_commit("main")
+    kinds: set[str] = set()
+    calls = counting(monkeypatch)
+    for n in range(40):
+        ws = fork(repo, base, "main", tmp_path / f"pool-{n}")
+        for _ in range(rng.randint(1, 4)):
+            _random_edit(ws.path, rng, names)
+        calls.clear()
+        snap = snapshot(ws, final=True)
+        assert "update-index" not in calls and "write-tree" not in calls, calls
+        assert snap.tree == git_tree_of(repo, ws, tmp_path / "index"), n
+        gone = {c.path for c in snap.changes if c.status == "D"}
+        kinds |= {c.status for c in snap.changes}
+        if any(c.path.rpartition("/")[0] in gone for c in snap.changes if c.status == "A"):
+            kinds.add("a file made a folder")
+        base = repo.commit_tree(snap.tree, [base], f"round {n}\n", Author("t", "t@e"))
+    assert kinds == {"A", "D", "M", "T", "a file made a folder"}  # every kind of change
+    git(path, "fsck", "--strict")
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["a .gitattributes in the base", "info/attributes", "the user's attributes",
+     "core.autocrlf", "core.fileMode"],
+)  # fmt: skip
+def test_where_git_would_store_other_bytes_git_writes_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Each case makes git store a file otherwise than its bytes and stat say (line endings
+    converted, a mode kept from the index): the tree is git's own, written by git, not the
+    one the plain bytes would make."""
+    git(tmp_path, "init", "-q", "-b", "main", "r")
+    path = tmp_path / "r"
+    (path / "x.txt").write_text("x\n")
+    rel = "sub/w.txt" if where == "a .gitattributes in the base" else "w.txt"
+    if where == "a .gitattributes in the base":
+        (path / "sub").mkdir()
+        (path / "sub" / ".gitattributes").write_text("* text eol=lf\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    if where == "info/attributes":
+        (path / ".git" / "info").mkdir(exist_ok=True)
+        (path / ".git" / "info" / "attributes").write_text("* text\n")
+    elif where == "the user's attributes":
+        (tmp_path / "xdg" / "git").mkdir(parents=True)
+        (tmp_path / "xdg" / "git" / "attributes").write_text("* text\n")
+    elif where == "core.autocrlf":
+        git(path, "config", "core.autocrlf", "input")
+    elif where == "core.fileMode":
+        git(path, "config", "core.fileMode", "false")
+    repo = BaseRepo.open(path)
+    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    (ws.path / rel).write_bytes(b"one\r\ntwo\r\n")
+    (ws.path / "x.txt").chmod(0o755)  # with core.fileMode=false git keeps the index's mode
+    calls = counting(monkeypatch)
+    snap = snapshot(ws, final=True)
+    assert "write-tree" in calls
+    assert snap.tree == git_tree_of(repo, ws, tmp_path / "index")
+    plain = {rel: ("100644", repo.write_blob(b"one\r\ntwo\r\n")),
+             "x.txt": ("100755", repo.write_blob(b"x\n"))}  # fmt: skip
+    assert repo.edited_tree(repo.tree_of(ws.base), plain) != snap.tree
+
+
+def test_a_name_git_guards_is_git_s_to_take_or_leave(
+    tmp_path: Path, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path git will not stage (a folder a Windows checkout would take for ``.git``) is
+    never written by the plugin: git is asked, and leaves it out of the tree."""
+    repo = BaseRepo.open(service)
+    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    (ws.path / "GIT~1").mkdir()
+    (ws.path / "GIT~1" / "config").write_text("[core]\n")
+    (ws.path / "kept.txt").write_text("kept\n")
+    calls = counting(monkeypatch)
+    snap = snapshot(ws, final=True)
+    assert "write-tree" in calls
+    assert [c.path for c in snap.changes] == ["kept.txt"]
+
+
+def test_a_checkpoint_written_without_git_keeps_the_index_for_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's snapshot gives the private index its entries, so the next snapshot
+    hashes only what changed after it; the attempt's last one leaves the index alone."""
+    git(tmp_path, "init", "-q", "-b", "main", "r")
+    path = tmp_path / "r"
+    for n in range(5):
+        (path / f"f{n}.txt").write_text(f"{n}\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    repo = BaseRepo.open(path)
+    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    for n in range(3):
+        (ws.path / f"f{n}.txt").write_text("changed\n")
+    (ws.path / "f4.txt").unlink()
+    calls = counting(monkeypatch)
+    first = snapshot(ws)
+    assert "write-tree" not in calls and first.hashed == 3
+    (ws.path / "new.txt").write_text("new\n")
+    second = snapshot(ws, final=True)
+    assert second.hashed == 1 and "write-tree" not in calls
+    assert second.tree == git_tree_of(repo, ws, tmp_path / "index")
+    assert {c.path for c in second.changes} == {"f0.txt", "f1.txt", "f2.txt", "f4.txt", "new.txt"}
+
+
+def test_a_file_is_read_from_beneath_its_work_tree_and_only_as_it_was_listed(
+    tmp_path: Path,
+) -> None:
+    """What an agent process left alive could swap in between the listing and the hashing:
+    a folder made a link out of the work tree is not followed (the secret beyond it is not
+    read), and a FIFO is not waited on. A file is stored by its bytes and owner's bit, a
+    link by its target."""
+    from pytest_agentgate.git import trees
+
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    (root / "real").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "key").write_text("secret")
+    (root / "real" / "run.sh").write_text("#!/bin/sh\n")
+    (root / "real" / "run.sh").chmod(0o744)
+    os.symlink(outside, root / "swapped")
+    os.symlink("../outside/key", root / "real" / "link")
+    os.mkfifo(root / "fifo")
+    assert trees.file_blob(root, "swapped/key") is None
+    assert trees.file_blob(root, "fifo") is None
+    assert trees.file_blob(root, "real/run.sh") == ("100755", b"#!/bin/sh\n")
+    assert trees.file_blob(root, "real/link") == ("120000", b"../outside/key")
