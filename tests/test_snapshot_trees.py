@@ -139,11 +139,12 @@ def test_a_name_git_guards_is_git_s_to_take_or_leave(
     assert [c.path for c in snap.changes] == ["kept.txt"]
 
 
-def test_a_checkpoint_written_without_git_keeps_the_index_for_the_next(
+def test_the_last_snapshot_after_a_checkpoint_edits_the_checkpoint_s_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint's snapshot gives the private index its entries, so the next snapshot
-    hashes only what changed after it; the attempt's last one leaves the index alone."""
+    """A checkpoint's snapshot is git's, and leaves the private index holding its tree, so
+    the next snapshot hashes only what changed after it; the attempt's last one, written
+    without git, edits that tree (not the base's): git's tree all the same."""
     git(tmp_path, "init", "-q", "-b", "main", "r")
     path = tmp_path / "r"
     for n in range(5):
@@ -157,12 +158,27 @@ def test_a_checkpoint_written_without_git_keeps_the_index_for_the_next(
     (ws.path / "f4.txt").unlink()
     calls = counting(monkeypatch)
     first = snapshot(ws)
-    assert "write-tree" not in calls and first.hashed == 3
+    assert "write-tree" in calls and first.hashed == 3 and ws.index_tree == first.tree
     (ws.path / "new.txt").write_text("new\n")
+    calls.clear()
     second = snapshot(ws, final=True)
     assert second.hashed == 1 and "write-tree" not in calls
     assert second.tree == git_tree_of(repo, ws, tmp_path / "index")
     assert {c.path for c in second.changes} == {"f0.txt", "f1.txt", "f2.txt", "f4.txt", "new.txt"}
+
+
+def test_a_snapshot_of_many_files_is_git_s_to_hash(
+    tmp_path: Path, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past a dozen or so files git hashes faster than the plugin: it is asked."""
+    repo = BaseRepo.open(service)
+    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    for n in range(17):
+        (ws.path / f"new-{n}.txt").write_text(f"{n}\n")
+    calls = counting(monkeypatch)
+    snap = snapshot(ws, final=True)
+    assert "write-tree" in calls and snap.hashed == 17
+    assert snap.tree == git_tree_of(repo, ws, tmp_path / "index")
 
 
 def test_a_file_is_read_from_beneath_its_work_tree_and_only_as_it_was_listed(

@@ -1,7 +1,8 @@
-"""Refs read and created as git's files backend keeps them, without a git process: a loose
-ref's name rules, and the plugin's own new refs (records, checkpoints, baselines, state;
-one git process less for each) created by git's own protocol, where git would do exactly
-that. ``create`` answers None for git to do it otherwise."""
+"""Refs read, created and moved as git's files backend keeps them, without a git process: a
+loose ref's name rules, the plugin's own new refs (records, checkpoints, baselines, state)
+created, and a target moved with its reflog (a promotion), by git's own protocol, where
+git would do exactly that: one git process less for each. ``create`` and ``update``
+answer None for git to do it otherwise."""
 
 from __future__ import annotations
 
@@ -72,22 +73,146 @@ def create(common_dir: Path, git_dir: Path, ref: str, new: str, message: str) ->
     return False if way == "exists" else None
 
 
+def update(
+    common_dir: Path, git_dir: Path, ref: str, new: str, old: str, message: str, by: bytes
+) -> bool | None:
+    """Move ``ref`` from ``old`` to ``new`` as ``git update-ref --create-reflog -m message``
+    does: its lock taken exclusively, its value read under the lock and found to be
+    ``old``, the new value written to the lock, a line appended to its reflog (``by``: the
+    committer's identity and time, as git formats it), the lock renamed into place.
+
+    Where this worktree's HEAD names the ref, git logs the move in HEAD's reflog too,
+    holding HEAD's lock meanwhile: so is it done here.
+
+    None leaves it to git, which then does it or says why not: a value other than ``old``
+    (or none, or a symbolic ref), a lock already held, a message git would rewrite, an
+    object that is not a commit where a branch needs one, a reflog git would write
+    otherwise (its settings, another worktree's HEAD naming the ref), and any failure to
+    write (git tries again, and reports it)."""
+    heads = _heads_naming(common_dir, git_dir, ref)
+    if (
+        not PLAIN_REF.match(ref)
+        or ODD_REF.search(ref)
+        or new == old
+        or not _kept_as_is(message)
+        or heads - {git_dir / "HEAD"}
+        or not objects.writes_itself(common_dir, refs=True)
+    ):
+        return None
+    kind = objects.kind_of(common_dir / "objects", new)
+    if kind != b"commit" and (kind is None or ref.startswith("refs/heads/")):
+        return None
+    path = common_dir / ref
+    locks = [path.with_name(f"{path.name}.lock"), *(git_dir / "HEAD.lock" for _ in heads)]
+    logs = [common_dir / "logs" / ref, *(git_dir / "logs" / "HEAD" for _ in heads)]
+    line = f"{old} {new} ".encode() + by + b"\t" + message.encode()
+    taken: list[Path] = []
+    try:
+        for lock in locks:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            taken.append(lock)
+            if len(taken) > 1:
+                os.close(fd)  # HEAD's lock: held, never written (its value stays)
+                continue
+            try:
+                moving = _value(common_dir, ref, path, len(old)) == old
+                data = memoryview(f"{new}\n".encode("ascii"))
+                while moving and data:  # a short write: its error follows
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+            if not moving:
+                break
+        else:
+            if all(_logged(log, line) for log in logs):
+                os.rename(locks[0], path)  # the lock is the ref now: nothing of it to remove
+                taken.pop(0)
+                return True
+    except OSError:
+        pass
+    finally:  # an interrupt too: the locks are ours, never left for others
+        for lock in taken:
+            lock.unlink(missing_ok=True)
+    return None
+
+
+def _kept_as_is(message: str) -> bool:
+    """Whether git logs ``message`` as it is: no control character, no space at either end
+    or two together (git squeezes them)."""
+    return (
+        bool(message)
+        and message == message.strip(" ")
+        and "  " not in message
+        and all(ord(c) >= 32 and c != "\x7f" for c in message)
+    )
+
+
+def _value(common_dir: Path, ref: str, path: Path, length: int) -> str | None:
+    """The object id ``ref`` holds, from its file or ``packed-refs``; None when it holds
+    none, or anything git would read otherwise (a symbolic ref, a file not exactly an id
+    and a newline, a ``packed-refs`` too large to read here or not whole)."""
+    try:
+        with open(path, "rb") as loose:
+            text = loose.read(length + 2)
+    except FileNotFoundError:
+        text = None
+    except OSError:
+        return None
+    if text is not None:
+        oid = text[:-1].decode("ascii", "replace")
+        return oid if len(text) == length + 1 and text.endswith(b"\n") and _hex(oid) else None
+    try:
+        with open(common_dir / "packed-refs", "rb") as packed:
+            data = packed.read(_PACKED_READ + 1)
+    except OSError:
+        return None
+    at = data.find(b" " + ref.encode() + b"\n")
+    if len(data) > _PACKED_READ or not data.endswith(b"\n") or at < 0:
+        return None
+    oid = data[data.rfind(b"\n", 0, at) + 1 : at].decode("ascii", "replace")
+    return oid if len(oid) == length and _hex(oid) else None
+
+
+def _hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _logged(log: Path, line: bytes) -> bool:
+    """Append ``line`` to the reflog ``log`` (made, with its folders, if missing) in one
+    write, as git appends; False when it could not be written whole."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        return os.write(fd, line + b"\n") == len(line) + 1
+    finally:
+        os.close(fd)
+
+
 def _a_head_names(common_dir: Path, git_dir: Path, ref: str) -> bool:
     """Whether a HEAD (this worktree's, the main one's, a linked one's) points at ``ref``:
     git would log the ref's creation in that HEAD's reflog too."""
-    heads = [git_dir / "HEAD", common_dir / "HEAD"]
+    return bool(_heads_naming(common_dir, git_dir, ref))
+
+
+def _heads_naming(common_dir: Path, git_dir: Path, ref: str) -> set[Path]:
+    """The HEADs (this worktree's, the main one's, linked ones') that point at ``ref``;
+    a HEAD that cannot be read counts as one that does."""
+    heads = {git_dir / "HEAD", common_dir / "HEAD"}
     with contextlib.suppress(OSError):
-        heads += [
+        heads |= {
             common_dir / "worktrees" / n / "HEAD" for n in os.listdir(common_dir / "worktrees")
-        ]
+        }
+    naming = set()
     for head in heads:
         try:
             text = head.read_bytes()[:4096]
-        except OSError:
+        except FileNotFoundError:
             continue
+        except OSError:
+            text = f"ref: {ref}".encode()
         if text.strip() == f"ref: {ref}".encode():
-            return True
-    return False
+            naming.add(head)
+    return naming
 
 
 def _in_the_way(common_dir: Path, ref: str, path: Path) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from ..errors import BadRefName, RepoNotFound, RevisionNotFound
-from . import ref_files
+from . import objects, ref_files
 from . import runner as _git
 
 if TYPE_CHECKING:
@@ -419,10 +419,18 @@ class RepoRefs:
 
         A stale lock raises :class:`StaleLock`; any other failure :class:`GitError`.
         """
-        if old is None and not reflog and not self._reftable and len(new) == self._oid_length:
+        whole = not self._reftable and len(new) == self._oid_length
+        if old is None and not reflog and whole:
             created = ref_files.create(self.common_dir, self.git_dir, ref, new, message)
             if created is not None:
                 return created
+        if old is not None and reflog and whole and len(old) == self._oid_length:
+            by = self._reflog_identity()
+            moved = by and ref_files.update(
+                self.common_dir, self.git_dir, ref, new, old, message, by
+            )
+            if moved:
+                return True
         args = ["update-ref"]
         if reflog:
             args.append("--create-reflog")
@@ -433,6 +441,16 @@ class RepoRefs:
         if _git.held_lock(result.stderr) is None and _git.lost_race(result.stderr):
             return False
         raise _git.failure(args, result.returncode, result.stderr)
+
+    @staticmethod
+    def _reflog_identity() -> bytes:
+        """Who moves a ref and when, as git writes it in a reflog line; empty when git
+        would write the name otherwise (see :func:`.objects.clean_identity`)."""
+        name, email = _git.committer()
+        if not (objects.clean_identity(name) and objects.clean_identity(email)):
+            return b""
+        when = objects.now()
+        return objects.identity(name, email, when, objects.zone_offset(when))
 
     def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
         """Delete ``ref`` if it is still at ``old``; False when it was not."""

@@ -16,7 +16,6 @@ from .._constants import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from ..errors import AgentgateError, GitError
 from ..git import runner as _git
 from ..git import trees
-from ..git.index import IndexEntry
 from ..git.repo import BaseRepo, TreeChange
 
 if TYPE_CHECKING:
@@ -145,7 +144,7 @@ def snapshot(
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
     base_tree, start = repo.tree_of(ws.base), ws.index_tree
-    tree = _written_here(ws, base_tree, additions, removals, total, keep_index=not final)
+    tree = _written_here(ws, additions, removals, total) if final else None
     if tree is None:
         tree = _written_by_git(ws, additions, removals)
     repo.same_gitlinks(tree, base_tree)  # the index holds the base's gitlinks, no other
@@ -184,28 +183,20 @@ def _written_by_git(ws: Workspace, additions: Sequence[str], removals: Iterable[
 
 
 def _written_here(
-    ws: Workspace,
-    base_tree: str,
-    additions: Sequence[str],
-    removals: Iterable[str],
-    size: int,
-    *,
-    keep_index: bool,
+    ws: Workspace, additions: Sequence[str], removals: Iterable[str], size: int
 ) -> str | None:
-    """The snapshot's tree written by the plugin, the same objects git would write, two
-    git processes less (see :mod:`pytest_agentgate.git.trees`); None when it is git's to
-    write: a name git guards, an attributes file anywhere, a setting that changes what git
-    stores, more than :data:`~pytest_agentgate.git.trees.MAX_BYTES`, or anything but a
-    file or a link.
-
-    With ``keep_index`` (a checkpoint: more snapshots follow), the private index is given
-    the new entries, so the next snapshot hashes only what changes after this one; a last
-    snapshot leaves it, as nothing reads it again but a recycling, which resets it whole.
-    """
+    """The attempt's last snapshot written by the plugin, the same objects git would write,
+    two git processes less (see :mod:`pytest_agentgate.git.trees`); the private index is
+    left as it is (nothing reads it again but a recycling, which resets it whole). None
+    when it is git's to write: a name git guards, an attributes file anywhere, a setting
+    that changes what git stores, more files or bytes than git hashes faster
+    (:data:`_HERE_FILES`, :data:`~pytest_agentgate.git.trees.MAX_BYTES`), anything but a
+    file or a link, or an index whose tree is not known (a resumed workspace)."""
     repo = ws.repo
     removals = sorted(removals)
     if (
         ws.index_tree is None
+        or len(additions) > _HERE_FILES
         or size > trees.MAX_BYTES
         or not all(trees.plain_name(p) for p in (*additions, *removals))
         or not trees.plain_checkin(repo.common_dir)
@@ -222,13 +213,13 @@ def _written_here(
         except OSError:
             return None  # git tries, and a full or failing disk is reported as git's error
     # The edits are of what the index holds: the base, or the last checkpoint's tree.
-    tree = repo.edited_tree(ws.index_tree, edits)
-    if tree is not None and keep_index:
-        null = "0" * len(base_tree)
-        entries = [IndexEntry(*(e or ("0", null)), rel) for rel, e in edits.items()]
-        _index(ws).stage_entries(entries)
-        ws.index_written, ws.index_tree = time.time(), tree
-    return tree
+    return repo.edited_tree(ws.index_tree, edits)
+
+
+#: The most files a snapshot hashes without git: each costs the plugin about as much as a
+#: git process's start saves, past a dozen or two (``bench``'s crossing, 100 and 1,000
+#: files: ten changed, 30 ms against 32 and 42; forty, 81 against 60 and 62 against 64).
+_HERE_FILES = 16
 
 
 def tree_snapshot(
