@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from helpers import git
 from test_git_layer import _random_edit
 
 from pytest_agentgate.git import runner
-from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.git.repo import Author, BaseRepo, TreeEntry
 from pytest_agentgate.workspace.fork import Workspace, fork
 from pytest_agentgate.workspace.snapshot import snapshot
 
@@ -199,7 +201,112 @@ def test_a_file_is_read_from_beneath_its_work_tree_and_only_as_it_was_listed(
     os.symlink(outside, root / "swapped")
     os.symlink("../outside/key", root / "real" / "link")
     os.mkfifo(root / "fifo")
-    assert trees.file_blob(root, "swapped/key") is None
-    assert trees.file_blob(root, "fifo") is None
-    assert trees.file_blob(root, "real/run.sh") == ("100755", b"#!/bin/sh\n")
-    assert trees.file_blob(root, "real/link") == ("120000", b"../outside/key")
+    assert trees.file_blob(root, "swapped/key", 100) is None
+    assert trees.file_blob(root, "fifo", 100) is None
+    assert trees.file_blob(root, "real/run.sh", 100) == ("100755", b"#!/bin/sh\n")
+    assert trees.file_blob(root, "real/link", 100) == ("120000", b"../outside/key")
+
+
+def both_ways(repo: BaseRepo, base: str, root: Path, edit: Callable[[Path], None]) -> list[str]:
+    """The trees of the same edits snapshotted as an attempt's last (written without git
+    where it may be) and as a checkpoint's (always git's)."""
+    trees = []
+    for n, final in enumerate((True, False)):
+        ws = fork(repo, base, "main", root / f"pool-{n}")
+        edit(ws.path)
+        trees.append(snapshot(ws, final=final).tree)
+    return trees
+
+
+def _ignored_attributes(path: Path) -> None:
+    (path / "sub").mkdir()
+    (path / "sub" / ".gitignore").write_text(".git*\n")  # hides itself and the next one
+    (path / "sub" / ".gitattributes").write_text("* text eol=lf ident\n")
+    (path / "sub" / "f.txt").write_bytes(b"line\r\n$Id$\r\n")
+
+
+def _short_names(path: Path) -> None:
+    os.symlink("x.txt", path / "gi7eba~1")  # what NTFS shortens .gitmodules to
+    os.symlink("x.txt", path / "GI7EBA~2")
+    (path / "edit.txt").write_text("y\n")
+
+
+def _deep(path: Path) -> None:
+    """A file 1,100 folders down (Python recurses 1,000 deep), made folder by folder."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(1100):
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as f:
+        f.write("deep\n")
+    os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "case", ["an ignored .gitattributes", "NTFS short names", "an empty tree", "a deep path"]
+)
+def test_what_a_review_found_is_git_s_tree(tmp_path: Path, case: str) -> None:
+    """Each case once made the tree written without git differ from git's, or crash: an
+    attributes file git reads though it is ignored; links git refuses by their short
+    names (the tree would fail ``fsck``); a base holding an empty tree, which git leaves
+    out of a tree it writes again; a path deeper than Python recurses."""
+    git(tmp_path, "init", "-q", "-b", "main", "r")
+    path = tmp_path / "r"
+    (path / "x.txt").write_text("x\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    repo = BaseRepo.open(path)
+    base = repo.resolve_commit("main")
+    edit = {"an ignored .gitattributes": _ignored_attributes, "NTFS short names": _short_names,
+            "a deep path": _deep}.get(case, lambda p: (p / "x.txt").write_text("y\n"))  # fmt: skip
+    if case == "an empty tree":
+        blob = git(path, "rev-parse", "HEAD:x.txt")
+        tree = repo.mktree([TreeEntry("040000", "tree", repo.empty_tree(), "empty"),
+                            TreeEntry("100644", "blob", blob, "x.txt")])  # fmt: skip
+        base = repo.commit_tree(tree, [base], "an empty folder\n", Author("t", "t@e"))
+    try:
+        here, by_git = both_ways(repo, base, tmp_path, edit)
+    finally:  # deeper than pytest's own clean-up of old temporary folders recurses
+        subprocess.run(["rm", "-rf", *map(str, tmp_path.glob("pool-*"))], check=True)
+    assert here == by_git
+    commit = repo.commit_tree(here, [base], "landed\n", Author("t", "t@e"))
+    git(path, "update-ref", "refs/heads/landed", commit)
+    git(path, "fsck", "--strict")
+
+
+def test_a_file_grown_since_its_size_was_checked_is_not_read(tmp_path: Path) -> None:
+    """The limits are checked from sizes first: a file that grows after (a process still
+    writing it) is git's to read, never read whole into memory here."""
+    from pytest_agentgate.git import trees
+
+    (tmp_path / "grows").write_bytes(b"x" * 100)
+    assert trees.file_blob(tmp_path, "grows", 100) == ("100644", b"x" * 100)
+    assert trees.file_blob(tmp_path, "grows", 1) is None
+
+
+def test_the_configuration_is_read_where_git_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files checked for settings are the ones git reads: the user's where ``HOME``
+    and ``XDG_CONFIG_HOME`` put them (an empty ``HOME`` is the root to git, not none), the
+    system's where git's build keeps it."""
+    from pytest_agentgate.git import objects
+
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".gitconfig").write_text("[user]\n\tname = here\n")
+    (tmp_path / ".config" / "git").mkdir(parents=True)
+    (tmp_path / ".config" / "git" / "config").write_text("[user]\n\temail = here\n")
+    shown = subprocess.run(["git", "config", "--list", "--show-origin"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    read = {Path(origin) for origin in re.findall(r"^file:(\S+)\t", shown, re.M)}
+    files = objects.config_files(tmp_path / ".git", runner.sysconfdir())
+    assert files is not None and read <= set(files), (read, files)
+    assert tmp_path / ".gitconfig" in read and tmp_path / ".config/git/config" in read
+    monkeypatch.setenv("HOME", "")
+    files = objects.config_files(tmp_path / ".git", runner.sysconfdir())
+    assert files is not None and Path("/.gitconfig") in files
+    assert Path("/.config/git/config") in files

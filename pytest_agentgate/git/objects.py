@@ -76,33 +76,29 @@ def git_keeps(text: str) -> bool:
     return not _NONCHARACTERS.search(text)
 
 
-def writes_itself(common_dir: Path, *, refs: bool = False) -> bool:
+def writes_itself(common_dir: Path, sysconfdir: Path | None, *, refs: bool = False) -> bool:
     """Whether the plugin may write a commit (with ``refs``, also a ref) as git would here:
-    no configuration git reads (the repository's, the user's, the system's) holds a setting
-    of :data:`_GIT_WRITES` (nor, for a ref, one of :data:`_LOGS_EVERY_REF`: git would keep
-    its reflog), and the repository borrows no objects from another store (an object there
-    is git's to find)."""
+    no configuration git reads (the repository's, the user's, the system's, in
+    ``sysconfdir``) holds a setting of :data:`_GIT_WRITES` (nor, for a ref, one of
+    :data:`_LOGS_EVERY_REF`: git would keep its reflog), and the repository borrows no
+    objects from another store (an object there is git's to find)."""
     settings = (_GIT_WRITES, _LOGS_EVERY_REF) if refs else (_GIT_WRITES,)
     return (
-        not configured(common_dir, settings)
+        not configured(common_dir, settings, sysconfdir)
         and not (common_dir / "objects" / "info" / "alternates").exists()
     )
 
 
-def configured(common_dir: Path, settings: tuple[re.Pattern[str], ...]) -> bool:
+def configured(
+    common_dir: Path, settings: tuple[re.Pattern[str], ...], sysconfdir: Path | None
+) -> bool:
     """Whether a configuration git reads (the repository's, the user's, the system's) may
-    hold one of ``settings``, each file read once: True also when one cannot be read, or is named by a relative path
-    (git would take it from another folder)."""
-    home = Path(os.environ.get("HOME") or "/nonexistent")
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    for config in (
-        common_dir / "config",
-        Path(os.environ.get("GIT_CONFIG_GLOBAL") or home / ".gitconfig"),
-        xdg / "git" / "config",
-        Path(os.environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"),
-    ):
-        if not config.is_absolute():
-            return True
+    hold one of ``settings``, each file read once: True also when one cannot be read or
+    its place be told (no ``sysconfdir``, a relative path: git would look elsewhere)."""
+    files = config_files(common_dir, sysconfdir)
+    if files is None:
+        return True
+    for config in files:
         try:
             text = config.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -112,6 +108,49 @@ def configured(common_dir: Path, settings: tuple[re.Pattern[str], ...]) -> bool:
         if any(setting.search(text) for setting in settings):
             return True
     return False
+
+
+def config_files(common_dir: Path, sysconfdir: Path | None) -> list[Path] | None:
+    """The configuration files git reads for the repository, where git looks for them: its
+    own, the user's (``GIT_CONFIG_GLOBAL``, else ``$HOME/.gitconfig`` and the XDG one),
+    the system's (``GIT_CONFIG_SYSTEM``, else in ``sysconfdir``). None when one of them
+    cannot be told: no ``sysconfdir`` known, or a place that is not absolute."""
+    named_system = os.environ.get("GIT_CONFIG_SYSTEM")
+    if named_system is not None:
+        system = Path(named_system)
+    elif sysconfdir is not None:
+        system = sysconfdir / "gitconfig"
+    else:
+        return None
+    files = [common_dir / "config", system]
+    named = os.environ.get("GIT_CONFIG_GLOBAL")
+    if named is not None:
+        files.append(Path(named))
+    else:
+        home = os.environ.get("HOME")
+        if home is not None:
+            files.append(Path(home + "/.gitconfig"))
+        xdg = user_file("config")
+        if xdg is not None:
+            files.append(xdg)
+    return files if all(f.is_absolute() for f in files) else None
+
+
+def user_file(name: str) -> Path | None:
+    """The user's git file ``name`` (``config``, ``attributes``) where git looks for it:
+    ``$XDG_CONFIG_HOME/git/``, else ``$HOME/.config/git/``; None when neither is set. (A
+    relative place is returned as it is, for the caller to refuse.)"""
+    xdg, home = os.environ.get("XDG_CONFIG_HOME"), os.environ.get("HOME")
+    if xdg:
+        return Path(f"{xdg}/git/{name}")
+    if home is not None:
+        return Path(f"{home}/.config/git/{name}")
+    return None
+
+
+def object_id(kind: bytes, body: bytes, oid_length: int) -> str:
+    """The id of an object of ``kind`` holding ``body`` (nothing is written)."""
+    return _hash(_framed(kind, body), oid_length)
 
 
 def _framed(kind: bytes, body: bytes) -> bytes:

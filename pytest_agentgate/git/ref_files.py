@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from . import objects
+from . import runner as _git
 
 #: Refs read from their files: shared ones (not per-worktree), plain names only.
 PLAIN_REF = re.compile(r"^refs/(heads|tags|remotes|agentgate)/[A-Za-z0-9._+@%/-]+\Z")
@@ -38,7 +39,7 @@ def create(common_dir: Path, git_dir: Path, ref: str, new: str, message: str) ->
         or ODD_REF.search(ref)
         or not message
         or "\0" in message
-        or not objects.writes_itself(common_dir, refs=True)  # read each time: a few files
+        or not objects.writes_itself(common_dir, _git.sysconfdir(), refs=True)  # a few files
         or os.path.lexists(common_dir / "logs" / ref)
         or _a_head_names(common_dir, git_dir, ref)
     ):
@@ -96,7 +97,7 @@ def update(
         or new == old
         or not _kept_as_is(message)
         or heads - {git_dir / "HEAD"}
-        or not objects.writes_itself(common_dir, refs=True)
+        or not objects.writes_itself(common_dir, _git.sysconfdir(), refs=True)
     ):
         return None
     kind = objects.kind_of(common_dir / "objects", new)

@@ -214,7 +214,7 @@ class BaseRepo(RepoRefs):
             or not all(objects.clean_identity(name) for name in names)
             or "\0" in message  # git refuses it
             or not objects.git_keeps(message)
-            or not objects.writes_itself(self.common_dir)
+            or not objects.writes_itself(self.common_dir, _git.sysconfdir())
         ):
             return None
         store = self.common_dir / "objects"

@@ -10,6 +10,7 @@ carrying the command, exit code and stderr.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -190,6 +191,26 @@ def run(
     if proc.returncode not in ok:
         raise failure(args, proc.returncode, result.stderr)
     return result
+
+
+_SYSCONFDIR: list[Path | None] = []
+
+
+def sysconfdir() -> Path | None:
+    """The folder git's build reads the system's configuration and attributes from (its
+    ``sysconfdir``: ``/etc`` for a distribution's git, ``/usr/local/etc`` for one built
+    with the default prefix), asked of git once a process: git names the file it would
+    edit. None when git does not say, or ``GIT_CONFIG_SYSTEM`` hides it."""
+    if not _SYSCONFDIR:
+        found = None
+        if "GIT_CONFIG_SYSTEM" not in os.environ:
+            with contextlib.suppress(GitError, OSError):
+                out = run(["config", "--system", "--edit"], git_dir=None,
+                          config=("core.editor=echo",)).out.strip()  # fmt: skip
+                if out.startswith("/") and out.endswith("/gitconfig") and "\n" not in out:
+                    found = Path(out).parent
+        _SYSCONFDIR.append(found)
+    return _SYSCONFDIR[0]
 
 
 # -- what a failure was ------------------------------------------------------------------

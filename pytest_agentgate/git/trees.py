@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from . import objects
+from . import runner as _git
 
 #: Settings that change the bytes git stores for a file, or where it reads how: line
 #: endings and encodings, attributes from elsewhere, a file's mode or link kept otherwise
@@ -44,33 +45,61 @@ def plain_checkin(common_dir: Path) -> bool:
     """Whether git, adding a work tree's file to this repository, stores exactly its bytes
     under the mode its stat gives: no configuration git reads mentions a setting of
     :data:`_CHECKIN_SETTINGS` (nor one that changes how objects are written), and no
-    attributes file outside the trees applies (the repository's, the user's, the system's).
-    Attributes files inside a tree are the caller's to rule out."""
-    home = Path(os.environ.get("HOME") or "/nonexistent")
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
-    for attributes in (common_dir / "info" / "attributes", xdg / "git" / "attributes",
-                       Path("/etc/gitattributes")):  # fmt: skip
-        if os.path.lexists(attributes):
-            return False
-    return objects.writes_itself(common_dir) and not objects.configured(
-        common_dir, (_CHECKIN_SETTINGS,)
+    attributes file outside the trees applies (the repository's, the user's, the system's,
+    each where git looks for it). Attributes files in the tree and the work tree are the
+    caller's to rule out."""
+    sysconfdir = _git.sysconfdir()
+    if sysconfdir is None:
+        return False
+    places = [common_dir / "info" / "attributes", sysconfdir / "gitattributes"]
+    user = objects.user_file("attributes")
+    if user is not None:
+        places.append(user)
+    if any(not place.is_absolute() or os.path.lexists(place) for place in places):
+        return False
+    return objects.writes_itself(common_dir, sysconfdir) and not objects.configured(
+        common_dir, (_CHECKIN_SETTINGS,), sysconfdir
     )
+
+
+#: Words in a name git guards in some spelling: ``.git`` and the files git reads from a
+#: tree (``.gitmodules``, ``.gitattributes``, ``.gitignore``, ``.mailmap``), each also by
+#: its NTFS short name (``git~1``, ``gi7eba~1``...): any name holding one is git's to take
+#: or leave, as are names git would fold (case, trailing dots and spaces).
+_GUARDED = ("git", "mailmap", "~")
+
+#: The deepest path written without git (each folder is a step of a recursion).
+MAX_DEPTH = 200
 
 
 def plain_name(path: str) -> bool:
-    """Whether git takes ``path`` as it is: no component that could be one git guards
-    (``.git`` in any spelling a file system may fold to it, ``.gitmodules``,
-    ``.gitattributes``, ``.gitignore``: any with ``git`` in it, whatever its case), and
-    none that is empty, ``.`` or ``..``."""
-    return all(
-        part not in ("", ".", "..") and "git" not in part.lower() for part in path.split("/")
+    """Whether git takes ``path`` as it is, whatever it holds: no component that is empty,
+    ``.`` or ``..``, ends with a dot or a space, or holds a word of :data:`_GUARDED` in
+    any case; and no deeper than :data:`MAX_DEPTH`."""
+    parts = path.split("/")
+    return len(parts) <= MAX_DEPTH and all(
+        part not in ("", ".", "..")
+        and not part.endswith((".", " "))
+        and not any(word in part.lower() for word in _GUARDED)
+        for part in parts
     )
 
 
-def file_blob(root: Path, rel: str) -> tuple[str, bytes] | None:
+def attributes_along(root: Path, paths: Iterable[str]) -> bool:
+    """Whether a ``.gitattributes`` is in the work tree at ``root`` or in a folder on the
+    way to one of ``paths``: git reads it (ignored or not) for the files below it."""
+    folders = {""}
+    for path in paths:
+        parts = path.split("/")[:-1]
+        folders.update("/".join(parts[: n + 1]) for n in range(len(parts)))
+    return any(os.path.lexists(root / folder / ".gitattributes") for folder in folders)
+
+
+def file_blob(root: Path, rel: str, most: int) -> tuple[str, bytes] | None:
     """The mode and content git would store for the work tree's file at ``rel``: a link's
     target, or a regular file's bytes (executable when its owner may run it). None when it
-    is neither (git's to refuse), or changes while it is read.
+    is neither (git's to refuse), is larger than ``most`` bytes (the size the caller saw
+    and allowed), or changes while it is read.
 
     Every folder on the way is opened from the one above it without following a link, and
     the file from its folder: a folder swapped for a link meanwhile is not followed out of
@@ -91,7 +120,7 @@ def file_blob(root: Path, rel: str) -> tuple[str, bytes] | None:
         info = os.lstat(name, dir_fd=folder)
         if stat.S_ISLNK(info.st_mode):
             return "120000", os.readlink(os.fsencode(name), dir_fd=folder)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode) or info.st_size > most:
             return None
         fd = os.open(name, _FILE, dir_fd=folder)
     except OSError:
@@ -135,11 +164,16 @@ def edit(
     changed path is written again (``write``), the rest are kept by id.
 
     None when git must do it: a tree it reads is not as git writes one (``read`` says
-    None), or a path stands where the tree has a folder of its name, or the other way round
-    (git's ``--replace`` rules). The edits' paths are relative, ``/``-separated and
-    checked by :func:`plain_name`.
+    None), a tree written again holds an empty tree (git, writing it from an index, which
+    holds no folders, would leave that out), or a path stands where the tree has a folder
+    of its name, or the other way round (git's ``--replace`` rules). The edits' paths are
+    relative, ``/``-separated and checked by :func:`plain_name`.
     """
-    found = _edit(read, write, tree, edits)
+    empty = objects.object_id(b"tree", b"", len(tree or "0" * 40))
+    try:
+        found = _edit(read, write, tree, edits, empty)
+    except RecursionError:
+        return None
     return None if found is None else found or write(b"")
 
 
@@ -148,6 +182,7 @@ def _edit(
     write: Callable[[bytes], str],
     tree: str | None,
     edits: Mapping[str, tuple[str, str] | None],
+    empty: str,
 ) -> str | None:
     """:func:`edit`, answering "" for a tree left empty (its parent drops it)."""
     here: dict[str, tuple[str, str] | None] = {}
@@ -169,7 +204,7 @@ def _edit(
         if name in entries:
             return None  # a file, link or submodule where a folder would be
         old = entries.get(name + "/")
-        subtree = _edit(read, write, None if old is None else old[2], inner)
+        subtree = _edit(read, write, None if old is None else old[2], inner, empty)
         if subtree is None:
             return None
         if subtree:
@@ -183,6 +218,8 @@ def _edit(
             entries[name] = (name, change[0], change[1])
     if not entries:
         return ""
+    if any(mode == "040000" and oid == empty for _, mode, oid in entries.values()):
+        return None
     return write(_tree_body(entries))
 
 

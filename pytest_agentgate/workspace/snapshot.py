@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -138,13 +138,13 @@ def snapshot(
         raise SnapshotRefused(
             f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
         )
-    total = 0
+    sizes: dict[str, int] = {}
     for rel in additions:
-        total += (ws.path / rel).lstat().st_size
-        if total > max_bytes:
+        sizes[rel] = (ws.path / rel).lstat().st_size
+        if sum(sizes.values()) > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
     base_tree, start = repo.tree_of(ws.base), ws.index_tree
-    tree = _written_here(ws, additions, removals, total) if final else None
+    tree = _written_here(ws, sizes, removals) if final else None
     if tree is None:
         tree = _written_by_git(ws, additions, removals)
     repo.same_gitlinks(tree, base_tree)  # the index holds the base's gitlinks, no other
@@ -182,30 +182,33 @@ def _written_by_git(ws: Workspace, additions: Sequence[str], removals: Iterable[
     return ws.index_tree
 
 
-def _written_here(
-    ws: Workspace, additions: Sequence[str], removals: Iterable[str], size: int
-) -> str | None:
+def _written_here(ws: Workspace, sizes: Mapping[str, int], removals: Iterable[str]) -> str | None:
     """The attempt's last snapshot written by the plugin, the same objects git would write,
     two git processes less (see :mod:`pytest_agentgate.git.trees`); the private index is
     left as it is (nothing reads it again but a recycling, which resets it whole). None
     when it is git's to write: a name git guards, an attributes file anywhere, a setting
     that changes what git stores, more files or bytes than git hashes faster
     (:data:`_HERE_FILES`, :data:`~pytest_agentgate.git.trees.MAX_BYTES`), anything but a
-    file or a link, or an index whose tree is not known (a resumed workspace)."""
+    file or a link (or one larger than ``sizes`` says), or an index whose tree is not
+    known (a resumed workspace).
+
+    An attributes file anywhere git would read one for these paths (the index's tree, the
+    work tree's folders on their way, ignored or not) leaves it to git."""
     repo = ws.repo
     removals = sorted(removals)
     if (
         ws.index_tree is None
-        or len(additions) > _HERE_FILES
-        or size > trees.MAX_BYTES
-        or not all(trees.plain_name(p) for p in (*additions, *removals))
+        or len(sizes) > _HERE_FILES
+        or sum(sizes.values()) > trees.MAX_BYTES
+        or not all(trees.plain_name(p) for p in (*sizes, *removals))
         or not trees.plain_checkin(repo.common_dir)
         or repo.has_attributes(ws.index_tree)
+        or trees.attributes_along(ws.path, sizes)
     ):
         return None
     edits: dict[str, tuple[str, str] | None] = dict.fromkeys(removals)
-    for rel in additions:
-        found = trees.file_blob(ws.path, rel)
+    for rel, size in sizes.items():
+        found = trees.file_blob(ws.path, rel, size)
         if found is None:
             return None
         try:
