@@ -8,6 +8,7 @@ only what differs: most of a fork's cost on a large repository is writing files.
 from __future__ import annotations
 
 import secrets
+import statistics
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,39 @@ from .workspace.checkouts import GateCheckouts
 from .workspace.fork import Workspace
 
 ISOLATIONS = ("shared", "sealed")
+
+
+class ForkCosts:
+    """What a pool's last forks cost, fresh and recycled, and so which way the next goes.
+
+    Recycling is for a tree that costs more to write than to compare (a large one, a slow
+    disk: a tenth of a fresh checkout there); a small tree on a fast file system checks
+    out fresh in less time than recycling takes to prove a used one clean (a third, on
+    tmpfs at 100 files). So a pool recycles while that costs no more than its fresh forks
+    did, and forks fresh otherwise, trying the other way every :attr:`PROBE_EVERY` forks
+    in case the costs moved (the tree grew, the cache cooled)."""
+
+    PROBE_EVERY = 16
+    KEEP = 5
+
+    def __init__(self) -> None:
+        self._ms: dict[str, list[float]] = {"fresh": [], "recycled": []}
+        self._forks = 0
+
+    def note(self, way: str, ms: float) -> None:
+        """Remember that a fork made ``way`` (``fresh``, ``recycled``) took ``ms``."""
+        kept = self._ms[way]
+        kept.append(ms)
+        del kept[: -self.KEEP]
+
+    def recycle_next(self) -> bool:
+        """Whether the next fork should recycle a kept workspace (one being at hand)."""
+        self._forks += 1
+        fresh, recycled = (statistics.median(v) if v else None for v in self._ms.values())
+        if fresh is None or recycled is None:
+            return True  # not both known yet: recycling is tried
+        cheaper = recycled <= fresh
+        return not cheaper if self._forks % self.PROBE_EVERY == 0 else cheaper
 
 
 class WorkspacePool:
@@ -56,16 +90,23 @@ class WorkspacePool:
         self._free: list[Workspace] = []
         self._checkouts: GateCheckouts | None = None
         self._worktrees: list[Path] | None = None
+        self._costs = ForkCosts()
 
     def fork(self, at: str, task: str) -> Workspace:
-        """A private workspace at ``at``: a recycled one when there is one, else a fresh one."""
+        """A private workspace at ``at``: a recycled one when there is one and recycling
+        costs less than a fresh checkout here (see :class:`ForkCosts`), else a fresh one."""
         name = slugify(task)[:30]
+        if self._free and not self._costs.recycle_next():
+            workspace.remove(self._free.pop(), later=True)  # a fresh one costs less here
         while self.recycle and self._free:
             used = self._free.pop()
             try:
-                return self._contain(recycling.recycle(used, at, name))
+                recycled = recycling.recycle(used, at, name)
             except recycling.RecycleFailed:
-                workspace.remove(used)
+                workspace.remove(used, later=True)
+                continue
+            self._costs.note("recycled", recycled.fork_ms)
+            return self._contain(recycled)
         private = self.private_root() / secrets.token_hex(16)
         private.mkdir(mode=0o700)
         ws = workspace.fork(
@@ -77,6 +118,7 @@ class WorkspacePool:
             sealed=self.isolation == "sealed",
             private=private,
         )
+        self._costs.note("fresh", ws.fork_ms)
         return self._contain(ws)
 
     def _contain(self, ws: Workspace) -> Workspace:
