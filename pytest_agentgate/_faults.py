@@ -45,13 +45,21 @@ def fail(name: str) -> None:
         raise OSError(code, f"{os.strerror(code)} (injected at {name})")
 
 
+#: What :func:`uninterrupted` holds: Ctrl-C, SIGTERM (how CI cancels a job), SIGHUP (a
+#: terminal closed).
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block is done, then deliver it.
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block is done, then deliver each as it
+    would have been delivered (Ctrl-C raises ``KeyboardInterrupt``; a SIGTERM nobody
+    handles ends the process, only now).
 
-    A ref move and the working-tree update that follows it finish together or not at all;
-    an interrupt that arrives in between is raised as ``KeyboardInterrupt`` right after.
-    Outside the main thread signals cannot be handled, and the block runs as it is.
+    A ref move and the working-tree update that follow it finish together or not at all,
+    and a lock file the plugin takes itself is never left behind by a signal. Outside the
+    main thread signals cannot be handled, and the block runs as it is (there, a Python
+    signal handler never runs; an unhandled SIGTERM ends the process as it would anyway).
     """
     import threading
 
@@ -60,15 +68,24 @@ def uninterrupted() -> Iterator[None]:
         yield  # another thread's, or inside another such block: that one delivers it
         return
     received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    previous = {}
+    for sig in _HELD:
+        try:
+            previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
+        except (OSError, ValueError):
+            continue
     _holding = True
     try:
         yield
     finally:
         _holding = False
-        signal.signal(signal.SIGINT, previous)
-    if received:
-        raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            if handler is not None:  # None: set outside Python, and cannot be put back
+                signal.signal(sig, handler)
+    for number in dict.fromkeys(received):
+        if number == signal.SIGINT and previous.get(signal.SIGINT) is signal.default_int_handler:
+            raise KeyboardInterrupt
+        signal.raise_signal(number)
 
 
 #: Whether an :func:`uninterrupted` block holds Ctrl-C now (the main thread's; they nest).

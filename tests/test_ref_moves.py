@@ -4,15 +4,21 @@ would do otherwise, git moves it."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import random
 import shutil
+import signal
 import subprocess
+import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
 from helpers import git
 
-from pytest_agentgate.errors import StaleLock
+from pytest_agentgate.errors import GitError, StaleLock
 from pytest_agentgate.git import objects, runner
 from pytest_agentgate.git.repo import BaseRepo
 
@@ -136,3 +142,88 @@ def test_where_git_would_move_a_target_otherwise_git_moves_it(
     assert repo.update_ref(ref, first, second, "m", reflog=True)
     assert "update-ref" in ran
     git(by_plugin, "fsck", "--strict")
+
+
+_MOVER = """
+import sys
+from pathlib import Path
+from pytest_agentgate.git.repo import BaseRepo
+repo = BaseRepo(Path(sys.argv[1]), None)
+a, b = sys.argv[2], sys.argv[3]
+print("ready", flush=True)
+while True:
+    now = (repo.git_dir / "refs/heads/main").read_text().strip()
+    repo.update_ref("refs/heads/main", b if now == a else a, now, "m", reflog=True)
+"""
+
+
+def test_a_signal_during_a_move_leaves_no_lock(tmp_path: Path) -> None:
+    """SIGTERM (how CI cancels a job) at any moment of a process moving a ref over and
+    over: no lock is left (the ref's, or HEAD's, which would stop the user's own git). A
+    move under way finishes first, then the signal ends the process as it would have."""
+    _, repo, first, second = twins(tmp_path, "sha1")
+    git(repo, "update-ref", "refs/heads/main", first)
+    rng = random.Random(5)
+    for _ in range(12):
+        with subprocess.Popen(
+            [sys.executable, "-c", _MOVER, str(repo), first, second],
+            stdout=subprocess.PIPE, text=True,
+        ) as mover:  # fmt: skip
+            assert mover.stdout is not None and mover.stdout.readline() == "ready\n"
+            time.sleep(rng.uniform(0.02, 0.12))
+            mover.send_signal(signal.SIGTERM)
+            assert mover.wait(timeout=30) == -signal.SIGTERM
+        assert not list(repo.rglob("*.lock"))
+    git(repo, "fsck", "--strict")
+
+
+def test_what_a_review_found_is_git_s_to_move(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A symbolic ref kept as a link (``core.preferSymlinkRefs``) over a stale packed value
+    moved where git refuses; a HEAD spelt otherwise or kept as a link lost its reflog line;
+    a message that is not UTF-8 raised; an object whose content is not its id was named;
+    a HEAD reflog that could not be written had the ref's line written twice."""
+    by_git, repo_path, first, second = twins(tmp_path, "sha1")
+    repo = BaseRepo(repo_path, None)
+    ref = "refs/heads/main"
+    git(repo_path, "update-ref", "refs/heads/other", second)
+    git(repo_path, "pack-refs", "--all")  # main packed at first
+    git(repo_path, "-c", "core.preferSymlinkRefs=true", "symbolic-ref", ref, "refs/heads/other")
+    assert not repo.update_ref(ref, second, first, "m", reflog=True)  # at second: a lost race
+    assert (repo_path / ref).is_symlink() and git(repo_path, "rev-parse", "main") == second
+    (repo_path / ref).unlink()
+    git(repo_path, "update-ref", ref, first)
+    for head in ("ref:refs/heads/main\n", "ref:\trefs/heads/main\n", "link"):
+        (repo_path / "HEAD").unlink()
+        if head == "link":
+            os.symlink("refs/heads/main", repo_path / "HEAD")
+        else:
+            (repo_path / "HEAD").write_text(head)
+        before = len((repo_path / "logs/HEAD").read_text().splitlines()) if (repo_path / "logs/HEAD").exists() else 0
+        now = git(repo_path, "rev-parse", "main")
+        assert repo.update_ref(ref, first if now == second else second, now, f"m {head!r}", reflog=True)
+        assert len((repo_path / "logs/HEAD").read_text().splitlines()) == before + 1, head
+    (repo_path / "HEAD").unlink()
+    (repo_path / "HEAD").write_text("ref: refs/heads/main\n")
+    now = git(repo_path, "rev-parse", "main")
+    other = first if now == second else second
+    assert repo.update_ref(ref, other, now, "not text: \udcff", reflog=True)
+    assert (repo_path / "logs" / ref).read_bytes().endswith(b"not text: \xff\n")
+    body = subprocess.run(["git", "-C", str(repo_path), "cat-file", "commit", first],
+                          capture_output=True, check=True).stdout.replace(b"c1", b"c9")  # fmt: skip
+    forged = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
+    (repo_path / "objects" / forged[:2]).mkdir(exist_ok=True)
+    (repo_path / "objects" / forged[:2] / forged[2:]).write_bytes(
+        zlib.compress(b"commit %d\0" % len(body) + body.replace(b"c9", b"c8"))
+    )
+    with pytest.raises(GitError):
+        repo.update_ref(ref, forged, other, "m", reflog=True)
+    assert git(repo_path, "rev-parse", "main") == other
+    (repo_path / "logs/HEAD").unlink()
+    (repo_path / "logs/HEAD").mkdir()  # a HEAD reflog not appended to here (git removes it)
+    lines = len((repo_path / "logs" / ref).read_bytes().splitlines())
+    assert repo.update_ref(ref, now, other, "m", reflog=True)
+    assert len((repo_path / "logs" / ref).read_bytes().splitlines()) == lines + 1
+    assert not list(repo_path.rglob("*.lock"))
+    del by_git

@@ -11,6 +11,7 @@ import os
 import re
 from pathlib import Path
 
+from .. import _faults
 from . import objects
 from . import runner as _git
 
@@ -49,28 +50,29 @@ def create(common_dir: Path, git_dir: Path, ref: str, new: str, message: str) ->
         return None
     path = common_dir / ref
     lock = path.with_name(f"{path.name}.lock")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-    except OSError:
-        return None
-    try:
+    with _faults.uninterrupted():  # a signal never leaves the lock behind
         try:
-            way = _in_the_way(common_dir, ref, path)
-            data = memoryview(f"{new}\n".encode("ascii"))
-            while not way and data:  # a short write: its error follows
-                data = data[os.write(fd, data) :]
-        finally:
-            os.close(fd)
-        if not way:
-            os.rename(lock, path)  # the lock is the ref now: nothing of it to remove
-            return True
-    except OSError:
-        way = "failed"
-    except BaseException:  # an interrupt: the lock is ours, never left for others
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except OSError:
+            return None
+        try:
+            try:
+                way = _in_the_way(common_dir, ref, path)
+                data = memoryview(f"{new}\n".encode("ascii"))
+                while not way and data:  # a short write: its error follows
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+            if not way:
+                os.rename(lock, path)  # the lock is the ref now: nothing of it to remove
+                return True
+        except OSError:
+            way = "failed"
+        except BaseException:  # before the rename (signals wait): the lock is ours
+            lock.unlink(missing_ok=True)
+            raise
         lock.unlink(missing_ok=True)
-        raise
-    lock.unlink(missing_ok=True)
     return False if way == "exists" else None
 
 
@@ -81,33 +83,52 @@ def update(
     does: its lock taken exclusively, its value read under the lock and found to be
     ``old``, the new value written to the lock, a line appended to its reflog (``by``: the
     committer's identity and time, as git formats it), the lock renamed into place.
-
     Where this worktree's HEAD names the ref, git logs the move in HEAD's reflog too,
-    holding HEAD's lock meanwhile: so is it done here.
+    holding HEAD's lock meanwhile: so is it done here. Signals wait until it is done.
 
     None leaves it to git, which then does it or says why not: a value other than ``old``
-    (or none, or a symbolic ref), a lock already held, a message git would rewrite, an
-    object that is not a commit where a branch needs one, a reflog git would write
-    otherwise (its settings, another worktree's HEAD naming the ref), and any failure to
-    write (git tries again, and reports it)."""
+    (or none, or a symbolic ref, or a link), a lock already held, a message git would
+    rewrite or a name it would write otherwise, an object that is not whole or not a
+    commit where a branch needs one, a HEAD or a reflog git would read or write
+    otherwise (spelt otherwise, a link, another worktree's HEAD naming the ref, the
+    reflog settings), and any failure before the first write (git tries again)."""
     heads = _heads_naming(common_dir, git_dir, ref)
+    line = _log_line(old, new, by, message)
     if (
         not PLAIN_REF.match(ref)
         or ODD_REF.search(ref)
         or new == old
-        or not _kept_as_is(message)
+        or line is None
+        or heads is None
         or heads - {git_dir / "HEAD"}
         or not objects.writes_itself(common_dir, _git.sysconfdir(), refs=True)
     ):
         return None
-    kind = objects.kind_of(common_dir / "objects", new)
-    if kind != b"commit" and (kind is None or ref.startswith("refs/heads/")):
+    found = objects.read_object(common_dir / "objects", new)  # whole, and its id's
+    if found is None or (found[0] != b"commit" and ref.startswith("refs/heads/")):
         return None
     path = common_dir / ref
     locks = [path.with_name(f"{path.name}.lock"), *(git_dir / "HEAD.lock" for _ in heads)]
     logs = [common_dir / "logs" / ref, *(git_dir / "logs" / "HEAD" for _ in heads)]
-    line = f"{old} {new} ".encode() + by + b"\t" + message.encode()
+    with _faults.uninterrupted():  # a signal never leaves a lock behind
+        return _move(common_dir, ref, path, new, old, locks, logs, line)
+
+
+def _move(
+    common_dir: Path,
+    ref: str,
+    path: Path,
+    new: str,
+    old: str,
+    locks: list[Path],
+    logs: list[Path],
+    line: bytes,
+) -> bool | None:
+    """:func:`update`'s writes: every lock taken, the value checked and written, every
+    reflog opened before any is written (a reflog that cannot be opened leaves it all to
+    git, nothing written twice), the lines appended, the ref's lock renamed into place."""
     taken: list[Path] = []
+    opened: list[int] = []
     try:
         for lock in locks:
             fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -123,18 +144,36 @@ def update(
             finally:
                 os.close(fd)
             if not moving:
-                break
-        else:
-            if all(_logged(log, line) for log in logs):
-                os.rename(locks[0], path)  # the lock is the ref now: nothing of it to remove
-                taken.pop(0)
-                return True
+                return None
+        for log in logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            opened.append(os.open(log, flags, 0o666))
+        for fd in opened:  # one write each, as git appends
+            if os.write(fd, line) != len(line):
+                return None
+        os.rename(taken[0], path)
+        taken.pop(0)  # the lock is the ref now: nothing of it to remove
+        return True
     except OSError:
-        pass
-    finally:  # an interrupt too: the locks are ours, never left for others
+        return None
+    finally:
+        for fd in opened:
+            os.close(fd)
         for lock in taken:
             lock.unlink(missing_ok=True)
-    return None
+
+
+def _log_line(old: str, new: str, by: bytes, message: str) -> bytes | None:
+    """The reflog line git writes for the move, or None when git would write the message
+    otherwise (see :func:`_kept_as_is`) or it is not text git would pass on as it is."""
+    if not _kept_as_is(message):
+        return None
+    try:
+        text = message.encode("utf-8")
+    except UnicodeEncodeError:
+        return None  # bytes that are not UTF-8: git's to write as they are
+    return f"{old} {new} ".encode() + by + b"\t" + text + b"\n"
 
 
 def _kept_as_is(message: str) -> bool:
@@ -153,12 +192,14 @@ def _value(common_dir: Path, ref: str, path: Path, length: int) -> str | None:
     none, or anything git would read otherwise (a symbolic ref, a file not exactly an id
     and a newline, a ``packed-refs`` too large to read here or not whole)."""
     try:
-        with open(path, "rb") as loose:
-            text = loose.read(length + 2)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         text = None
     except OSError:
-        return None
+        return None  # a link (a symbolic ref git would follow), or unreadable
+    else:
+        with open(fd, "rb") as loose:
+            text = loose.read(length + 2)
     if text is not None:
         oid = text[:-1].decode("ascii", "replace")
         return oid if len(text) == length + 1 and text.endswith(b"\n") and _hex(oid) else None
@@ -178,26 +219,17 @@ def _hex(text: str) -> bool:
     return all(c in "0123456789abcdef" for c in text)
 
 
-def _logged(log: Path, line: bytes) -> bool:
-    """Append ``line`` to the reflog ``log`` (made, with its folders, if missing) in one
-    write, as git appends; False when it could not be written whole."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    try:
-        return os.write(fd, line + b"\n") == len(line) + 1
-    finally:
-        os.close(fd)
-
-
 def _a_head_names(common_dir: Path, git_dir: Path, ref: str) -> bool:
-    """Whether a HEAD (this worktree's, the main one's, a linked one's) points at ``ref``:
-    git would log the ref's creation in that HEAD's reflog too."""
-    return bool(_heads_naming(common_dir, git_dir, ref))
+    """Whether a HEAD (this worktree's, the main one's, a linked one's) points at ``ref``,
+    or may: git would log the ref's creation in that HEAD's reflog too."""
+    return _heads_naming(common_dir, git_dir, ref) != set()
 
 
-def _heads_naming(common_dir: Path, git_dir: Path, ref: str) -> set[Path]:
+def _heads_naming(common_dir: Path, git_dir: Path, ref: str) -> set[Path] | None:
     """The HEADs (this worktree's, the main one's, linked ones') that point at ``ref``;
-    a HEAD that cannot be read counts as one that does."""
+    None when one is not as git writes it (``ref: <name>`` and a newline, or an object id
+    and a newline), so may name it in a way read here otherwise than git reads it: a link,
+    other spacing, an unreadable file."""
     heads = {git_dir / "HEAD", common_dir / "HEAD"}
     with contextlib.suppress(OSError):
         heads |= {
@@ -206,14 +238,22 @@ def _heads_naming(common_dir: Path, git_dir: Path, ref: str) -> set[Path]:
     naming = set()
     for head in heads:
         try:
-            text = head.read_bytes()[:4096]
+            fd = os.open(head, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
         except OSError:
-            text = f"ref: {ref}".encode()
-        if text.strip() == f"ref: {ref}".encode():
+            return None
+        with open(fd, "rb") as file:
+            text = file.read(4096)
+        if text == f"ref: {ref}\n".encode():
             naming.add(head)
+        elif not _HEAD.fullmatch(text):
+            return None
     return naming
+
+
+#: A HEAD as git writes one: a symbolic ref to a plain name, or a detached object id.
+_HEAD = re.compile(rb"ref: refs/[^\s]+\n|[0-9a-f]{40}\n|[0-9a-f]{64}\n")
 
 
 def _in_the_way(common_dir: Path, ref: str, path: Path) -> str:

@@ -450,7 +450,10 @@ class RepoRefs:
         if not (objects.clean_identity(name) and objects.clean_identity(email)):
             return b""
         when = objects.now()
-        return objects.identity(name, email, when, objects.zone_offset(when))
+        try:
+            return objects.identity(name, email, when, objects.zone_offset(when))
+        except UnicodeEncodeError:
+            return b""  # bytes that are not UTF-8: git's to write as they are
 
     def delete_ref(self, ref: str, old: str, message: str = "agentgate prune") -> bool:
         """Delete ``ref`` if it is still at ``old``; False when it was not."""
