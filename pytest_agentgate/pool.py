@@ -50,7 +50,7 @@ class ForkCosts:
         del kept[: -self.KEEP]
 
     def recycle_next(self) -> bool:
-        """Whether the next fork should recycle a kept workspace (one being at hand)."""
+        """Whether a workspace handed back should be kept for the next fork to recycle."""
         self._forks += 1
         fresh, recycled = (statistics.median(v) if v else None for v in self._ms.values())
         if fresh is None or recycled is None:
@@ -96,8 +96,6 @@ class WorkspacePool:
         """A private workspace at ``at``: a recycled one when there is one and recycling
         costs less than a fresh checkout here (see :class:`ForkCosts`), else a fresh one."""
         name = slugify(task)[:30]
-        if self._free and not self._costs.recycle_next():
-            workspace.remove(self._free.pop(), later=True)  # a fresh one costs less here
         while self.recycle and self._free:
             used = self._free.pop()
             try:
@@ -159,8 +157,9 @@ class WorkspacePool:
         )
 
     def release(self, ws: Workspace) -> None:
-        """Take a workspace back once its attempt is recorded: kept for reuse, or removed."""
-        if self.recycle:
+        """Take a workspace back once its attempt is recorded: kept for reuse where
+        recycling pays here (see :class:`ForkCosts`), or removed in the background."""
+        if self.recycle and self._costs.recycle_next():
             ws.end_processes()
             self._free.append(ws)
         else:

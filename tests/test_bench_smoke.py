@@ -24,7 +24,8 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     operations = {row["operation"] for row in rows}
     for expected in (
         "fork (disk)",
-        "fork (recycled, disk)",
+        "fork, recycling on (disk)",
+        "recycling alone (disk)",
         "snapshot, 10 changed",
         "preflight, clean",
         "preflight, conflicting",

@@ -97,6 +97,8 @@ def test_engine_recycles_promoted_workspaces_and_falls_back(service: Path, tmp_p
         workdir=tmp_path / "work",
         gate=GateSpec(outcome_is_enough=True),
     )
+    for _ in range(5):  # recycling pays here, whatever this machine's disk costs
+        engine.pool._costs.note("fresh", 1e6)
     ws = engine.fork(task="one")
     (ws.path / "one.txt").write_text("1")
     assert engine.run_attempt(ws, task="one").verdict.status == "promoted"
@@ -302,9 +304,9 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     service: Path, tmp_path: Path
 ) -> None:
     """Recycling is for trees that cost more to write than to prove clean: where the pool's
-    recycled forks cost more than its fresh ones, the next fork is fresh and the kept
-    workspace goes; where they cost less, it is recycled. Every sixteenth fork tries the
-    other way, in case the costs moved."""
+    recycled forks cost more than its fresh ones, a workspace handed back is removed and
+    the next fork is fresh; where they cost less, it is kept and recycled. Every sixteenth
+    one tries the other way, in case the costs moved."""
     from pytest_agentgate.pool import ForkCosts
     from pytest_agentgate.sandbox.removal import removals_done
 
@@ -314,17 +316,17 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     )  # fmt: skip
     costs = engine.pool._costs
     kept = engine.fork(task="one")
-    engine.release(kept)
     for _ in range(ForkCosts.KEEP):
         costs.note("fresh", 1.0)
         costs.note("recycled", 50.0)
+    engine.release(kept)  # not kept: recycling costs more here
     fresh = engine.fork(task="two")
     assert fresh is not kept and fresh.recycled == 0
     removals_done()
     assert not kept.path.exists()
-    engine.release(fresh)
     for _ in range(ForkCosts.KEEP):
         costs.note("recycled", 0.5)
+    engine.release(fresh)
     again = engine.fork(task="three")
     assert again is fresh and again.recycled == 1
     engine.close()
