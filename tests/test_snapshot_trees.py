@@ -310,3 +310,34 @@ def test_the_configuration_is_read_where_git_reads_it(
     files = objects.config_files(tmp_path / ".git", runner.sysconfdir())
     assert files is not None and Path("/.gitconfig") in files
     assert Path("/.config/git/config") in files
+
+
+def test_the_agent_s_git_is_stored_as_git_stores_it(
+    tmp_path: Path, service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint stores the agent's ``.git`` as a tree written without git: the same tree
+    git writes from the same files (links kept as links, executable bits, empty files, a
+    name that is not UTF-8, folders in folders), with no git process for its blobs and
+    trees; past what it writes itself, git writes it."""
+    from pytest_agentgate.git.repo import Author
+    from pytest_agentgate.store import checkpoints
+
+    repo = BaseRepo.open(service)
+    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    dot = ws.path / ".git"
+    (dot / "refs" / "heads" / "deep" / "er").mkdir(parents=True)
+    (dot / "refs" / "heads" / "deep" / "er" / "x").write_text("1" * 40 + "\n")
+    (dot / "hooks").mkdir(exist_ok=True)
+    (dot / "hooks" / "post-commit").write_text("#!/bin/sh\n")
+    (dot / "hooks" / "post-commit").chmod(0o755)
+    (dot / "empty").write_bytes(b"")
+    (dot / os.fsdecode(b"not-utf8-\xff")).write_bytes(b"\xff\xfe")
+    os.symlink("../elsewhere", dot / "link")
+    author = Author("t", "t@e")
+    calls = counting(monkeypatch)
+    here = checkpoints.capture_agent_git(repo, ws.path, author)
+    assert here is not None and not {"hash-object", "update-index", "write-tree"} & set(calls)
+    monkeypatch.setattr(checkpoints, "_tree_here", lambda *a: None)
+    by_git = checkpoints.capture_agent_git(repo, ws.path, author)
+    assert by_git is not None and "write-tree" in calls
+    assert repo.tree_of(here) == repo.tree_of(by_git)

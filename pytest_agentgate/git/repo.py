@@ -357,11 +357,13 @@ class BaseRepo(RepoRefs):
         if found is not None:
             _keep(self._attributed, tree, found, size=64)
 
-    def edited_tree(self, tree: str, edits: Mapping[str, tuple[str, str] | None]) -> str | None:
-        """``tree`` with each path of ``edits`` set to a (mode, object id) or removed
-        (None), written by the plugin as ``write-tree`` would write it from an index given
-        those edits (see :func:`.trees.edit`); None when it is git's to do."""
-        if len(tree) != self._oid_length or not is_oid(tree):
+    def edited_tree(
+        self, tree: str | None, edits: Mapping[str, tuple[str, str] | None]
+    ) -> str | None:
+        """``tree`` (None: an empty one) with each path of ``edits`` set to a (mode, object
+        id) or removed (None), written by the plugin as ``write-tree`` would write it from an
+        index given those edits (see :func:`.trees.edit`); None when it is git's to do."""
+        if tree is not None and (len(tree) != self._oid_length or not is_oid(tree)):
             return None
         store = self.common_dir / "objects"
 

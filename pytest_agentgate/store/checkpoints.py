@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AgentgateError
+from ..git import trees
 from ..git.index import IndexEntry
 from ..git.repo import Author, BaseRepo
 from ..sandbox.removal import remove_under
@@ -88,6 +89,9 @@ def capture_agent_git(
         )
     if max_bytes is not None and size > max_bytes:
         raise CheckpointError("of the agent's .git", f"{size:,} bytes, more than {max_bytes:,}")
+    written = _tree_here(repo, root, found, size)
+    if written is not None:
+        return repo.commit_tree(written, [], "agentgate: the agent's git state\n", author)
     oids = dict(
         zip((str(p) for _, _, p in files), repo.hash_files([p for *_, p in files]), strict=True)
     )
@@ -106,6 +110,27 @@ def capture_agent_git(
         index.stage_entries(entries)
         tree = index.write_tree()
     return repo.commit_tree(tree, [], "agentgate: the agent's git state\n", author)
+
+
+def _tree_here(
+    repo: BaseRepo, root: Path, found: list[tuple[str, str, Path]], size: int
+) -> str | None:
+    """The tree of the agent's ``.git`` written by the plugin, the objects ``hash-object
+    --no-filters`` and ``write-tree`` would write, three git processes less; None when it
+    is git's to write: more than :data:`~pytest_agentgate.git.trees.MAX_BYTES`, a name git
+    guards, or a file that changes while it is read (git reads it then)."""
+    if size > trees.MAX_BYTES or not all(trees.plain_name(rel[4:]) for _, rel, _ in found):
+        return None
+    edits: dict[str, tuple[str, str] | None] = {}
+    for mode, rel, path in found:
+        blob = trees.file_blob(root, rel[4:], path.lstat().st_size)
+        if blob is None or blob[0] != mode:
+            return None
+        try:
+            edits[rel] = (mode, repo.write_blob(blob[1]))
+        except OSError:
+            return None  # git tries, and says what is wrong (a full disk)
+    return repo.edited_tree(None, edits)
 
 
 def restore_agent_git(repo: BaseRepo, commit: str, workspace: Path) -> None:
