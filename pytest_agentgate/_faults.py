@@ -19,8 +19,10 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 ENV = "AGENTGATE_FAULT"
 
@@ -47,14 +49,15 @@ def fail(name: str) -> None:
 
 #: What :func:`uninterrupted` holds: Ctrl-C, SIGTERM (how CI cancels a job), SIGHUP (a
 #: terminal closed).
-_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_HELD = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)  # put back in this order: Ctrl-C last
 
 
 @contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C, SIGTERM and SIGHUP until the block is done, then deliver each as it
-    would have been delivered (Ctrl-C raises ``KeyboardInterrupt``; a SIGTERM nobody
-    handles ends the process, only now).
+    """Hold Ctrl-C, SIGTERM and SIGHUP until the block is done, however it ends, then
+    deliver each as it would have been delivered (Ctrl-C raises ``KeyboardInterrupt``; a
+    SIGTERM nobody handles ends the process, only now). A signal ignored, or handled
+    outside Python, is left as it is.
 
     A ref move and the working-tree update that follow it finish together or not at all,
     and a lock file the plugin takes itself is never left behind by a signal. Outside the
@@ -68,25 +71,34 @@ def uninterrupted() -> Iterator[None]:
         yield  # another thread's, or inside another such block: that one delivers it
         return
     received: list[int] = []
-    previous = {}
-    for sig in _HELD:
-        try:
-            previous[sig] = signal.signal(sig, lambda signum, frame: received.append(signum))
-        except (OSError, ValueError):
-            continue
+    previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int] = {}
     _holding = True
     try:
+        for sig in _HELD:
+            current = signal.getsignal(sig)
+            if current is None or current == signal.SIG_IGN:
+                continue
+            previous[sig] = current
+            signal.signal(sig, lambda signum, frame: received.append(signum))
         yield
     finally:
         _holding = False
-        for sig, handler in previous.items():
-            if handler is not None:  # None: set outside Python, and cannot be put back
-                signal.signal(sig, handler)
-    for number in dict.fromkeys(received):
-        if number == signal.SIGINT and previous.get(signal.SIGINT) is signal.default_int_handler:
-            raise KeyboardInterrupt
-        signal.raise_signal(number)
+        try:
+            for held, handler in previous.items():  # Ctrl-C's last: one now is then handled
+                signal.signal(held, handler)
+        finally:
+            _deliver(list(dict.fromkeys(received)))
 
 
-#: Whether an :func:`uninterrupted` block holds Ctrl-C now (the main thread's; they nest).
+def _deliver(numbers: list[int]) -> None:
+    """Raise each held signal to its own handler, every one of them even when one's
+    handler raises (the exceptions chain)."""
+    if numbers:
+        try:
+            signal.raise_signal(numbers[0])
+        finally:
+            _deliver(numbers[1:])
+
+
+#: Whether an :func:`uninterrupted` block holds its signals now (the main thread's; they nest).
 _holding = False

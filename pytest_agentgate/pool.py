@@ -8,8 +8,8 @@ only what differs: most of a fork's cost on a large repository is writing files.
 from __future__ import annotations
 
 import secrets
-import statistics
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,41 +22,9 @@ from .workspace import fork as workspace
 from .workspace import recycle as recycling
 from .workspace.checkouts import GateCheckouts
 from .workspace.fork import Workspace
+from .workspace.reuse import ReuseCosts
 
 ISOLATIONS = ("shared", "sealed")
-
-
-class ForkCosts:
-    """What a pool's last forks cost, fresh and recycled, and so which way the next goes.
-
-    Recycling is for a tree that costs more to write than to compare (a large one, a slow
-    disk: a tenth of a fresh checkout there); a small tree on a fast file system checks
-    out fresh in less time than recycling takes to prove a used one clean (a third, on
-    tmpfs at 100 files). So a pool recycles while that costs no more than its fresh forks
-    did, and forks fresh otherwise, trying the other way every :attr:`PROBE_EVERY` forks
-    in case the costs moved (the tree grew, the cache cooled)."""
-
-    PROBE_EVERY = 16
-    KEEP = 5
-
-    def __init__(self) -> None:
-        self._ms: dict[str, list[float]] = {"fresh": [], "recycled": []}
-        self._forks = 0
-
-    def note(self, way: str, ms: float) -> None:
-        """Remember that a fork made ``way`` (``fresh``, ``recycled``) took ``ms``."""
-        kept = self._ms[way]
-        kept.append(ms)
-        del kept[: -self.KEEP]
-
-    def recycle_next(self) -> bool:
-        """Whether a workspace handed back should be kept for the next fork to recycle."""
-        self._forks += 1
-        fresh, recycled = (statistics.median(v) if v else None for v in self._ms.values())
-        if fresh is None or recycled is None:
-            return True  # not both known yet: recycling is tried
-        cheaper = recycled <= fresh
-        return not cheaper if self._forks % self.PROBE_EVERY == 0 else cheaper
 
 
 class WorkspacePool:
@@ -90,17 +58,20 @@ class WorkspacePool:
         self._free: list[Workspace] = []
         self._checkouts: GateCheckouts | None = None
         self._worktrees: list[Path] | None = None
-        self._costs = ForkCosts()
+        self._costs = ReuseCosts()
 
     def fork(self, at: str, task: str) -> Workspace:
         """A private workspace at ``at``: a recycled one when there is one and recycling
-        costs less than a fresh checkout here (see :class:`ForkCosts`), else a fresh one."""
+        costs less than a fresh checkout here (see :class:`~.workspace.reuse.ReuseCosts`), else a fresh one."""
         name = slugify(task)[:30]
+        wasted = 0.0  # a recycling that failed cost its time and a fresh fork after it
         while self.recycle and self._free:
             used = self._free.pop()
+            begin = time.perf_counter()
             try:
                 recycled = recycling.recycle(used, at, name)
             except recycling.RecycleFailed:
+                wasted += (time.perf_counter() - begin) * 1000
                 workspace.remove(used, later=True)
                 continue
             self._costs.note("recycled", recycled.fork_ms)
@@ -117,6 +88,8 @@ class WorkspacePool:
             private=private,
         )
         self._costs.note("fresh", ws.fork_ms)
+        if wasted:
+            self._costs.note("recycled", wasted + ws.fork_ms)
         return self._contain(ws)
 
     def _contain(self, ws: Workspace) -> Workspace:
@@ -151,14 +124,14 @@ class WorkspacePool:
         the checkouts earlier gate runs left (reused when ``recycle`` is on)."""
         root = self.private_root()
         if self.recycle and self._checkouts is None:
-            self._checkouts = GateCheckouts(self.repo, root)
+            self._checkouts = GateCheckouts(self.repo, root, costs=ReuseCosts())
         return GateContext(
             root, self.sandbox_now(), self.gate_role, self._checkouts, self.require_results
         )
 
     def release(self, ws: Workspace) -> None:
         """Take a workspace back once its attempt is recorded: kept for reuse where
-        recycling pays here (see :class:`ForkCosts`), or removed in the background."""
+        recycling pays here (see :class:`~.workspace.reuse.ReuseCosts`), or removed in the background."""
         if self.recycle and self._costs.recycle_next():
             ws.end_processes()
             self._free.append(ws)

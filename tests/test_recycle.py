@@ -307,8 +307,8 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     recycled forks cost more than its fresh ones, a workspace handed back is removed and
     the next fork is fresh; where they cost less, it is kept and recycled. Every sixteenth
     one tries the other way, in case the costs moved."""
-    from pytest_agentgate.pool import ForkCosts
     from pytest_agentgate.sandbox.removal import removals_done
+    from pytest_agentgate.workspace.reuse import ReuseCosts
 
     engine = Engine.open(
         service, "main", promote=False, workdir=tmp_path / "work",
@@ -316,7 +316,7 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     )  # fmt: skip
     costs = engine.pool._costs
     kept = engine.fork(task="one")
-    for _ in range(ForkCosts.KEEP):
+    for _ in range(ReuseCosts.KEEP):
         costs.note("fresh", 1.0)
         costs.note("recycled", 50.0)
     engine.release(kept)  # not kept: recycling costs more here
@@ -324,15 +324,48 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     assert fresh is not kept and fresh.recycled == 0
     removals_done()
     assert not kept.path.exists()
-    for _ in range(ForkCosts.KEEP):
+    for _ in range(ReuseCosts.KEEP):
         costs.note("recycled", 0.5)
     engine.release(fresh)
     again = engine.fork(task="three")
     assert again is fresh and again.recycled == 1
     engine.close()
-    probing = ForkCosts()
-    for _ in range(ForkCosts.KEEP):
+    probing = ReuseCosts()
+    for _ in range(ReuseCosts.KEEP):
         probing.note("fresh", 1.0)
         probing.note("recycled", 50.0)
-    ways = [probing.recycle_next() for _ in range(2 * ForkCosts.PROBE_EVERY)]
-    assert ways.count(True) == 2 and ways[ForkCosts.PROBE_EVERY - 1]
+    ways = [probing.recycle_next() for _ in range(2 * ReuseCosts.PROBE_EVERY)]
+    assert ways.count(True) == 2 and ways[ReuseCosts.PROBE_EVERY - 1]
+
+
+def test_gate_checkouts_are_kept_only_where_reusing_one_pays(
+    service: Path, tmp_path: Path
+) -> None:
+    """A run's gate checkouts are kept for the next gate only while bringing one over (and
+    proving it clean, off the gate's path but not free) has cost no more than a fresh
+    checkout; else each gate gets a fresh one, and the last is removed."""
+    from pytest_agentgate import BaseRepo
+    from pytest_agentgate.sandbox.removal import removals_done
+    from pytest_agentgate.workspace.checkouts import GateCheckouts
+    from pytest_agentgate.workspace.reuse import ReuseCosts
+
+    repo = BaseRepo.open(service)
+    tree = repo.tree_of("HEAD")
+    costs = ReuseCosts()
+    kept = GateCheckouts(repo, tmp_path, costs=costs)
+    for _ in range(ReuseCosts.KEEP):
+        costs.note("fresh", 1.0)
+        costs.note("recycled", 50.0)
+    with kept.checkout(tree, "one") as first:
+        pass
+    with kept.checkout(tree, "two") as second:
+        assert second != first and kept.reused == 0
+    removals_done()
+    assert not first.exists() and not second.exists()
+    for _ in range(ReuseCosts.KEEP):
+        costs.note("recycled", 0.5)
+    with kept.checkout(tree, "three") as third:
+        pass
+    with kept.checkout(tree, "four") as fourth:
+        assert fourth == third and kept.reused == 1
+    kept.close()

@@ -341,3 +341,26 @@ def test_the_agent_s_git_is_stored_as_git_stores_it(
     by_git = checkpoints.capture_agent_git(repo, ws.path, author)
     assert by_git is not None and "write-tree" in calls
     assert repo.tree_of(here) == repo.tree_of(by_git)
+
+
+def test_the_agent_s_git_in_a_shared_repository_is_git_s_to_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository shared with a group (``core.sharedRepository``): git gives the group
+    its permissions on every object it writes, so the agent's ``.git`` is git's to store."""
+    from pytest_agentgate.store import checkpoints
+
+    git(tmp_path, "init", "-q", "-b", "main", "--shared=group", "r")
+    path = tmp_path / "r"
+    (path / "a.txt").write_text("a\n")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    repo = BaseRepo.open(path)
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "HEAD").write_text("ref: refs/heads/shared-and-unique\n")
+    calls = counting(monkeypatch)
+    made = checkpoints.capture_agent_git(repo, ws, Author("t", "t@e"))
+    assert made is not None and "write-tree" in calls
+    blob = git(path, "rev-parse", f"{made}:git/HEAD")
+    assert (path / ".git/objects" / blob[:2] / blob[2:]).stat().st_mode & 0o040  # the group's

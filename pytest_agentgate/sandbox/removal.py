@@ -173,6 +173,17 @@ class _Remover:
 _remover = _Remover()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's threads: what the parent queued is the
+    parent's to delete, and the child starts with a remover of its own (else one caught
+    busy, or its lock held, would never finish)."""
+    global _remover
+    _remover = _Remover()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def remove_later(path: Path) -> None:
     """Delete ``path`` as :func:`remove_tree` does, but in the background: the caller goes
     on at once. Only for a directory nothing will use again (its processes ended, its name

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AgentgateError
-from ..git import trees
+from ..git import objects, trees
+from ..git import runner as _git
 from ..git.index import IndexEntry
 from ..git.repo import Author, BaseRepo
 from ..sandbox.removal import remove_under
@@ -118,8 +119,13 @@ def _tree_here(
     """The tree of the agent's ``.git`` written by the plugin, the objects ``hash-object
     --no-filters`` and ``write-tree`` would write, three git processes less; None when it
     is git's to write: more than :data:`~pytest_agentgate.git.trees.MAX_BYTES`, a name git
-    guards, or a file that changes while it is read (git reads it then)."""
-    if size > trees.MAX_BYTES or not all(trees.plain_name(rel[4:]) for _, rel, _ in found):
+    guards, a setting that changes how git writes objects (a group's permissions, syncing),
+    or a file that changes while it is read (git reads it then)."""
+    if (
+        size > trees.MAX_BYTES
+        or not all(trees.plain_name(rel[4:]) for _, rel, _ in found)
+        or not objects.writes_itself(repo.common_dir, _git.sysconfdir())  # a group's modes
+    ):
         return None
     edits: dict[str, tuple[str, str] | None] = {}
     for mode, rel, path in found:

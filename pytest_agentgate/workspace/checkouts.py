@@ -25,9 +25,10 @@ from pathlib import Path
 
 from ..errors import GitError
 from ..git.repo import BaseRepo
-from ..sandbox.removal import remove_tree
+from ..sandbox.removal import remove_later
 from .fork import checkout_with_index
 from .recycle import RecycleFailed, prove_clean, reset_checkout
+from .reuse import ReuseCosts
 
 
 @dataclass
@@ -42,9 +43,12 @@ class _Kept:
     thread: threading.Thread | None = None
     #: True: proven to hold ``tree``; False: not (reset whole); None: not to be reused.
     proven: list[bool | None] = field(default_factory=lambda: [None])
+    #: What the proof took, in ms (a reuse's cost, though off the next gate's path).
+    proof_ms: list[float] = field(default_factory=lambda: [0.0])
 
     def prove(self, repo: BaseRepo) -> None:
         def run() -> None:
+            begin = time.perf_counter()
             try:
                 # Nothing runs in it: the supervisor's sweep ended every process of the
                 # command, and a command whose supervisor was killed (the sweep may not have
@@ -57,6 +61,7 @@ class _Kept:
                 )
             except BaseException:  # any failure: the checkout is not reused, never an error
                 self.proven[0] = None
+            self.proof_ms[0] = (time.perf_counter() - begin) * 1000
 
         self.thread = threading.Thread(target=run, name="agentgate-checkout", daemon=True)
         self.thread.start()
@@ -68,12 +73,19 @@ class _Kept:
 
 
 class GateCheckouts:
-    """The checkouts one run keeps under its private directory (``keep`` at most)."""
+    """The checkouts one run keeps under its private directory (``keep`` at most).
 
-    def __init__(self, repo: BaseRepo, root: Path, *, keep: int = 4) -> None:
+    With ``costs``, a checkout is kept only while reusing one (bringing it over, and its
+    proof, though that is off the next gate's path: on two cores it is not free) has cost
+    no more than a fresh checkout (see :class:`~.reuse.ReuseCosts`); without, always."""
+
+    def __init__(
+        self, repo: BaseRepo, root: Path, *, keep: int = 4, costs: ReuseCosts | None = None
+    ) -> None:
         self.repo = repo
         self.root = root
         self.keep = keep
+        self.costs = costs
         self._free: list[_Kept] = []
         self._lock = threading.Lock()
         #: Checkouts in use whose command ended badly: removed, never kept.
@@ -91,6 +103,7 @@ class GateCheckouts:
             found = self._free.pop() if self._free else None
         taken: tuple[Path, Path] | None = None
         made = time.time() - 1  # file times are whole seconds where git writes them
+        begin = time.perf_counter()
         if found is not None:
             made = found.made
             proven = found.settled()
@@ -103,18 +116,20 @@ class GateCheckouts:
                 taken = (found.path, found.index)
                 self.reused += 1
                 self.brought_over += by_difference
+                self._note("recycled", begin, found.proof_ms[0])
             except (RecycleFailed, GitError, OSError):
                 _remove((found.path, found.index))
         if taken is None:
-            made = time.time() - 1
+            made, begin = time.time() - 1, time.perf_counter()
             taken = checkout_with_index(self.repo, tree, self.root, name)
+            self._note("fresh", begin)
         kept = False
         try:
             yield taken[0]
             with self._lock:
                 spoiled = taken[0] in self._spoiled
                 self._spoiled.discard(taken[0])
-                if not spoiled and len(self._free) < self.keep:
+                if not spoiled and len(self._free) < self.keep and self._reuse_pays():
                     entry = _Kept(*taken, tree, made)
                     entry.prove(self.repo)  # its command has ended: nothing runs in it now
                     self._free.append(entry)
@@ -122,6 +137,14 @@ class GateCheckouts:
         finally:
             if not kept:
                 _remove(taken)
+
+    def _note(self, way: str, begin: float, more_ms: float = 0.0) -> None:
+        if self.costs is not None:
+            with self._lock:  # gates run side by side (--agentgate-gate-jobs)
+                self.costs.note(way, (time.perf_counter() - begin) * 1000 + more_ms)
+
+    def _reuse_pays(self) -> bool:
+        return self.costs is None or self.costs.recycle_next()
 
     def spoil(self, path: Path) -> None:
         """The command in the checkout at ``path`` ended badly (its status lost, a timeout):
@@ -139,8 +162,9 @@ class GateCheckouts:
 
 
 def _remove(taken: tuple[Path, Path]) -> None:
-    """Best effort: what cannot be removed stays for the run's clean-up, never an error of
-    the gate that happens to come next."""
+    """Best effort, in the background (nothing runs in it, nothing will use it again): what
+    cannot be removed stays for the run's clean-up, never an error of the gate that happens
+    to come next."""
     with contextlib.suppress(Exception):
-        remove_tree(taken[0])
         taken[1].unlink(missing_ok=True)
+        remove_later(taken[0])
