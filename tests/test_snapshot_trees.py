@@ -317,8 +317,8 @@ def test_the_agent_s_git_is_stored_as_git_stores_it(
 ) -> None:
     """A checkpoint stores the agent's ``.git`` as a tree written without git: the same tree
     git writes from the same files (links kept as links, executable bits, empty files, a
-    name that is not UTF-8, folders in folders), with no git process for its blobs and
-    trees; past what it writes itself, git writes it."""
+    name that is not UTF-8 or holds a newline, folders in folders), with no git process for
+    its blobs and trees; past what it writes itself, git writes it."""
     from pytest_agentgate.git.repo import Author
     from pytest_agentgate.store import checkpoints
 
@@ -332,6 +332,7 @@ def test_the_agent_s_git_is_stored_as_git_stores_it(
     (dot / "hooks" / "post-commit").chmod(0o755)
     (dot / "empty").write_bytes(b"")
     (dot / os.fsdecode(b"not-utf8-\xff")).write_bytes(b"\xff\xfe")
+    (dot / "a name\nover two lines").write_text("git's --stdin-paths cannot take it\n")
     os.symlink("../elsewhere", dot / "link")
     author = Author("t", "t@e")
     calls = counting(monkeypatch)

@@ -93,9 +93,10 @@ def capture_agent_git(
     written = _tree_here(repo, root, found, size)
     if written is not None:
         return repo.commit_tree(written, [], "agentgate: the agent's git state\n", author)
-    oids = dict(
-        zip((str(p) for _, _, p in files), repo.hash_files([p for *_, p in files]), strict=True)
-    )
+    # ``--stdin-paths`` takes a path a line: a name with a newline is hashed from its bytes.
+    listed = [p for *_, p in files if "\n" not in str(p)]
+    oids = dict(zip(map(str, listed), repo.hash_files(listed), strict=True))
+    oids.update({str(p): repo.hash_blob(p.read_bytes()) for *_, p in files if str(p) not in oids})
     entries = [
         IndexEntry(
             mode,
