@@ -379,6 +379,22 @@ class BaseRepo(RepoRefs):
         """Store ``data`` as a blob, byte for byte, as git writes a loose object; its id."""
         return objects.write_loose(self.common_dir / "objects", b"blob", data, self._oid_length)
 
+    def blobs_here(self, root: Path, sizes: Mapping[str, int]) -> dict[str, tuple[str, str]] | None:
+        """Each file at a path of ``sizes`` under ``root`` stored as the blob git would
+        store (no filters), read no further than its size there: its (mode, id). None when
+        one is git's to read (see :func:`.trees.file_blob`) or cannot be written (git then
+        tries, and says what is wrong: a full disk)."""
+        found = {}
+        for rel, most in sizes.items():
+            blob = trees.file_blob(root, rel, most)
+            if blob is None:
+                return None
+            try:
+                found[rel] = (blob[0], self.write_blob(blob[1]))
+            except OSError:
+                return None
+        return found
+
     def tree_entry(self, tree: str, path: str) -> TreeEntry | None:
         """The entry at exactly ``path`` in ``tree`` (a literal path, no globbing), or None."""
         out = self._run("ls-tree", "-z", "--end-of-options", tree, "--", f":(literal){path}").stdout

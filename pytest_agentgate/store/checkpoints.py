@@ -71,6 +71,7 @@ def capture_agent_git(
     if root.is_symlink() or not root.is_dir():
         return None
     found: list[tuple[str, str, Path]] = []
+    sizes: dict[str, int] = {}  # by the path inside .git
     for dirpath, dirnames, filenames in os.walk(root):
         here = Path(dirpath)
         for name in sorted(filenames) + [d for d in dirnames if (here / d).is_symlink()]:
@@ -81,16 +82,19 @@ def capture_agent_git(
                 found.append(("120000", rel, path))
             elif stat.S_ISREG(info.st_mode):
                 found.append(("100755" if info.st_mode & stat.S_IXUSR else "100644", rel, path))
+            else:
+                continue
+            sizes[rel[4:]] = info.st_size
         dirnames[:] = sorted(d for d in dirnames if not (here / d).is_symlink())
     files = [f for f in found if f[0] != "120000"]
-    size = sum(p.lstat().st_size for *_, p in files)
+    size = sum(sizes[rel[4:]] for _, rel, _ in files)
     if max_files is not None and len(found) > max_files:
         raise CheckpointError(
             "of the agent's .git", f"{len(found):,} files, more than {max_files:,}"
         )
     if max_bytes is not None and size > max_bytes:
         raise CheckpointError("of the agent's .git", f"{size:,} bytes, more than {max_bytes:,}")
-    written = _tree_here(repo, root, found, size)
+    written = _tree_here(repo, root, found, sizes, size)
     if written is not None:
         return repo.commit_tree(written, [], "agentgate: the agent's git state\n", author)
     # ``--stdin-paths`` takes a path a line: a name with a newline is hashed from its bytes.
@@ -115,7 +119,11 @@ def capture_agent_git(
 
 
 def _tree_here(
-    repo: BaseRepo, root: Path, found: list[tuple[str, str, Path]], size: int
+    repo: BaseRepo,
+    root: Path,
+    found: list[tuple[str, str, Path]],
+    sizes: dict[str, int],
+    size: int,
 ) -> str | None:
     """The tree of the agent's ``.git`` written by the plugin, the objects ``hash-object
     --no-filters`` and ``write-tree`` would write, three git processes less; None when it
@@ -124,20 +132,14 @@ def _tree_here(
     or a file that changes while it is read (git reads it then)."""
     if (
         size > trees.MAX_BYTES
-        or not all(trees.plain_name(rel[4:]) for _, rel, _ in found)
+        or not all(trees.plain_name(inside) for inside in sizes)
         or not objects.writes_itself(repo.common_dir, _git.sysconfdir())  # a group's modes
     ):
         return None
-    edits: dict[str, tuple[str, str] | None] = {}
-    for mode, rel, path in found:
-        blob = trees.file_blob(root, rel[4:], path.lstat().st_size)
-        if blob is None or blob[0] != mode:
-            return None
-        try:
-            edits[rel] = (mode, repo.write_blob(blob[1]))
-        except OSError:
-            return None  # git tries, and says what is wrong (a full disk)
-    return repo.edited_tree(None, edits)
+    blobs = repo.blobs_here(root, sizes)
+    if blobs is None or any(blobs[rel[4:]][0] != mode for mode, rel, _ in found):
+        return None
+    return repo.edited_tree(None, {rel: blobs[rel[4:]] for _, rel, _ in found})
 
 
 def restore_agent_git(repo: BaseRepo, commit: str, workspace: Path) -> None:

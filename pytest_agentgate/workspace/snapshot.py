@@ -139,9 +139,11 @@ def snapshot(
             f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
         )
     sizes: dict[str, int] = {}
+    total = 0
     for rel in additions:
         sizes[rel] = (ws.path / rel).lstat().st_size
-        if sum(sizes.values()) > max_bytes:
+        total += sizes[rel]
+        if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
     base_tree, start = repo.tree_of(ws.base), ws.index_tree
     tree = _written_here(ws, sizes, removals) if final else None
@@ -206,15 +208,10 @@ def _written_here(ws: Workspace, sizes: Mapping[str, int], removals: Iterable[st
         or trees.attributes_along(ws.path, sizes)
     ):
         return None
-    edits: dict[str, tuple[str, str] | None] = dict.fromkeys(removals)
-    for rel, size in sizes.items():
-        found = trees.file_blob(ws.path, rel, size)
-        if found is None:
-            return None
-        try:
-            edits[rel] = (found[0], repo.write_blob(found[1]))
-        except OSError:
-            return None  # git tries, and a full or failing disk is reported as git's error
+    blobs = repo.blobs_here(ws.path, sizes)
+    if blobs is None:
+        return None
+    edits: dict[str, tuple[str, str] | None] = {**dict.fromkeys(removals), **blobs}
     # The edits are of what the index holds: the base, or the last checkpoint's tree.
     return repo.edited_tree(ws.index_tree, edits)
 
