@@ -56,6 +56,15 @@ _LOGS_EVERY_REF = re.compile(
 )
 
 
+#: A full object id, SHA-1 or SHA-256.
+_OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
+
+
+def is_oid(text: str) -> bool:
+    """Whether ``text`` is a full object id (40 or 64 lowercase hex digits)."""
+    return bool(_OID.match(text))
+
+
 def clean_identity(text: str) -> bool:
     """Whether git writes ``text`` (a name or an e-mail address) exactly as given."""
     return (

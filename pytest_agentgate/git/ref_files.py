@@ -92,13 +92,12 @@ def update(
     commit where a branch needs one, a HEAD or a reflog git would read or write
     otherwise (spelt otherwise, a link, another worktree's HEAD naming the ref, the
     reflog settings), and any failure before the first write (git tries again)."""
+    if not PLAIN_REF.match(ref) or ODD_REF.search(ref) or new == old:
+        return None
     heads = _heads_naming(common_dir, git_dir, ref)
     line = _log_line(old, new, by, message)
     if (
-        not PLAIN_REF.match(ref)
-        or ODD_REF.search(ref)
-        or new == old
-        or line is None
+        line is None
         or heads is None
         or heads - {git_dir / "HEAD"}
         or not objects.writes_itself(common_dir, _git.sysconfdir(), refs=True)
@@ -202,21 +201,30 @@ def _value(common_dir: Path, ref: str, path: Path, length: int) -> str | None:
             text = loose.read(length + 2)
     if text is not None:
         oid = text[:-1].decode("ascii", "replace")
-        return oid if len(text) == length + 1 and text.endswith(b"\n") and _hex(oid) else None
+        whole = len(text) == length + 1 and text.endswith(b"\n")
+        return oid if whole and objects.is_oid(oid) else None
+    data = _packed_refs(common_dir)
+    at = -1 if data is None else data.find(b" " + ref.encode() + b"\n")
+    if data is None or at < 0:
+        return None
+    oid = data[data.rfind(b"\n", 0, at) + 1 : at].decode("ascii", "replace")
+    return oid if len(oid) == length and objects.is_oid(oid) else None
+
+
+def _packed_refs(common_dir: Path) -> bytes | None:
+    """``packed-refs`` as read here: empty when there is none; None when it cannot be read,
+    is larger than :data:`_PACKED_READ` (git reads a large one by halving) or is not whole
+    (a torn one is git's to report)."""
     try:
         with open(common_dir / "packed-refs", "rb") as packed:
             data = packed.read(_PACKED_READ + 1)
+    except FileNotFoundError:
+        return b""
     except OSError:
         return None
-    at = data.find(b" " + ref.encode() + b"\n")
-    if len(data) > _PACKED_READ or not data.endswith(b"\n") or at < 0:
+    if len(data) > _PACKED_READ or (data and not data.endswith(b"\n")):
         return None
-    oid = data[data.rfind(b"\n", 0, at) + 1 : at].decode("ascii", "replace")
-    return oid if len(oid) == length and _hex(oid) else None
-
-
-def _hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
+    return data
 
 
 def _a_head_names(common_dir: Path, git_dir: Path, ref: str) -> bool:
@@ -266,15 +274,9 @@ def _in_the_way(common_dir: Path, ref: str, path: Path) -> str:
             return "conflict"
         with open(path, "rb") as current:
             return "conflict" if current.read(5) == b"ref: " else "exists"
-    try:
-        with open(common_dir / "packed-refs", "rb") as packed:
-            data = packed.read(_PACKED_READ + 1)
-    except FileNotFoundError:
-        return ""
-    except OSError:
-        return "conflict"
-    if len(data) > _PACKED_READ or (data and not data.endswith(b"\n")):
-        return "conflict"  # git reads a large one by halving; a torn one is git's to report
+    data = _packed_refs(common_dir)
+    if data is None:
+        return "conflict"  # unreadable, too large to read here, or torn: git's to report
     name = b" " + ref.encode()
     if name + b"\n" in data:
         return "exists"

@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, TypeVar
 from ..errors import GitError
 from . import objects, trees
 from . import runner as _git
+from .objects import is_oid
 from .repo_refs import (
     ZERO,
     LogEntry,
     RepoRefs,
     check_branch_name,
-    is_oid,
 )
 
 __all__ = [

@@ -16,15 +16,13 @@ from typing import TYPE_CHECKING, Self
 from ..errors import BadRefName, RepoNotFound, RevisionNotFound
 from . import objects, ref_files
 from . import runner as _git
+from .objects import is_oid
 
 if TYPE_CHECKING:
     from .index import Index
 
 
 ZERO = "0" * 40
-
-
-_OID = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 
 
 _PLAIN_REF, _ODD_REF = ref_files.PLAIN_REF, ref_files.ODD_REF
@@ -93,10 +91,6 @@ def _read_gitfile(path: Path) -> Path | None:
     if not target.is_absolute():
         target = path.parent / target
     return target.resolve()
-
-
-def is_oid(text: str) -> bool:
-    return bool(_OID.match(text))
 
 
 class RepoRefs:
