@@ -85,20 +85,27 @@ def git_keeps(text: str) -> bool:
     return not _NONCHARACTERS.search(text)
 
 
-def writes_itself(common_dir: Path, sysconfdir: Path | None, *, refs: bool = False) -> bool:
+def writes_itself(
+    common_dir: Path,
+    sysconfdir: Path | None,
+    *,
+    refs: bool = False,
+    also: tuple[re.Pattern[str], ...] = (),
+) -> bool:
     """Whether the plugin may write a commit (with ``refs``, also a ref) as git would here:
     no configuration git reads (the repository's, the user's, the system's, in
     ``sysconfdir``) holds a setting of :data:`_GIT_WRITES` (nor, for a ref, one of
-    :data:`_LOGS_EVERY_REF`: git would keep its reflog), and the repository borrows no
-    objects from another store (an object there is git's to find)."""
-    settings = (_GIT_WRITES, _LOGS_EVERY_REF) if refs else (_GIT_WRITES,)
+    :data:`_LOGS_EVERY_REF`: git would keep its reflog; nor one of ``also``, the caller's
+    own), and the repository borrows no objects from another store (an object there is
+    git's to find). Each configuration file is read once, whatever is asked."""
+    settings = (_GIT_WRITES, *((_LOGS_EVERY_REF,) if refs else ()), *also)
     return (
-        not configured(common_dir, settings, sysconfdir)
+        not _configured(common_dir, settings, sysconfdir)
         and not (common_dir / "objects" / "info" / "alternates").exists()
     )
 
 
-def configured(
+def _configured(
     common_dir: Path, settings: tuple[re.Pattern[str], ...], sysconfdir: Path | None
 ) -> bool:
     """Whether a configuration git reads (the repository's, the user's, the system's) may

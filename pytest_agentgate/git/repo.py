@@ -324,23 +324,23 @@ class BaseRepo(RepoRefs):
     def gitlinks(self, tree: str) -> frozenset[str]:
         """The paths of ``tree``'s gitlinks (submodules), kept per tree id."""
         found = self._gitlinks.get(tree)
-        if found is None:
-            entries = self.ls_tree(tree)
-            found = frozenset(e.path for e in entries if e.mode == "160000")
-            _keep(self._gitlinks, tree, found)
-            attributed = any(e.path.rpartition("/")[2] == ".gitattributes" for e in entries)
-            _keep(self._attributed, tree, attributed, size=64)
-        return found
+        return self._list_whole(tree)[0] if found is None else found
 
     def has_attributes(self, tree: str) -> bool:
         """Whether ``tree`` holds a ``.gitattributes`` file at any depth, kept per tree id
         (listed with its gitlinks)."""
         found = self._attributed.get(tree)
-        if found is None:
-            self._gitlinks.pop(tree, None)
-            self.gitlinks(tree)
-            found = self._attributed.get(tree, True)
-        return found
+        return self._list_whole(tree)[1] if found is None else found
+
+    def _list_whole(self, tree: str) -> tuple[frozenset[str], bool]:
+        """``tree``'s gitlinks, and whether it holds a ``.gitattributes``, from one listing
+        of it; both kept per tree id."""
+        entries = self.ls_tree(tree)
+        gitlinks = frozenset(e.path for e in entries if e.mode == "160000")
+        attributed = any(e.path.rpartition("/")[2] == ".gitattributes" for e in entries)
+        _keep(self._gitlinks, tree, gitlinks)
+        _keep(self._attributed, tree, attributed, size=64)
+        return gitlinks, attributed
 
     def same_gitlinks(self, tree: str, like: str) -> None:
         """Note that ``tree`` holds exactly ``like``'s gitlinks, where those are known (a
@@ -371,7 +371,7 @@ class BaseRepo(RepoRefs):
             return objects.write_loose(store, b"tree", body, self._oid_length)
 
         try:
-            return trees.edit(self._tree_here, write, tree, edits)
+            return trees.edit(self._tree_here, write, tree, edits, self._oid_length)
         except OSError:
             return None  # git tries it, and says what is wrong (a full disk) if it fails too
 

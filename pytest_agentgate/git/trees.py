@@ -57,9 +57,7 @@ def plain_checkin(common_dir: Path) -> bool:
         places.append(user)
     if any(not place.is_absolute() or os.path.lexists(place) for place in places):
         return False
-    return objects.writes_itself(common_dir, sysconfdir) and not objects.configured(
-        common_dir, (_CHECKIN_SETTINGS,), sysconfdir
-    )
+    return objects.writes_itself(common_dir, sysconfdir, also=(_CHECKIN_SETTINGS,))
 
 
 #: Words in a name git guards in some spelling: ``.git`` and the files git reads from a
@@ -157,6 +155,7 @@ def edit(
     write: Callable[[bytes], str],
     tree: str | None,
     edits: Mapping[str, tuple[str, str] | None],
+    oid_length: int,
 ) -> str | None:
     """The tree ``tree`` (None: an empty one) with each path of ``edits`` set to its
     (mode, object id), or removed (None), as ``write-tree`` writes it from an index that
@@ -169,7 +168,7 @@ def edit(
     of its name, or the other way round (git's ``--replace`` rules). The edits' paths are
     relative, ``/``-separated and checked by :func:`plain_name`.
     """
-    empty = objects.object_id(b"tree", b"", len(tree or "0" * 40))
+    empty = objects.object_id(b"tree", b"", oid_length)
     try:
         found = _edit(read, write, tree, edits, empty)
     except RecursionError:
