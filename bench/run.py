@@ -492,7 +492,8 @@ class Bench:
                 return {"ws": ws, "copy": copy}
 
             def plugin(s: dict) -> None:
-                snap = snapshots.snapshot(s["ws"], final=True)  # a gated test's (a checkpoint's: below)
+                # A gated test's snapshot (a checkpoint's: below).
+                snap = snapshots.snapshot(s["ws"], final=True)
                 hashed.append(snap.hashed)
                 self.repo.commit_tree(snap.tree, [self.base], "snapshot\n", AGENT)
 

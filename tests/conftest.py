@@ -1,3 +1,4 @@
+# ruff: noqa: E402 (the package's bytecode is written before the package is imported)
 from __future__ import annotations
 
 import os
@@ -9,6 +10,25 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _write_bytecode() -> None:
+    """Write the package's bytecode before any process of the run imports it.
+
+    The suite starts hundreds of Python processes (pytester's subprocess runs, the command
+    line, fork servers, benchmark smoke runs), each importing the plugin. Where
+    PYTHONDONTWRITEBYTECODE is set, as on this project's machines and CI, an editable install
+    has no bytecode, and each of them compiled every module again: a third of the suite's
+    CPU time. The xdist controller writes it once; a module edited since is written again.
+    """
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    import compileall
+
+    compileall.compile_dir(Path(__file__).parent.parent / "pytest_agentgate", quiet=2)
+
+
+_write_bytecode()
 
 from helpers import make_service
 
