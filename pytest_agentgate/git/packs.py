@@ -78,13 +78,16 @@ def _offset_in(idx: Path, pack: Path, raw: bytes) -> int | None:
         head = os.pread(fd, 8 + 256 * 4, 0)
         if len(head) != 8 + 256 * 4 or head[:8] != b"\xfftOc\x00\x00\x00\x02":
             raise _Unreadable("not a version-2 index")
-        fanout = [int.from_bytes(head[8 + 4 * i : 12 + 4 * i]) for i in range(256)]
-        count = fanout[255]
+
+        def fanout(i: int) -> int:  # objects whose first byte is at most i (three are read)
+            return int.from_bytes(head[8 + 4 * i : 12 + 4 * i])
+
+        count = fanout(255)
         least = 8 + 256 * 4 + count * (width + 8) + 2 * width
         if not least <= size <= least + max(count - 1, 0) * 8:
             raise _Unreadable("an index of the wrong size")
-        low = fanout[raw[0] - 1] if raw[0] else 0
-        high = fanout[raw[0]]
+        low = fanout(raw[0] - 1) if raw[0] else 0
+        high = fanout(raw[0])
         if not low <= high <= count:
             raise _Unreadable("a fan-out table out of order")
         names = 8 + 256 * 4
