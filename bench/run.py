@@ -493,7 +493,7 @@ class Bench:
 
             def plugin(s: dict) -> None:
                 # A gated test's snapshot (a checkpoint's: below).
-                snap = snapshots.snapshot(s["ws"], final=True)
+                snap = snapshots.snapshot(s["ws"])
                 hashed.append(snap.hashed)
                 self.repo.commit_tree(snap.tree, [self.base], "snapshot\n", AGENT)
 

@@ -69,7 +69,7 @@ def test_a_snapshot_tree_written_without_git_is_git_s_edit_for_edit(
         for _ in range(rng.randint(1, 4)):
             _random_edit(ws.path, rng, names)
         calls.clear()
-        snap = snapshot(ws, final=True)
+        snap = snapshot(ws)
         assert "update-index" not in calls and "write-tree" not in calls, calls
         assert snap.tree == git_tree_of(repo, ws, tmp_path / "index"), n
         gone = {c.path for c in snap.changes if c.status == "D"}
@@ -117,7 +117,7 @@ def test_where_git_would_store_other_bytes_git_writes_the_tree(
     (ws.path / rel).write_bytes(b"one\r\ntwo\r\n")
     (ws.path / "x.txt").chmod(0o755)  # with core.fileMode=false git keeps the index's mode
     calls = counting(monkeypatch)
-    snap = snapshot(ws, final=True)
+    snap = snapshot(ws)
     assert "write-tree" in calls
     assert snap.tree == git_tree_of(repo, ws, tmp_path / "index")
     plain = {rel: ("100644", repo.write_blob(b"one\r\ntwo\r\n")),
@@ -136,17 +136,19 @@ def test_a_name_git_guards_is_git_s_to_take_or_leave(
     (ws.path / "GIT~1" / "config").write_text("[core]\n")
     (ws.path / "kept.txt").write_text("kept\n")
     calls = counting(monkeypatch)
-    snap = snapshot(ws, final=True)
+    snap = snapshot(ws)
     assert "write-tree" in calls
     assert [c.path for c in snap.changes] == ["kept.txt"]
 
 
-def test_the_last_snapshot_after_a_checkpoint_edits_the_checkpoint_s_tree(
+def test_a_checkpoint_of_a_few_files_leaves_the_index_and_the_next_snapshot_edits_its_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint's snapshot is git's, and leaves the private index holding its tree, so
-    the next snapshot hashes only what changed after it; the attempt's last one, written
-    without git, edits that tree (not the base's): git's tree all the same."""
+    """A checkpoint's snapshot of a few files is written without git and leaves the private
+    index (and the tree it holds) as it was; the next snapshot edits that tree with what
+    changed since it, the checkpoint's files again among them: git's tree all the same. One
+    written by git leaves the index holding its tree, and the next hashes only what changed
+    after it."""
     git(tmp_path, "init", "-q", "-b", "main", "r")
     path = tmp_path / "r"
     for n in range(5):
@@ -155,18 +157,28 @@ def test_the_last_snapshot_after_a_checkpoint_edits_the_checkpoint_s_tree(
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
     repo = BaseRepo.open(path)
     ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    base_tree = ws.index_tree
     for n in range(3):
         (ws.path / f"f{n}.txt").write_text("changed\n")
     (ws.path / "f4.txt").unlink()
     calls = counting(monkeypatch)
     first = snapshot(ws)
-    assert "write-tree" in calls and first.hashed == 3 and ws.index_tree == first.tree
+    assert "write-tree" not in calls and "update-index" not in calls, calls
+    assert first.hashed == 3 and ws.index_tree == base_tree
+    assert first.tree == git_tree_of(repo, ws, tmp_path / "index-1")
     (ws.path / "new.txt").write_text("new\n")
     calls.clear()
-    second = snapshot(ws, final=True)
-    assert second.hashed == 1 and "write-tree" not in calls
-    assert second.tree == git_tree_of(repo, ws, tmp_path / "index")
+    second = snapshot(ws)
+    assert second.hashed == 4 and "write-tree" not in calls
+    assert second.tree == git_tree_of(repo, ws, tmp_path / "index-2")
     assert {c.path for c in second.changes} == {"f0.txt", "f1.txt", "f2.txt", "f4.txt", "new.txt"}
+    by_git = snapshot(ws, by_git=True)
+    assert by_git.tree == second.tree and ws.index_tree == second.tree
+    (ws.path / "f0.txt").write_text("again\n")
+    calls.clear()
+    third = snapshot(ws)
+    assert third.hashed == 1 and "write-tree" not in calls
+    assert third.tree == git_tree_of(repo, ws, tmp_path / "index-3")
 
 
 def test_a_snapshot_of_many_files_is_git_s_to_hash(
@@ -178,7 +190,7 @@ def test_a_snapshot_of_many_files_is_git_s_to_hash(
     for n in range(17):
         (ws.path / f"new-{n}.txt").write_text(f"{n}\n")
     calls = counting(monkeypatch)
-    snap = snapshot(ws, final=True)
+    snap = snapshot(ws)
     assert "write-tree" in calls and snap.hashed == 17
     assert snap.tree == git_tree_of(repo, ws, tmp_path / "index")
 
@@ -208,13 +220,13 @@ def test_a_file_is_read_from_beneath_its_work_tree_and_only_as_it_was_listed(
 
 
 def both_ways(repo: BaseRepo, base: str, root: Path, edit: Callable[[Path], None]) -> list[str]:
-    """The trees of the same edits snapshotted as an attempt's last (written without git
-    where it may be) and as a checkpoint's (always git's)."""
+    """The trees of the same edits snapshotted as a snapshot is (written without git where
+    it may be) and by git."""
     trees = []
-    for n, final in enumerate((True, False)):
+    for n, by_git in enumerate((False, True)):
         ws = fork(repo, base, "main", root / f"pool-{n}")
         edit(ws.path)
-        trees.append(snapshot(ws, final=final).tree)
+        trees.append(snapshot(ws, by_git=by_git).tree)
     return trees
 
 

@@ -158,7 +158,7 @@ def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str
     from ..git.repo import Author
 
     attempt = Attempt(task=earlier.task, agent=earlier.agent, workspace=ws)
-    attempt.snapshot = engine.snapshot(ws, final=True)
+    attempt.snapshot = engine.snapshot(ws)
     failed = next((c for c in engine.judge(attempt, engine.gate) if not c.ok), None)
     if failed is not None:
         print(f"{earlier.record_ref} would not land: {failed.message} ({failed.name})")

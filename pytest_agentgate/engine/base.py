@@ -224,8 +224,8 @@ class EngineBase:
     def gate_context(self) -> GateContext:
         return self.pool.gate_context()
 
-    def snapshot(self, ws: Workspace, *, final: bool = False) -> Snapshot:
-        """What ``ws`` holds as a tree; ``final``: the attempt's own, no checkpoint after it."""
+    def snapshot(self, ws: Workspace) -> Snapshot:
+        """What ``ws`` holds as a tree (a checkpoint's, or the attempt's own)."""
         s = self.settings
         return snapshots.snapshot(
             ws,
@@ -233,7 +233,6 @@ class EngineBase:
             max_files=s.max_files,
             max_bytes=s.max_bytes,
             allow_symlinks=s.allow_symlinks,
-            final=final,
         )
 
     def judge(

@@ -365,7 +365,7 @@ class Engine(Landing):
         self._step(attempt, "snapshot")
         refused = None
         try:
-            attempt.snapshot = self.snapshot(attempt.workspace, final=True)
+            attempt.snapshot = self.snapshot(attempt.workspace)
         except snapshots.SnapshotRefused as exc:
             refused = Verdict("rejected", exc.reason, "snapshot")
         finally:

@@ -98,7 +98,7 @@ def snapshot(
     max_files: int = DEFAULT_MAX_FILES,
     max_bytes: int = DEFAULT_MAX_BYTES,
     allow_symlinks: Sequence[str] = (),
-    final: bool = False,
+    by_git: bool = False,
 ) -> Snapshot:
     """Turn the files the agent left into a tree whose parent is the base.
 
@@ -106,8 +106,13 @@ def snapshot(
     honoured); only those paths become new objects. Secrets matching ``exclude`` stay out and
     are named in the result. Gitlinks keep the base's value (an agent cannot repoint a
     submodule). Nested repositories and paths git refuses raise :class:`SnapshotRefused`.
-    The limits are checked from file sizes before anything is read. A ``final`` snapshot
-    (the attempt's, not a checkpoint's) need not leave the private index up to date.
+    The limits are checked from file sizes before anything is read.
+
+    A few changed files are written by the plugin, the same objects git writes, and the
+    private index is left as it was: the next snapshot (after a checkpoint, the attempt's)
+    edits the tree the index holds, with what changed since it. Past that, or with
+    ``by_git``, git stages the files into the index and writes its tree, so the index holds
+    that tree afterwards.
     """
     repo = ws.repo
     _settle_index(ws)
@@ -146,7 +151,7 @@ def snapshot(
         if total > max_bytes:
             raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
     base_tree, start = repo.tree_of(ws.base), ws.index_tree
-    tree = _written_here(ws, sizes, removals) if final else None
+    tree = None if by_git else _written_here(ws, sizes, removals)
     if tree is None:
         tree = _written_by_git(ws, additions, removals)
     repo.same_gitlinks(tree, base_tree)  # the index holds the base's gitlinks, no other
@@ -185,9 +190,10 @@ def _written_by_git(ws: Workspace, additions: Sequence[str], removals: Iterable[
 
 
 def _written_here(ws: Workspace, sizes: Mapping[str, int], removals: Iterable[str]) -> str | None:
-    """The attempt's last snapshot written by the plugin, the same objects git would write,
-    two git processes less (see :mod:`pytest_agentgate.git.trees`); the private index is
-    left as it is (nothing reads it again but a recycling, which resets it whole). None
+    """A snapshot written by the plugin, the same objects git would write, two git
+    processes less (see :mod:`pytest_agentgate.git.trees`); the private index is left as it
+    is, and so is the tree it holds (``ws.index_tree``): the next snapshot edits that tree
+    again, hashing what changed since it (at most :data:`_HERE_FILES` files here). None
     when it is git's to write: a name git guards, an attributes file anywhere, a setting
     that changes what git stores, more files or bytes than git hashes faster
     (:data:`_HERE_FILES`, :data:`~pytest_agentgate.git.trees.MAX_BYTES`), anything but a
