@@ -808,6 +808,47 @@ def import_overhead(runs: int) -> tuple[float, float]:
         return statistics.median(timings["with"]), statistics.median(timings["without"])
 
 
+def import_instructions() -> tuple[int, int] | None:
+    """Instructions executed by a pytest run of one plain test, with and without the plugin,
+    counted by valgrind (None where it is not installed). The wall times of such runs on a
+    shared 2-core machine move by more than the plugin costs; the counts repeat (the hash
+    seed fixed), so this is the figure the 5 ms target is held to, at the rate the run
+    without the plugin executes them."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = []
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "test_plain.py").write_text("def test_plain():\n    assert True\n")
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"}  # fmt: skip
+        env["PYTHONHASHSEED"] = "0"
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"]
+        subprocess.run(base, cwd=tmp, env=env, capture_output=True, check=True)  # bytecode
+        for extra in ([], ["-p", "no:agentgate"]):
+            out = Path(tmp, "callgrind.out")
+            done = subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *base, *extra],
+                cwd=tmp, env=env, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            found = [line for line in done.stderr.splitlines() if "Collected :" in line]
+            counts.append(int(found[-1].split(":")[-1].strip()))
+    return counts[0], counts[1]
+
+
+def plugin_load_ms(
+    with_ms: float, without_ms: float, instructions: tuple[int, int] | None
+) -> float:
+    """What loading the plugin costs a run: by instructions where they were counted (printed
+    here), else by the wall times' difference."""
+    if instructions is None:
+        return with_ms - without_ms
+    with_n, without_n = instructions
+    share = (with_n - without_n) / without_n
+    print(f"the same by instructions (valgrind): {with_n:,} with the plugin, {without_n:,} "
+          f"without (+{share:.1%}: {share * without_ms:+.1f} ms at the run's rate)")  # fmt: skip
+    return share * without_ms
+
+
 def peak_memory(repo_path: Path, workdir: Path) -> float:
     """Peak RSS (MiB) of a pytest process running one gated test against ``repo_path``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -1002,6 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
             extra[f"objects_hashed_{size}"] = bench.hashed
             largest = repo_path
         with_ms, without_ms = import_overhead(runs if args.quick else 15)
+        counted = None if args.quick else import_instructions()
         waits = lock_waits(BaseRepo(largest, None), 2 if args.quick else 8) if largest else []
         rss = peak_memory(largest, memory or disk) if largest else 0.0
     print()
@@ -1014,9 +1056,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{size} files: " + ", ".join(f"{k} changed -> {v}" for k, v in extra[f'objects_hashed_{size}'].items())  # type: ignore[union-attr]
         for size in sizes))  # fmt: skip
     over = over_target(rows)
-    if with_ms - without_ms > 5.0:
+    if (load_ms := plugin_load_ms(with_ms, without_ms, counted)) > 5.0:
         over.append(
-            f"{'':>7}  {'plugin load, no gated test':<34} {with_ms - without_ms:+8.1f} ms, target <= +5 ms"
+            f"{'':>7}  {'plugin load, no gated test':<34} {load_ms:+8.1f} ms, target <= +5 ms"
         )
     print(f"\nrows over their target: {len(over)}" + ("" if over else " (every row meets it)"))
     for line in over:

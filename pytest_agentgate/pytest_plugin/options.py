@@ -337,14 +337,15 @@ def add_options(parser: pytest.Parser) -> None:
     """Every setting as a flag and an ini key."""
     group = parser.getgroup("agentgate", "gate coding-agent changes behind tests")
     for option in OPTIONS:
+        # The destination argparse would take anyway, named: pytest then skips comparing
+        # it with every option of every plugin (a scan per option, in every pytest run).
+        named = {"default": None, "help": option.help, "dest": option.flag[2:].replace("-", "_")}
         if option.kind == "bool":
-            group.addoption(option.flag, action="store_true", default=None, help=option.help)
+            group.addoption(option.flag, action="store_true", **named)
         elif option.kind == "linelist":
-            group.addoption(
-                option.flag, action="append", default=None, metavar=option.metavar, help=option.help
-            )
+            group.addoption(option.flag, action="append", metavar=option.metavar, **named)
         else:
-            group.addoption(option.flag, default=None, metavar=option.metavar, help=option.help)
+            group.addoption(option.flag, metavar=option.metavar, **named)
         ini_type = {"linelist": "linelist", "bool": "bool"}.get(option.kind, "string")
         parser.addini(option.ini, option.help, type=ini_type, default=None)  # type: ignore[arg-type]
 
