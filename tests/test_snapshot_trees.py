@@ -377,3 +377,71 @@ def test_the_agent_s_git_in_a_shared_repository_is_git_s_to_store(
     assert made is not None and "write-tree" in calls
     blob = git(path, "rev-parse", f"{made}:git/HEAD")
     assert (path / ".git/objects" / blob[:2] / blob[2:]).stat().st_mode & 0o040  # the group's
+
+
+def _base_of(tmp_path: Path, files: dict[str, str]) -> tuple[BaseRepo, Workspace]:
+    git(tmp_path, "init", "-q", "-b", "main", "r")
+    path = tmp_path / "r"
+    for name, text in files.items():
+        (path / name).write_text(text)
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
+    repo = BaseRepo.open(path)
+    return repo, fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+
+
+def test_a_snapshot_git_refused_half_way_leaves_no_tree_for_the_next_to_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """git stages a snapshot's removals, then refuses an addition: a process the agent left
+    swapped its folder for a link in between. The index had lost the removed file, but the
+    workspace still named the tree it held before, and the next snapshot, written without
+    git, edited that tree: the deleted file came back."""
+    from pytest_agentgate.git.index import Index
+    from pytest_agentgate.workspace.snapshot import SnapshotRefused
+
+    repo, ws = _base_of(tmp_path, {"a.txt": "a\n", "b.txt": "b\n"})
+    (ws.path / "b.txt").unlink()
+    (ws.path / "d").mkdir()
+    (ws.path / "d" / "digit.txt").write_text("1\n")  # a name holding "git": git's to stage
+    real = Index.stage_paths
+
+    def swapped_between(self: Index, paths: list[str], *, remove: bool = False) -> None:
+        real(self, paths, remove=remove)
+        if remove:  # the agent's process, now
+            (ws.path / "d").rename(ws.path / "d.real")
+            os.symlink("d.real", ws.path / "d")
+
+    monkeypatch.setattr(Index, "stage_paths", swapped_between)
+    with pytest.raises(SnapshotRefused, match="git refused"):
+        snapshot(ws)
+    monkeypatch.undo()
+    os.unlink(ws.path / "d")
+    (ws.path / "d.real").rename(ws.path / "d")
+    (ws.path / "d" / "digit.txt").unlink()
+    again = snapshot(ws)
+    assert again.tree == git_tree_of(repo, ws, tmp_path / "index")
+    assert "b.txt" not in {e.path for e in repo.ls_tree(again.tree)}
+
+
+def test_a_file_gone_between_the_listing_and_its_size_is_a_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process still at work in the workspace deletes a file the snapshot has just listed:
+    the snapshot raised FileNotFoundError (to a checkpoint's caller, to the engine) instead
+    of refusing with a reason."""
+    from pytest_agentgate.git.index import Index
+    from pytest_agentgate.workspace.snapshot import SnapshotRefused
+
+    _, ws = _base_of(tmp_path, {"a.txt": "a\n"})
+    (ws.path / "new.txt").write_text("new\n")
+    real = Index.differences
+
+    def then_deleted(self: Index) -> object:
+        found = real(self)
+        (ws.path / "new.txt").unlink()
+        return found
+
+    monkeypatch.setattr(Index, "differences", then_deleted)
+    with pytest.raises(SnapshotRefused, match=r"new\.txt went away"):
+        snapshot(ws)

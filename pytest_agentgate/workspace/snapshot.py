@@ -160,13 +160,7 @@ def snapshot(
         raise SnapshotRefused(
             f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
         )
-    sizes: dict[str, int] = {}
-    total = 0
-    for rel in additions:
-        sizes[rel] = os.lstat(os.path.join(ws.path, rel)).st_size
-        total += sizes[rel]
-        if total > max_bytes:
-            raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    sizes = _sizes(ws.path, additions, max_bytes)
     base_tree, start = repo.tree_of(ws.base), ws.index_tree
     tree = None if by_git else _written_here(ws, sizes, removals)
     if tree is None:
@@ -190,10 +184,34 @@ def snapshot(
     )
 
 
+def _sizes(root: Path, additions: Sequence[str], max_bytes: int) -> dict[str, int]:
+    """Each added path's size, refused past ``max_bytes`` in all, or when a path listed a
+    moment ago is gone (a process of the agent's is still at work in the workspace)."""
+    sizes: dict[str, int] = {}
+    total = 0
+    for rel in additions:
+        try:
+            sizes[rel] = os.lstat(os.path.join(root, rel)).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            raise SnapshotRefused(
+                f"{rel} went away while the workspace was snapshotted: something is still "
+                "changing it"
+            ) from None
+        total += sizes[rel]
+        if total > max_bytes:
+            raise SnapshotRefused(f"attempt writes over {max_bytes} bytes, the limit")
+    return sizes
+
+
 def _written_by_git(ws: Workspace, additions: Sequence[str], removals: Iterable[str]) -> str:
     """The snapshot's tree as git writes it: the paths staged in the private index (git
-    hashes the files, filters applied), then the index written as a tree."""
+    hashes the files, filters applied), then the index written as a tree.
+
+    From the first staging on, the index may hold something else than the tree it held: its
+    tree is unknown (``ws.index_tree`` None) until ``write-tree`` names it, so a snapshot
+    after one that failed half-way is git's too, never an edit of a tree the index left."""
     index = _index(ws)
+    ws.index_tree = None
     try:
         index.stage_paths(sorted(removals), remove=True)
         index.stage_paths(additions)
