@@ -785,17 +785,23 @@ class Bench:
 # -- whole-process measurements ---------------------------------------------------------
 
 
+def plain_run(folder: str) -> tuple[list[str], dict[str, str]]:
+    """A pytest run of one plain test in ``folder`` (written there): its command and its
+    environment, bytecode caching on, as on a user's machine (compiling the plugin is not
+    its cost)."""
+    Path(folder, "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"], env
+
+
 def import_overhead(runs: int) -> tuple[float, float]:
     """Median wall time of a pytest run of one plain test, with and without the plugin."""
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "test_plain.py").write_text("def test_plain():\n    assert True\n")
-        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"]
-        # Bytecode caching on, as on a user's machine: compiling the plugin is not its cost.
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"
-        }
+        base, env = plain_run(tmp)
         timings: dict[str, list[float]] = {"with": [], "without": []}
         for i in range(runs * 2):
             label = "with" if i % 2 == 0 else "without"
@@ -818,11 +824,8 @@ def import_instructions() -> tuple[int, int] | None:
         return None
     counts = []
     with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "test_plain.py").write_text("def test_plain():\n    assert True\n")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"}  # fmt: skip
+        base, env = plain_run(tmp)
         env["PYTHONHASHSEED"] = "0"
-        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_plain.py"]
         subprocess.run(base, cwd=tmp, env=env, capture_output=True, check=True)  # bytecode
         for extra in ([], ["-p", "no:agentgate"]):
             out = Path(tmp, "callgrind.out")

@@ -151,11 +151,7 @@ def snapshot(
     folders: dict[str, bool] = {}  # what each folder on the way is, looked up once
     skip = excluded_set | gitlinks
     removals = {p for p in tracked if p not in skip and not _is_file_here(ws.path, p, folders)}
-    additions = [
-        p
-        for p in (*tracked, *others)
-        if p not in excluded_set and p not in gitlinks and p not in removals
-    ]
+    additions = [p for p in (*tracked, *others) if p not in skip and p not in removals]
     if len(additions) + len(removals) > max_files:
         raise SnapshotRefused(
             f"attempt changes {len(additions) + len(removals)} files, over the limit of {max_files}"
