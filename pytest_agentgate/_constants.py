@@ -8,6 +8,7 @@ RUN_MARKER = ".agentgate-run"
 MARKER = "gated"
 MARKER_HELP = (
     "gated(task, *, agent=None, gate=None, checks=(), protect=(), allow_removed=(), "
+    "allow_changed=(), "
     "max_changed_lines=None, "
     "state=(), resume=False, retries=0, budget=None, resume_from=None): "
     "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
@@ -36,3 +37,7 @@ DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_PIDS_MAX = 512
 #: The largest file one command may write.
 DEFAULT_FILE_BYTES = 1 << 30
+
+#: Whose tests judge an attempt's code unless told otherwise: the base's, in a session of
+#: their own (see ``judge.base_tests``).
+DEFAULT_TESTS_OF = "base"

@@ -115,6 +115,18 @@ def _add_reading_parsers(
     )  # fmt: skip
     p.set_defaults(func=cmd_log)
 
+    p = sub.add_parser(
+        "pending", parents=[common],
+        help="moves whose record could not be completed: list them, retry, or set one aside",
+    )  # fmt: skip
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--retry", action="store_true", help="try to complete every one again")
+    what.add_argument(
+        "--set-aside", metavar="ID",
+        help="stop trying to complete this one (its line and data stay in the log)",
+    )  # fmt: skip
+    p.set_defaults(func=cmd_pending)
+
 
 def _add_moving_parsers(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
@@ -307,6 +319,44 @@ def cmd_log(args: argparse.Namespace) -> int:
             + (f"  {r.task}" if r.task else "")
         )
     return 0
+
+
+def cmd_pending(args: argparse.Namespace) -> int:
+    from ..git.repo import BaseRepo
+    from ..store import oplog, pending
+    from ..store.locks import ref_lock
+
+    repo = BaseRepo.open(args.repo, "--repo", "with --repo PATH")
+    lines = pending.open_lines(oplog.read(repo.common_dir))
+    if args.set_aside:
+        chosen = [line for line in lines if line.pending.startswith(args.set_aside)]
+        if len(chosen) != 1:
+            raise Refused(f"{args.set_aside!r} names {len(chosen)} open pending lines, not one")
+        line = chosen[0]
+        with ref_lock(repo, line.ref):
+            oplog.append(
+                repo.common_dir,
+                oplog.OpRecord(
+                    "pending-abandoned", line.ref, None, None, pending=line.pending,
+                    note="set aside by agentgate pending",
+                ),
+            )  # fmt: skip
+        print(f"set aside {line.pending} ({line.task}); its line stays in the log")
+        return 0
+    if args.retry:
+        for ref in sorted({line.ref for line in lines}):
+            with ref_lock(repo, ref):
+                for note in pending.settle(repo, ref, retry=True):
+                    print(f"agentgate: {note}", file=sys.stderr)
+        lines = pending.open_lines(oplog.read(repo.common_dir))
+    stuck = pending.stuck_lines(oplog.read(repo.common_dir))
+    if not lines:
+        print("no move is waiting for its record")
+        return 0
+    for line in lines:
+        why = stuck.get(line.pending, "not settled yet")
+        print(f"{line.pending}  {line.ref}  {(line.new or '-')[:12]}  {line.task}  [{why}]")
+    return 1 if stuck else 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

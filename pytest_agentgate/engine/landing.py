@@ -57,7 +57,7 @@ class Landing(EngineBase):
             attempt.verdict = Verdict(status)
             try:
                 self.record(attempt)
-            except (AgentgateError, OSError) as exc:
+            except (AgentgateError, OSError, ValueError) as exc:
                 attempt.record_problem = (
                     f"the target moved, but its attempt record could not be written ({exc}); "
                     "the next run or agentgate command completes it"

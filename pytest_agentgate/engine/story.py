@@ -274,7 +274,7 @@ class Engine(Landing):
             if attempt.record_problem is None:
                 try:
                     self.record(attempt)
-                except (AgentgateError, OSError) as exc:
+                except (AgentgateError, OSError, ValueError) as exc:
                     attempt.record_problem = f"the attempt record could not be written: {exc}"
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
         return attempt
@@ -319,8 +319,15 @@ class Engine(Landing):
         for check in attempt.checks:
             if check.comparison is not None:
                 attempt.results = check.comparison.as_dict()
-            if check.ok and check.tests and check.name == "gate":
+            # Results of the base's tests on the attempt's code are not its tree's.
+            whole = check.results_tree in ("", attempt.snapshot.tree)
+            if check.ok and check.tests and check.name == "gate" and whole:
                 self.baselines.keep(attempt.snapshot.tree, spec, check)
+            if check.changed_tests:
+                attempt.results = {
+                    **(attempt.results or {}),
+                    "changed_tests": list(check.changed_tests),
+                }
             if check.by_exit_code:
                 attempt.results = {
                     **(attempt.results or {}),

@@ -243,6 +243,12 @@ def identity(name: str, email: str, when: int, offset_minutes: int) -> bytes:
     return f"{name} <{email}> {when} {sign}{minutes // 60:02d}{minutes % 60:02d}".encode()
 
 
+def message_bytes(message: str) -> bytes:
+    """A commit message's bytes: UTF-8, and a character UTF-8 cannot hold (a lone surrogate
+    the layers above missed) written as its escape, never an error after a target moved."""
+    return message.encode("utf-8", "backslashreplace")
+
+
 def commit_body(
     tree: str, parents: Sequence[str], author: bytes, committer: bytes, message: str
 ) -> bytes:
@@ -250,7 +256,7 @@ def commit_body(
     lines = [b"tree " + tree.encode()]
     lines += [b"parent " + parent.encode() for parent in parents]
     lines += [b"author " + author, b"committer " + committer]
-    return b"\n".join(lines) + b"\n\n" + message.encode("utf-8")
+    return b"\n".join(lines) + b"\n\n" + message_bytes(message)
 
 
 def now() -> int:

@@ -195,7 +195,9 @@ class BaseRepo(RepoRefs):
         if signing_key is not None:
             args.append("-S")
             config = ("gpg.format=ssh", f"user.signingKey={signing_key}")
-        oid = self._run(*args, env=author.env(), input=message.encode(), config=config).out.strip()
+        oid = self._run(
+            *args, env=author.env(), input=objects.message_bytes(message), config=config
+        ).out.strip()
         self._trees[oid] = tree
         return oid
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 PREFIX = "refs/agentgate/results/"
 #: Part of every key: a change to how results are named or judged starts new baselines.
-FORMAT = "results-3 (the collector's node ids, fingerprints)"
+FORMAT = "results-4 (the collector's node ids, fingerprints, base tests apart)"
 _AUTHOR = Author("agentgate", "agentgate@localhost")
 
 

@@ -243,20 +243,32 @@ class Channel:
         return self
 
     def environment(
-        self, would_have: Mapping[str, str], seen_at: Path | None = None
+        self,
+        would_have: Mapping[str, str],
+        seen_at: Path | None = None,
+        *,
+        only: Sequence[str] | None = None,
     ) -> dict[str, str]:
         """What the command's environment gets so that its pytest sessions report here:
         the collector first on the ``PYTHONPATH`` and in the ``PYTEST_PLUGINS`` the command
         would have had (``would_have``); ``seen_at`` is where the command sees the folder
-        (a fixed, read-only place in the sandbox), when not at its own path."""
+        (a fixed, read-only place in the sandbox), when not at its own path. With ``only``,
+        the sessions collect no Python file but those (paths relative to the checkout): the
+        list lies in the folder, a path a line, never in a variable of unbounded length."""
         folder = seen_at or self.folder
         path = (str(folder), would_have.get("PYTHONPATH", ""))
         plugins = (self.module, would_have.get("PYTEST_PLUGINS", ""))
-        return {
+        found = {
             CHANNEL_ENV: str(folder / self.socket_path.name),
             "PYTEST_PLUGINS": ",".join(p for p in plugins if p),
             "PYTHONPATH": os.pathsep.join(p for p in path if p),
         }
+        if only is not None:
+            listed = self.folder / _collector.ONLY_FILE
+            listed.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in only))
+            os.chmod(listed, 0o444)
+            found[_collector.ONLY_ENV] = str(folder / _collector.ONLY_FILE)
+        return found
 
     def close(self) -> Report:
         """Once the command ended: its sessions' last words, then the merged report."""

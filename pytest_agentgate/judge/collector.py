@@ -48,15 +48,21 @@ finally:
 
 CHANNEL_ENV = "AGENTGATE_RESULTS"
 CHECKOUT_ENV = "AGENTGATE_CHECKOUT"
+#: Names the file listing the only Python files a session collects (the attempt's own
+#: test modules), NUL-separated, relative to the checkout.
+ONLY_ENV = "AGENTGATE_ONLY"
+ONLY_FILE = "only"
 NAME = "agentgate_collector"
 #: The longest socket path ``connect`` takes as it is (the kernel's limit is 108 bytes).
 _MAX_SOCKET_PATH = 100
 _RANK = {"passed": 1, "skipped": 2, "xfail": 2, "failed": 3, "error": 3}
 
 
-def _take_environment() -> str:
-    """This session's channel; the collector's variables leave the environment."""
+def _take_environment() -> tuple[str, str]:
+    """This session's channel, and the list of the only files it collects ("": every file);
+    the collector's variables leave the environment."""
     path = os.environ.pop(CHANNEL_ENV, "")
+    only = os.environ.pop(ONLY_ENV, "")
     plugins = [p.strip() for p in os.environ.get("PYTEST_PLUGINS", "").split(",")]
     kept = [p for p in plugins if p and p != __name__]
     if kept:
@@ -70,7 +76,7 @@ def _take_environment() -> str:
         os.environ["PYTHONPATH"] = os.pathsep.join(rest)
     else:
         os.environ.pop("PYTHONPATH", None)
-    return path
+    return path, only
 
 
 def _encode(value: Any) -> str:
@@ -143,6 +149,8 @@ class _Session:
         self.outcomes: dict[str, tuple[int, str]] = {}
         self.ended = False
         self.session: Any = None
+        #: The only Python files collected, relative to the checkout (None: every file).
+        self.only: frozenset[str] | None = None
 
     def send(self, **message: Any) -> None:
         # A send that fails leaves a session that never ended: an error, never a pass.
@@ -192,7 +200,7 @@ _SESSION: _Session | None = None
 
 def _start() -> None:
     global _SESSION
-    path = _take_environment()
+    path, only = _take_environment()
     if not path:
         return
     try:
@@ -204,6 +212,9 @@ def _start() -> None:
         ) from None
     _untouchable()
     _SESSION = _Session(sock)
+    if only:
+        with open(only, "rb") as listed:
+            _SESSION.only = frozenset(os.fsdecode(p) for p in listed.read().split(b"\0") if p)
     _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv), tainted=_tainted())
 
 
@@ -228,6 +239,19 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> Non
     identity = _SESSION.identity(plugin, plugin_name)
     found = _SESSION.plugins.setdefault(identity, [])
     found[:] = sorted(set(found) | set(_hooks(plugin)))
+
+
+def pytest_ignore_collect(collection_path: Any, config: Any) -> bool | None:
+    """In the session of the attempt's own test modules, every other Python file is left
+    uncollected (never imported): conftest and package files still load as pytest loads
+    them, folders are still walked."""
+    found = _SESSION
+    if found is None or found.only is None:
+        return None
+    path = str(collection_path)
+    if not path.endswith(".py") or os.path.basename(path) in ("conftest.py", "__init__.py"):
+        return None
+    return None if found.relative(path) in found.only else True
 
 
 def pytest_configure(config: Any) -> None:
@@ -300,3 +324,9 @@ def pytest_unconfigure(config: Any) -> None:
     found.send(kind="end", exitstatus=int(status) if status is not None else None)
     with contextlib.suppress(OSError):
         found.sock.close()
+
+
+if _SESSION is not None and _SESSION.only is not None:
+    # Before the tree's conftest files answer (the hook's first answer decides). pytest is
+    # loaded by now, as it imports its plugins: taken as loaded, never imported again.
+    pytest_ignore_collect = sys.modules["pytest"].hookimpl(tryfirst=True)(pytest_ignore_collect)

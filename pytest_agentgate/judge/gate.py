@@ -16,143 +16,35 @@ import os
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._constants import DEFAULT_GATE_TIMEOUT_S
-from ..sandbox.containment import ALLOWED_ENV, UNCONTAINED, Role, Sandbox, run_contained
+from ..sandbox.containment import ALLOWED_ENV, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_later
-from ..store.record import Status
 from ..workspace.fork import checkout_tree
 from . import harness, results
+from .base_tests import gone, split_tests
 from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
-from .grading import Grading
+from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Verdict
 
 if TYPE_CHECKING:
     from ..git.repo import BaseRepo
-    from ..workspace.checkouts import GateCheckouts
     from ..workspace.snapshot import Snapshot
 
-DEFAULT_GATE_TIMEOUT = DEFAULT_GATE_TIMEOUT_S
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """One check's answer: ``ok`` first, as people write it (``CheckResult(False, "why")``).
-
-    ``message`` says why it failed, ``name`` which check (filled in from the check's function
-    name when empty), ``output`` the evidence. ``ok`` must be a ``bool``: a non-empty string
-    is true, so ``CheckResult("name", False)`` in the old order would silently pass.
-    """
-
-    ok: bool
-    message: str = ""
-    _: dataclasses.KW_ONLY
-    name: str = ""
-    output: str = ""
-    #: The harness failed (a gate that could not start, a lost exit status), not the agent.
-    harness_error: bool = False
-    #: Per-test outcomes the gate reported (test id -> passed, failed, error, skipped, xfail).
-    tests: Mapping[str, str] | None = None
-    #: The comparison with the base's results, when the gate reported any.
-    comparison: results.Comparison | None = None
-    #: Tests (or commands) that failed and then passed when run again.
-    flaky: tuple[str, ...] = ()
-    #: What the gate's pytest sessions loaded (see :meth:`.channel.Report.fingerprint`).
-    fingerprint: frozenset[str] = frozenset()
-    #: The commands from which no per-test results came back: judged by exit code.
-    by_exit_code: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.ok, bool):
-            raise TypeError(
-                f"CheckResult(ok, message='', *, name=..., output=...): ok must be True or False, "
-                f"got {self.ok!r}"
-            )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The decision on an attempt: a status, the check that decided, and the evidence."""
-
-    status: Status
-    reason: str = ""
-    check: str = ""
-    output: str = ""
-
-    @property
-    def accepted(self) -> bool:
-        return self.status in ("promoted", "passed")
-
-
-#: A check written in Python: given the attempt, returns a bool or a :class:`CheckResult`.
-Check = Callable[[Any], "bool | CheckResult"]
-
-
-@dataclass(frozen=True)
-class GateSpec:
-    """Everything that judges one attempt."""
-
-    commands: tuple[results.Command, ...] = ()
-    checks: tuple[Check, ...] = ()
-    #: Globs of paths no attempt may change, beyond the harness.
-    protect: tuple[str, ...] = ()
-    #: The harness rules in force (see :mod:`pytest_agentgate.judge.harness`); () protects nothing.
-    harness: tuple[str, ...] = harness.DEFAULT_HARNESS
-    #: Tests (ids or globs) this task may remove on purpose.
-    allow_removed: tuple[str, ...] = ()
-    #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.
-    results_file: str | None = None
-    #: How many times a failing gate command runs again on the same tree.
-    rerun: int = 0
-    #: What a test that fails and then passes does: "reject" (the default) or "accept".
-    flaky: str = "reject"
-    #: A graded task's fail-to-pass and pass-to-pass tests (see :mod:`.grading`).
-    grading: Grading | None = None
-    max_changed_lines: int | None = None
-    timeout: float = DEFAULT_GATE_TIMEOUT
-    #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
-    outcome_is_enough: bool = False
-    env: dict[str, str] = field(default_factory=dict)
-    #: How many gate commands of one attempt run at once, each in its own checkout.
-    jobs: int = 1
-    #: Commands declared to be judged by their exit code (they run no pytest).
-    exit_code: tuple[results.Command, ...] = ()
-    #: "tests" (every command must report per-test results when promoting) or "exit-code"
-    #: (every command may be judged by its exit code).
-    results_mode: str = "tests"
-    #: Commands run once in each gate checkout before its gate command (what a build must
-    #: generate: a version file, compiled parts), contained the same way; judged by their
-    #: exit code, never counted as the gate's tests.
-    setup: tuple[str, ...] = ()
-
-    @property
-    def has_gate(self) -> bool:
-        return bool(self.commands or self.checks or self.outcome_is_enough)
-
-    def by_exit_code(self, command: results.Command) -> bool:
-        """Whether ``command`` was declared to be judged by its exit code."""
-        return self.results_mode == "exit-code" or command in self.exit_code
-
-
-@dataclass(frozen=True)
-class GateContext:
-    """Where and how gate commands run: contained, as the gate role, in private checkouts.
-
-    ``private_root`` is a directory of the run that is not beside any workspace (mode 0700);
-    each checkout in it gets an unguessable name.
-    """
-
-    private_root: Path
-    sandbox: Sandbox = UNCONTAINED
-    role: Role = field(default_factory=lambda: Role("gate"))
-    #: Checkouts kept from earlier gate runs (None: a fresh checkout for every command).
-    checkouts: GateCheckouts | None = None
-    #: A command from which no per-test results come back is an error unless declared so
-    #: (a promoting run); else it is judged by its exit code, and the record says so.
-    require_results: bool = False
+__all__ = [
+    "DEFAULT_GATE_TIMEOUT",
+    "Check",
+    "CheckResult",
+    "GateContext",
+    "GateSpec",
+    "Verdict",
+    "check_limits",
+    "judge",
+    "run_check",
+    "run_commands",
+]
 
 
 def check_limits(
@@ -379,7 +271,7 @@ def _gathered(
                 tests=tests,
                 flaky=tuple(flaky),
             )
-    comparison = results.compare(tests, baseline, spec.allow_removed) if reported else None
+    comparison = _compare(spec, tests, baseline) if reported else None
     return CheckResult(
         True,
         name="gate",
@@ -553,7 +445,9 @@ class _Run:
                 env = {**spec.env, **assigned}
                 env.update(
                     channel.environment(
-                        _would_have(env, context.role), INSIDE if contained else None
+                        _would_have(env, context.role),
+                        INSIDE if contained else None,
+                        only=spec.select,
                     )
                 )
                 # What the gate runs is the agent's code: give its git no inherited
@@ -674,13 +568,17 @@ class _Run:
         wrapper_failed = result.returncode != 0 and all(c == 0 for c in statuses)
         if self.collect and odd_status is None and not wrapper_failed:
             return _Ran(None, found, fingerprint)
-        verdict = results.compare(found, self.baseline, self.spec.allow_removed)
+        verdict = _compare(self.spec, found, self.baseline)
+        if self.spec.select is not None and 5 in statuses and not found and verdict.ok:
+            odd_status = None  # its changed test modules hold no test now: none can fail
         accepted = odd_status is None and not wrapper_failed
         if accepted and 1 in statuses:
-            accepted = _only_old_failures(found, self.baseline)
+            accepted = _only_old_failures(found, self.baseline, self.spec.unrequired)
         if verdict.ok and accepted:
             return _Ran(None, found, fingerprint)
         reason = "" if self.collect else verdict.reason()
+        if reason and self.spec.select is not None:
+            reason = f"the attempt's own test files: {reason}"
         if odd_status is not None:
             why = reason or f"the gate's pytest exited {odd_status}: {shown}"
             if reason:
@@ -733,14 +631,28 @@ def _outside_view_note(context: GateContext, result: CommandResult) -> str:
     )
 
 
-def _only_old_failures(found: Mapping[str, str], baseline: Mapping[str, str] | None) -> bool:
-    """Whether every failing test also fails on the base (so exit 1 is not the attempt's).
-    An exit 1 with no failing test reported is nobody's: pytest said some test failed, the
-    report says none did, so the report is not the run's."""
+def _compare(
+    spec: GateSpec, found: Mapping[str, str], baseline: Mapping[str, str] | None
+) -> results.Comparison:
+    """``found`` against the base's results: the attempt's own test modules' session holds
+    each of its tests to passing, any other compares test by test."""
+    if spec.select is not None:
+        return results.compare_additions(found, baseline)
+    return results.compare(found, baseline, spec.allow_removed, spec.unrequired)
+
+
+def _only_old_failures(
+    found: Mapping[str, str], baseline: Mapping[str, str] | None, unrequired: Sequence[str] = ()
+) -> bool:
+    """Whether every failing test also fails on the base, or is one the comparison does not
+    hold the attempt to (so exit 1 is not the attempt's). An exit 1 with no failing test
+    reported is nobody's: pytest said some test failed, the report says none did, so the
+    report is not the run's."""
     if not baseline or not results.failing(found):
         return False
     return all(
         baseline.get(t) in (results.FAILED, results.ERROR, results.FLAKY)
+        or results.matches(t, unrequired)
         for t in results.failing(found)
     )
 
@@ -787,7 +699,76 @@ def judge(
         if not outcome.ok:
             return found
     if spec.commands:
-        found.append(
-            run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
-        )
+        found.append(_sessions(repo, snap, spec, context, baseline, expected))
     return found
+
+
+def _sessions(
+    repo: BaseRepo,
+    snap: Snapshot,
+    spec: GateSpec,
+    context: GateContext | Path,
+    baseline: Mapping[str, str] | None,
+    expected: frozenset[str] | None,
+) -> CheckResult:
+    """The gate commands on an attempt: the base's tests on its code, then its own added
+    and changed test modules (see :mod:`.base_tests`); one session when it changed no test
+    file, or when the spec says the attempt's tests judge (``tests_of="attempt"``)."""
+    if spec.tests_of != "base":
+        return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
+    split = split_tests(repo, snap.base_tree, snap.tree, spec.allow_changed)
+    if not split.split:
+        return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
+    first_spec = dataclasses.replace(spec, unrequired=split.not_required)
+    first = run_commands(
+        repo, split.judged_tree, first_spec, context, baseline=baseline, expected=expected
+    )
+    first = dataclasses.replace(first, results_tree=split.judged_tree, changed_tests=split.changed)
+    if not first.ok:
+        return first
+    second = CheckResult(True, name="gate", tests={})
+    if split.modules:
+        only = dataclasses.replace(spec, select=split.modules)
+        second = run_commands(repo, snap.tree, only, context, baseline=baseline, expected=expected)
+    missing = gone(
+        baseline, split.held, second.tests or {}, (*spec.allow_removed, *split.not_required)
+    )
+    if second.ok and missing:
+        second = CheckResult(
+            False,
+            f"the attempt's own test files: {len(missing)} test(s) that passed on the base "
+            f"are gone from them: {', '.join(missing[:5])}"
+            + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            + " (name a test a task may remove in allow_removed=)",
+            name=f"gate: {results.display(spec.commands[0])}",
+            tests=second.tests,
+        )
+    merged = dict(first.tests or {})
+    for test, outcome in (second.tests or {}).items():
+        if _WORSE.get(outcome, 0) >= _WORSE.get(merged.get(test, ""), 0):
+            merged[test] = outcome
+    reported = first.tests is not None or second.tests is not None
+    comparison = (
+        results.compare(merged, baseline, spec.allow_removed, split.not_required)
+        if second.ok and reported
+        else second.comparison
+    )
+    return dataclasses.replace(
+        second if not second.ok else first,
+        tests=merged if reported else None,
+        comparison=comparison,
+        flaky=(*first.flaky, *second.flaky),
+        by_exit_code=tuple(dict.fromkeys((*first.by_exit_code, *second.by_exit_code))),
+        results_tree=split.judged_tree,
+        changed_tests=split.changed,
+    )
+
+
+#: Outcomes from best to worst, to merge a test's two sessions.
+_WORSE = {
+    results.PASSED: 1,
+    results.SKIPPED: 2,
+    results.XFAIL: 2,
+    results.FAILED: 3,
+    results.ERROR: 3,
+}

@@ -85,6 +85,8 @@ WRAPPER_SECTIONS = {
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
 _TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 _TEST_DIR_NAMES = frozenset({"test", "tests", "testing"})
+#: Folders whose every file belongs to the tests.
+TEST_DIR_NAMES = _TEST_DIR_NAMES
 #: Reads a file of a tree: (tree, path) -> its bytes, or None when it is not there.
 Reader = Callable[[str, str], "bytes | None"]
 
@@ -500,6 +502,12 @@ def test_directories(paths: Iterable[str]) -> set[str]:
     found = _test_dirs(paths := list(paths))
     found |= {d for p in paths for d in _folders(p) if d.rpartition("/")[2] in _TEST_DIR_NAMES}
     return found
+
+
+def is_test_module(path: str) -> bool:
+    """Whether ``path`` is named as pytest collects a test module (``test_*.py``,
+    ``*_test.py``)."""
+    return bool(_TEST_MODULE.search(path))
 
 
 def is_test_path(path: str, test_dirs: set[str]) -> bool:

@@ -191,14 +191,19 @@ def compare(
     attempt: Mapping[str, str],
     base: Mapping[str, str] | None,
     allow_removed: Iterable[str] = (),
+    ignore: Sequence[str] = (),
 ) -> Comparison:
     """Judge ``attempt``'s per-test outcomes against ``base``'s.
 
     With no baseline known (None) nothing can be lost, and a test is held only to not failing.
+    Tests matching ``ignore`` (ids or globs) are left out on both sides.
     """
     allowed = tuple(allow_removed)
     known = base is not None
     base = base or {}
+    if ignore:
+        attempt = {t: o for t, o in attempt.items() if not _allowed(t, ignore)}
+        base = {t: o for t, o in base.items() if not _allowed(t, ignore)}
     lost = tuple(
         sorted(
             test
@@ -220,6 +225,30 @@ def compare(
         "lost": len(lost),
     }
     return Comparison(lost, failed, new, counts)
+
+
+def compare_additions(attempt: Mapping[str, str], base: Mapping[str, str] | None) -> Comparison:
+    """The tests of the attempt's own added and changed test modules: each must pass, unless
+    it does not pass on the base either. None is lost for being absent: the base's versions
+    of those files run in a session of their own."""
+    base = base or {}
+    held = [t for t, o in attempt.items() if o != PASSED and base.get(t, PASSED) == PASSED]
+    lost = tuple(sorted(t for t in held if t in base))
+    failed = tuple(sorted(t for t in held if t not in base))
+    new = tuple(sorted(t for t in attempt if t not in base))
+    counts = {
+        "passed": sum(1 for o in attempt.values() if o == PASSED),
+        "failed": sum(1 for o in attempt.values() if o in (FAILED, ERROR)),
+        "skipped": sum(1 for o in attempt.values() if o in (SKIPPED, XFAIL)),
+        "new": len(new),
+        "lost": len(lost),
+    }
+    return Comparison(lost, failed, new, counts)
+
+
+def matches(test: str, patterns: Sequence[str]) -> bool:
+    """Whether ``test`` is one of ``patterns`` (ids or globs)."""
+    return _allowed(test, patterns)
 
 
 def _allowed(test: str, patterns: Sequence[str]) -> bool:

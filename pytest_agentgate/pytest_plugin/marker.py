@@ -48,6 +48,8 @@ class GatedMarker(NamedTuple):
     resume_from: str | None = None
     #: "tests" (the gate's commands must report per-test results) or "exit-code".
     results: str | None = None
+    #: Test files (globs) or ids the task changes on purpose (see ``judge.base_tests``).
+    allow_changed: tuple[str, ...] = ()
 
     @property
     def retry_mode(self) -> str:
@@ -75,6 +77,7 @@ def gated(
     budget: Any = None,
     resume_from: str | None = None,
     results: str | None = None,
+    allow_changed: Any = (),
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -110,10 +113,8 @@ def gated(
             f"resume_from must be a checkpoint or attempt (ref or id), got {resume_from!r}"
         )
     limits = _check_budget(budget)
-    if isinstance(allow_removed, str) or not all(
-        isinstance(t, str) and t.strip() for t in allow_removed
-    ):
-        raise TypeError(f"allow_removed must be a list of test ids or globs, got {allow_removed!r}")
+    _check_words("allow_removed", allow_removed, "test ids or globs")
+    _check_words("allow_changed", allow_changed, "test files, test ids or globs")
     _check_grading(fail_to_pass, pass_to_pass, tests_from)
     _check_choice("results", results, RESULTS)
     return GatedMarker(
@@ -133,7 +134,13 @@ def gated(
         limits,
         resume_from.strip() if resume_from else None,
         results,
+        tuple(allow_changed),
     )
+
+
+def _check_words(name: str, value: Any, what: str) -> None:
+    if isinstance(value, str) or not all(isinstance(t, str) and t.strip() for t in value):
+        raise TypeError(f"{name} must be a list of {what}, got {value!r}")
 
 
 def _check_state(state: Any) -> tuple[str, ...]:

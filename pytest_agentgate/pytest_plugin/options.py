@@ -24,6 +24,7 @@ from .._constants import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FILES,
     DEFAULT_PIDS_MAX,
+    DEFAULT_TESTS_OF,
 )
 
 AGENT_ENV = "AGENTGATE_AGENT"
@@ -227,6 +228,21 @@ OPTIONS = (
         "what a flaky test does to its attempt: reject (default) or accept",
         default="reject",
         metavar="POLICY",
+    ),
+    Option(
+        "tests_of",
+        "whose tests judge the code: base (default: the base's test files in a session of "
+        "their own, then the attempt's added and changed test modules) or attempt (its whole "
+        "tree in one session, its tests as it left them)",
+        default=DEFAULT_TESTS_OF,
+        metavar="WHOSE",
+    ),
+    Option(
+        "allow_changed",
+        "test files (globs) or test ids every task may change: a file named here is the "
+        "attempt's in the base's session (the marker's allow_changed= adds to it)",
+        kind="linelist",
+        metavar="GLOB",
     ),
     Option(
         "gate_results",

@@ -146,6 +146,8 @@ class Settings:
     unprotect: tuple[str, ...] = ()
     rerun_gate: int = 0
     flaky: str = "reject"
+    tests_of: str = _constants.DEFAULT_TESTS_OF
+    allow_changed: tuple[str, ...] = ()
     gate_results: str | None = None
     report: Path | None = None
     markdown: Path | None = None
@@ -211,6 +213,8 @@ class Settings:
             unprotect=unprotect,
             rerun_gate=int(values["rerun_gate"]),
             flaky=choice("flaky", ("reject", "accept")),
+            tests_of=choice("tests_of", ("base", "attempt")),
+            allow_changed=_words(values["allow_changed"]),
             gate_results=values["gate_results"] or None,
             report=Path(values["report"]) if values["report"] else None,
             markdown=Path(values["markdown"]) if values["markdown"] else None,
@@ -262,6 +266,8 @@ class Settings:
             rerun=self.rerun_gate,
             flaky=self.flaky,
             jobs=self.gate_jobs,
+            tests_of=self.tests_of,
+            allow_changed=self.allow_changed,
         )
 
     def engine_settings(self, workdir: Path, run_id: str = "") -> EngineSettings:
@@ -348,6 +354,7 @@ class Settings:
             protect=(*gate.protect, *marker.protect),
             max_changed_lines=marker.max_changed_lines,
             allow_removed=marker.allow_removed,
+            allow_changed=(*gate.allow_changed, *marker.allow_changed),
             grading=_grading_for(marker, repo),
         )
 

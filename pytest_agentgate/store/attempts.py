@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 
 from ..errors import AttemptNotFound, GitError, RecordMismatch
 from .record import Record
-from .records import check_name, format_message, one_line, parse_trailers, slugify, trailer_lines
+from .records import (
+    check_name,
+    format_message,
+    one_line,
+    parse_trailers,
+    record_reflog,
+    slugify,
+    trailer_lines,
+)
 
 if TYPE_CHECKING:
     from ..git.repo import Author, BaseRepo
@@ -236,7 +244,7 @@ def write_record(
     author = Author.for_agent(record.agent)
     commit = record_commit(repo, record.tree, record.base, message, author)
     objects, size = repo.measure([commit, *known_objects])
-    ref = write_ref(repo, slugify(record.task), commit, message)
+    ref = write_ref(repo, slugify(record.task), commit, record_reflog(record))
     if record.state:
         state.write_ref(repo, ref, record.state)
     # The record itself is written; its log line is a convenience.

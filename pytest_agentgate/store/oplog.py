@@ -24,7 +24,7 @@ from typing import Any
 
 FILE_NAME = "oplog.jsonl"
 #: The journal's own lines: how a move's record was settled, not moves (``log --all``).
-JOURNAL_OPS = frozenset({"pending", "pending-done", "pending-abandoned"})
+JOURNAL_OPS = frozenset({"pending", "pending-done", "pending-abandoned", "pending-failed"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,12 @@ class OpRecord:
 
 
 _FIELDS = tuple(f.name for f in fields(OpRecord))
+#: The JSON types each field's value may have on a line.
+_KINDS: dict[str, type | tuple[type, ...]] = {
+    "op": str, "ref": str, "old": str, "new": str, "agent": str, "task": str,
+    "objects": int, "bytes": int, "duration_ms": (int, float), "note": str, "time": str,
+    "user": str, "host": str, "pending": str, "record": dict,
+}  # fmt: skip
 
 
 def _user() -> str:
@@ -187,22 +193,26 @@ def _records(data: bytes) -> list[OpRecord]:
     """The records of whole lines. The values that repeat from line to line (names, refs,
     commits: one line's new tip is the next one's old) are held once: kept for the life
     of the process, a long log's records would otherwise take several times its size."""
-    fields = set(OpRecord.__dataclass_fields__)
     found = []
     for line in data.decode("ascii", errors="replace").splitlines():
         try:
             item = json.loads(line)
         except ValueError:
             continue
-        if isinstance(item, dict) and {"op", "ref"} <= item.keys():
-            kept: dict[str, Any] = {
-                k: sys.intern(v) if isinstance(v, str) and k in _REPEATED else v
-                for k, v in item.items()
-                if k in fields
-            }
-            if not kept.get("record"):
-                kept.pop("record", None)
-            found.append(OpRecord(**kept))
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("op", "ref")
+        ):
+            continue
+        # A field of the wrong type (a hand-edited or damaged line) is taken as absent:
+        # one bad line never stops a command that reads the log.
+        kept: dict[str, Any] = {"old": None, "new": None}
+        for k, v in item.items():
+            kinds = _KINDS.get(k)
+            if kinds is not None and isinstance(v, kinds) and not isinstance(v, bool):
+                kept[k] = sys.intern(v) if isinstance(v, str) and k in _REPEATED else v
+        if not kept.get("record"):
+            kept.pop("record", None)
+        found.append(OpRecord(**kept))
     return found
 
 

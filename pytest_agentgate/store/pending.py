@@ -37,8 +37,22 @@ def open_lines(records: Iterable[oplog.OpRecord], ref: str | None = None) -> lis
     return list(pending.values())
 
 
+def stuck_lines(records: Iterable[oplog.OpRecord]) -> dict[str, str]:
+    """The open pending lines a settling could not complete: pending id -> why (said once,
+    in a ``pending-failed`` line; ``agentgate pending`` retries or sets them aside)."""
+    records = list(records)
+    still = {line.pending for line in open_lines(records)}
+    return {
+        r.pending: r.note or "unknown"
+        for r in records
+        if r.op == "pending-failed" and r.pending in still
+    }
+
+
 def _writer_alive(line: oplog.OpRecord) -> bool:
     """Whether the process that wrote ``line`` still runs here (it will settle it itself)."""
+    if not isinstance(line.record, dict):
+        return False
     pid = line.record.get("pid")
     if line.host != socket.gethostname() or not isinstance(pid, int):
         return False
@@ -79,22 +93,29 @@ def settle(
     ref: str | None = None,
     *,
     publish: Callable[[str, str], tuple[str, str | None]] | None = None,
+    retry: bool = False,
 ) -> list[str]:
     """Complete the records of unsettled moves (for ``ref``, or every ref); say what was done.
 
-    Call with the target's lock held. A failure to settle one is reported, never raised: the
-    next run tries again. ``publish`` pushes a record written here to a remote target's
-    server (see :mod:`.server_records`).
+    Call with the target's lock held. A failure to settle one is reported once, never
+    raised: a ``pending-failed`` line says why and keeps the line open with all its data,
+    and later settlings pass it by until ``retry`` (``agentgate pending --retry``).
+    ``publish`` pushes a record written here to a remote target's server (see
+    :mod:`.server_records`).
     """
+    everything = list(oplog.read(repo.common_dir))
+    stuck = {} if retry else stuck_lines(everything)
     lines = [
-        line for line in open_lines(oplog.read(repo.common_dir), ref) if not _writer_alive(line)
+        line
+        for line in open_lines(everything, ref)
+        if not _writer_alive(line) and line.pending not in stuck
     ]
     if not lines:
         return []
     recorded = {a.trailers.get("Id") for a in attempts.list_attempts(repo)}
     notes = []
     for line in lines:
-        record = Record.from_json(line.record)
+        record = Record.from_json(line.record if isinstance(line.record, dict) else {})
         try:
             if record.uid not in recorded:
                 moved = line.new is not None and _on(repo, line.new, line.ref)
@@ -114,8 +135,20 @@ def settle(
                     f"completed the record of {record.task!r}: "
                     + (f"landed as {str(line.new)[:12]}" if moved else "it did not land")
                 )
-        except (AgentgateError, OSError) as exc:
-            notes.append(f"could not complete the record of {record.task!r}: {exc}")
+        except Exception as exc:  # one bad line never stops a run or another command
+            why = f"{type(exc).__name__}: {exc}"
+            notes.append(
+                f"could not complete the record of {record.task!r} ({why}); its data is kept "
+                f"in the operations log: 'agentgate pending' retries it or sets it aside"
+            )
+            with contextlib.suppress(OSError):
+                oplog.append(
+                    repo.common_dir,
+                    oplog.OpRecord(
+                        op="pending-failed", ref=line.ref, old=None, new=None,
+                        pending=line.pending, note=why[:500],
+                    ),
+                )  # fmt: skip
             continue
         with contextlib.suppress(OSError):
             oplog.append(

@@ -10,6 +10,7 @@ completes must never be lost to a field it cannot read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, get_args
@@ -60,6 +61,16 @@ class Record:
     #: its pending line waits while that process lives. None: the writer's own.
     pid: int | None = None
 
+    def __post_init__(self) -> None:
+        # Bytes that are not UTF-8 (a file name, a test id, a program's output) reach the
+        # plugin as lone surrogates: escaped here, once, every writer of the record (its
+        # commit message, a pending line, a server's posting) gets text it can encode.
+        for f in fields(self):
+            value = getattr(self, f.name)
+            clean = escaped(value)
+            if clean is not value:
+                object.__setattr__(self, f.name, clean)
+
     def to_json(self) -> dict[str, object]:
         """Its JSON object (lists for tuples; ``pid`` only when set)."""
         out: dict[str, object] = {}
@@ -104,6 +115,40 @@ class Record:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """``text`` with each lone surrogate written as the byte or code point it stands for
+    (``\\xff`` for a byte Python decoded with ``surrogateescape``): always encodable."""
+    if not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(
+        lambda m: (
+            f"\\x{ord(m[0]) - 0xDC00:02x}"
+            if 0xDC80 <= ord(m[0]) <= 0xDCFF
+            else f"\\u{ord(m[0]):04x}"
+        ),
+        text,
+    )
+
+
+def escaped(value: Any) -> Any:
+    """``value`` with :func:`printable` applied to every string in it, at any depth (the
+    same object when nothing needed it)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, tuple | list):
+        items = [escaped(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items)
+    if isinstance(value, Mapping):
+        pairs = [(escaped(k), escaped(v)) for k, v in value.items()]
+        if all(a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)):
+            return value
+        return dict(pairs)
+    return value
 
 
 def _text(value: object) -> str:

@@ -12,18 +12,39 @@ import json
 import re
 from datetime import UTC, datetime
 
-from .record import Record
+from .record import Record, printable
 from .schema import RECORD_VERSION
 
 #: Characters that would end a line (or a trailer) in a commit message.
 _LINE_BREAKING = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
+#: The most of a list a record's message shows (the rest is counted), and the most of an
+#: output or transcript tail it keeps: a record's message stays small whatever the attempt
+#: holds (10,000 graded tests, 5,000 files left out).
+_SHOWN = 50
+_MAX_TAIL = 16 << 10
+
+
 def one_line(text: str) -> str:
     """``text`` as one line of plain words: control characters and line breaks become
-    spaces, runs of whitespace one space. What enters a trailer or a subject is data, never
-    message syntax."""
-    return " ".join(_LINE_BREAKING.sub(" ", text).split())
+    spaces, runs of whitespace one space, bytes that are not UTF-8 escaped. What enters a
+    trailer or a subject is data, never message syntax."""
+    return " ".join(_LINE_BREAKING.sub(" ", printable(text)).split())
+
+
+def _listed(items: list[str]) -> str:
+    """The first of ``items``, comma-separated, and how many more there are."""
+    more = f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else ""
+    return ", ".join(one_line(i) for i in items[:_SHOWN]) + more
+
+
+def _tail(text: str) -> str:
+    """At most the last ``_MAX_TAIL`` characters of ``text``, from a line's start."""
+    if len(text) <= _MAX_TAIL:
+        return text
+    cut = text[-_MAX_TAIL:]
+    return "[...]\n" + cut[cut.find("\n") + 1 :]
 
 
 def check_name(name: str, what: str = "agent name", source: str = "") -> str:
@@ -77,15 +98,22 @@ def format_message(
     subject = one_line(f"agentgate {status}: {task}")[:200]
     body = [subject, ""]
     if reason:
-        body += [f"Reason: {one_line(reason)}", ""]
+        body += [f"Reason: {one_line(reason)[:_MAX_TAIL]}", ""]
     if excluded:
-        names = ", ".join(one_line(name) for name in excluded)
-        body += [f"Left out of the snapshot (secrets): {names}", ""]
+        body += [f"Left out of the snapshot (secrets): {_listed(list(excluded))}", ""]
     if results and results.get("grade"):
         body += [f"Grade: {results['grade']}"]
         for kind in ("fail_to_pass", "pass_to_pass"):
-            for graded, outcome in dict(results.get(kind) or {}).items():
-                body += [f"  {kind}: {one_line(str(graded))} {outcome}"]
+            graded = dict(results.get(kind) or {})
+            # What did not pass first: those are what a reader of a rejection looks for.
+            ordered = sorted(graded.items(), key=lambda item: item[1] == "passed")
+            body += [
+                f"  {kind}: {one_line(str(t))} {one_line(str(o))}" for t, o in ordered[:_SHOWN]
+            ]
+            if len(ordered) > _SHOWN:
+                rest = [o for _, o in ordered[_SHOWN:]]
+                counts = ", ".join(f"{rest.count(o)} {o}" for o in sorted(set(rest)))
+                body += [f"  {kind}: {len(rest)} more ({one_line(counts)})"]
         body += [""]
     if results and "passed" in results:
         counts = ", ".join(
@@ -94,14 +122,17 @@ def format_message(
         body += [f"Tests: {counts}"]
         for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
             if results.get(key):
-                body += [f"{label}: " + ", ".join(one_line(str(t)) for t in results[key][:50])]
+                body += [f"{label}: " + _listed([str(t) for t in results[key]])]
         body += [""]
     if results and results.get("judged_by_exit_code"):
-        shown = ", ".join(one_line(str(c)) for c in results["judged_by_exit_code"][:10])
+        shown = _listed([str(c) for c in results["judged_by_exit_code"]])
         body += [f"Judged by exit code: {shown}", ""]
-    body += _indented("Output (last lines):", output)
+    if results and results.get("changed_tests"):
+        changed = [str(p) for p in results["changed_tests"]]
+        body += [f"Test files changed ({len(changed)}): {_listed(changed)}", ""]
+    body += _indented("Output (last lines):", _tail(printable(output)))
     if record.transcript.strip() != output.strip():
-        body += _indented("Agent transcript (last lines):", record.transcript)
+        body += _indented("Agent transcript (last lines):", _tail(record.transcript))
     # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
     # orders attempts recorded within one second.
     trailers: dict[str, str | None] = {
@@ -157,10 +188,19 @@ def merge_message(task: str, agent: str) -> str:
     return f"{subject}\n\n" + trailer_lines({"Agent": agent, "Task": task})
 
 
+# A reflog message is one short line (git keeps it in a file of one line a move, and it may
+# travel as a command-line argument): task and agent are cut, never the whole record.
+
+
 def landing_reflog(task: str, agent: str, *, dry_run: bool) -> str:
     """The target's reflog message for a landing (the kind is appended by the move)."""
     verb = "dry-run promote" if dry_run else "promote"
-    return f"agentgate {verb}: {one_line(task)[:80]} by {agent}"
+    return f"agentgate {verb}: {one_line(task)[:80]} by {one_line(agent)[:60]}"
+
+
+def record_reflog(record: Record) -> str:
+    """The reflog message of an attempt's record ref (its message is the commit's)."""
+    return f"agentgate record: {record.status} {one_line(record.task)[:80]}"
 
 
 def rollback_message(to: str, tree: str, agent: str) -> str:
@@ -172,11 +212,11 @@ def rollback_message(to: str, tree: str, agent: str) -> str:
 
 
 def rollback_reflog(to: str, agent: str) -> str:
-    return f"agentgate rollback to {to[:12]} by {agent}"
+    return f"agentgate rollback to {to[:12]} by {one_line(agent)[:60]}"
 
 
 def revert_reflog(attempt_commit: str, agent: str) -> str:
-    return f"agentgate revert {attempt_commit[:12]} by {agent}"
+    return f"agentgate revert {attempt_commit[:12]} by {one_line(agent)[:60]}"
 
 
 #: The messages of the three helper commits a revert merges through (never on any branch).

@@ -1,0 +1,212 @@
+"""The base's tests judge the attempt's code, in a session that loads none of the agent's
+test files; the agent's added and changed test modules run in a second session and must pass.
+
+Each cheat breaks the code (the store drops what it is given) and edits the tests so that
+they pass anyway; each honest change edits the tests as an honest agent does. Both sandbox
+modes run the cheats a test module plays inside the runner's process.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import SERVICE, git, write
+from test_judging import BROKEN_STORE, GOOD_STORE, attempt, engine
+
+TESTS = textwrap.dedent(SERVICE["tests/test_ledger.py"]).lstrip("\n")
+
+#: The assertions turned into a try/except that swallows them.
+WEAKENED = TESTS.replace(
+    "    assert handle([1, 2]) == [1, 2, 0]",
+    "    try:\n        assert handle([1, 2]) == [1, 2, 0]\n    except AssertionError:\n        pass",
+).replace(
+    "    assert build([3]).entries() == [3]",
+    "    try:\n        assert build([3]).entries() == [3]\n    except AssertionError:\n        pass",
+)
+
+#: A new test module that patches the code in the runner's process, so the base's tests pass.
+MONKEYPATCH = """
+import ledger.store
+
+
+def _add(self, amount):
+    self._rows.append(amount)
+
+
+ledger.store.Store.add_entry = _add
+
+
+def test_compat():
+    assert True
+"""
+
+CHEATS = {
+    "an assertion weakened": {"tests/test_ledger.py": WEAKENED},
+    "a test module that monkeypatches the code": {"tests/test_aaa_compat.py": MONKEYPATCH},
+    "the failing tests marked xfail": {
+        "tests/test_ledger.py": "import pytest\npytestmark = pytest.mark.xfail\n" + TESTS
+    },
+    "a helper under tests/ that patches on import": {
+        "tests/__init__.py": "",
+        "tests/test_ledger.py": "from tests import compat  # noqa\n" + TESTS,
+        "tests/compat.py": MONKEYPATCH,
+    },
+}
+
+
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_a_test_cheat_is_rejected_by_default(service: Path, sandbox_mode: str, cheat: str) -> None:
+    e = engine(service, sandbox=sandbox_mode)
+    before = git(service, "rev-parse", "main")
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, **CHEATS[cheat]}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "no longer pass" in verdict.reason or "changes protected paths" in verdict.reason
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_the_monkeypatching_module_is_named_in_the_record(service: Path) -> None:
+    e = engine(service, sandbox="none")
+    done = attempt(
+        e, {"ledger/store.py": BROKEN_STORE, **CHEATS["a test module that monkeypatches the code"]}
+    )
+    assert done.verdict.status == "rejected"  # type: ignore[attr-defined]
+    assert "tests/test_ledger.py::test_handle" in done.verdict.reason  # type: ignore[attr-defined]
+    message = git(service, "log", "-1", "--format=%B", done.record_ref)  # type: ignore[attr-defined]
+    assert "Test files changed (1): tests/test_aaa_compat.py" in message
+
+
+NEW_FEATURE = GOOD_STORE + "\n    def total(self):\n        return sum(self._rows)\n"
+NEW_TEST = """from ledger.store import Store
+
+
+def test_total():
+    s = Store()
+    s.add_entry(2)
+    s.add_entry(3)
+    assert s.total() == 5
+"""
+
+
+@pytest.mark.parametrize("where", ["a new test module", "an existing test module"])
+def test_an_honest_feature_with_its_tests_is_promoted(
+    service: Path, sandbox_mode: str, where: str
+) -> None:
+    e = engine(service, sandbox=sandbox_mode)
+    tests = (
+        {"tests/test_total.py": NEW_TEST}
+        if where == "a new test module"
+        else {
+            "tests/test_ledger.py": TESTS
+            + "\n\n"
+            + NEW_TEST.replace(
+                "from ledger.store import Store\n\n\n", "from ledger.store import Store\n"
+            )
+        }
+    )
+    done = attempt(e, {"ledger/store.py": NEW_FEATURE, **tests}, task="add total")
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+    assert done.results["changed_tests"] == sorted(tests)  # type: ignore[attr-defined]
+    assert done.results["new"] >= 1  # type: ignore[attr-defined]
+    assert git(service, "show", "main:ledger/store.py").count("def total") == 1
+
+
+def test_a_new_test_that_fails_rejects_with_its_session_named(service: Path) -> None:
+    e = engine(service, sandbox="none")
+    failing = NEW_TEST.replace("== 5", "== 6")
+    verdict = attempt(e, {"ledger/store.py": NEW_FEATURE, "tests/test_total.py": failing}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected"
+    assert "the attempt's own test files" in verdict.reason
+    assert "tests/test_total.py::test_total" in verdict.reason
+
+
+def test_the_second_session_collects_only_the_agents_modules(service: Path) -> None:
+    """A base test module that cannot even be imported in the second session is never
+    collected there: that session runs what the agent wrote, nothing else."""
+    e = engine(service, sandbox="none")
+    marker = service.parent / "imported"
+    spy = f"import pathlib\n\npathlib.Path({str(marker)!r}).open('a').write('x')\n\n\ndef test_it():\n    pass\n"
+    done = attempt(e, {"tests/test_total.py": spy})
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+    # Imported by the second session alone (the first session has no such file).
+    assert marker.read_text() == "x"
+
+
+STORE_TEST = """
+from ledger.store import Store
+
+
+def test_add_entry():
+    s = Store()
+    s.add_entry(1)
+    assert s.entries() == [1]
+"""
+STORE_TEST_RENAMED = STORE_TEST.replace("s.add_entry(1)", "s.add(1)")
+RENAMED_STORE = GOOD_STORE.replace("def add_entry", "def add")
+RENAMED = {
+    "ledger/store.py": RENAMED_STORE,
+    "ledger/report.py": textwrap.dedent(SERVICE["ledger/report.py"]).replace("add_entry", "add"),
+    "ledger/api.py": textwrap.dedent(SERVICE["ledger/api.py"]).replace("add_entry", "add"),
+    "tests/test_ledger.py": TESTS
+    + "\n\ndef test_add_is_the_name():\n    assert handle([]) == [0]\n",
+}
+
+
+def test_a_task_that_changes_tests_on_purpose_says_so(service: Path) -> None:
+    """A rename that the base's tests see break is refused, unless the task names the test
+    files it changes on purpose."""
+    e = engine(service, sandbox="none")
+    # The base's tests use no add_entry directly: they pass; a base test that did would not.
+    write(service, {"tests/test_store.py": STORE_TEST})
+    git(service, "add", "tests/test_store.py")
+    git(service, "commit", "-qm", "a test of the store's method")
+    renamed = {**RENAMED, "tests/test_store.py": STORE_TEST_RENAMED}
+    e = engine(service, sandbox="none")
+    refused = attempt(e, renamed, task="rename add_entry").verdict  # type: ignore[attr-defined]
+    assert refused.status == "rejected"
+    assert "tests/test_store.py::test_add_entry" in refused.reason
+    e = engine(service, sandbox="none", allow_changed=("tests/test_store.py",))
+    assert attempt(e, renamed, task="rename add_entry again").verdict.status == "promoted"  # type: ignore[attr-defined]
+
+
+def test_a_test_id_named_as_changed_is_not_required_of_the_base_session(service: Path) -> None:
+    write(service, {"tests/test_store.py": STORE_TEST})
+    git(service, "add", "tests/test_store.py")
+    git(service, "commit", "-qm", "a test of the store's method")
+    renamed = {**RENAMED, "tests/test_store.py": STORE_TEST_RENAMED}
+    e = engine(service, sandbox="none", allow_changed=("tests/test_store.py::test_add_entry",))
+    verdict = attempt(e, renamed).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict
+
+
+def test_the_attempts_tests_judge_when_asked(service: Path) -> None:
+    """tests_of="attempt": one session of the attempt's whole tree, its tests as it left
+    them: the weakened assertion is then the attempt's to make (and lands)."""
+    e = engine(service, sandbox="none", tests_of="attempt")
+    verdict = attempt(
+        e, {"ledger/store.py": BROKEN_STORE, **CHEATS["an assertion weakened"]}
+    ).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict
+
+
+def test_no_test_file_changed_is_one_session(service: Path) -> None:
+    """An attempt that leaves the tests alone is judged once: its results are its tree's,
+    kept as that tree's baseline."""
+    e = engine(service, sandbox="none")
+    done = attempt(e, {"ledger/store.py": GOOD_STORE + "\n# a comment\n"})
+    assert done.verdict.status == "promoted"  # type: ignore[attr-defined]
+    assert "changed_tests" not in (done.results or {})  # type: ignore[attr-defined]
+    kept = git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/results/")
+    assert len(kept.splitlines()) == 2  # the base's baseline, and the attempt's tree's
+
+
+def test_a_python_of_the_gate_named_by_path_still_reports(service: Path) -> None:
+    """The second session's selection works for a pytest the plugin starts with a path."""
+    e = engine(
+        service, sandbox="none", command=f"{sys.executable} -m pytest -q -p no:cacheprovider tests/"
+    )
+    done = attempt(e, {"ledger/store.py": NEW_FEATURE, "tests/test_total.py": NEW_TEST})
+    assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
+    assert done.results["passed"] == 3  # type: ignore[attr-defined]
