@@ -234,6 +234,10 @@ def test_an_early_retest_of_the_batch_stands_for_its_retest(
     assert records["task y"].trailers["Retest"] == "passed early"
     assert early_files(b) == [".decided"]  # used once, then gone: that tree is judged
     fsck(b.path)
+    # The audit counts a tree its early re-test judged as judged.
+    from pytest_agentgate.cli.main import main
+
+    assert main(["audit", "--repo", str(b.path), "--target", "main"]) == 0
 
 
 def test_an_early_retest_of_another_tree_is_never_used(service: Path, tmp_path: Path) -> None:

@@ -211,11 +211,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         try:
             landed_tree = repo.tree_of(attempt.landed)
             # A fast-forward landed the gated snapshot itself; a merge counts only when its
-            # record says its re-test passed (a merge of checks alone ran no gate on it).
-            if (
-                landed_tree == repo.tree_of(attempt.record_commit)
-                or attempt.trailers.get("Retest") == "passed"
-            ):
+            # record says a re-test of exactly that tree passed (its own, or an early one
+            # begun beside the gates); a merge of checks alone ran no gate on it.
+            if landed_tree == repo.tree_of(attempt.record_commit) or attempt.trailers.get(
+                "Retest"
+            ) in ("passed", "passed early"):
                 judged.add(landed_tree)
         except AgentgateError:  # a landed commit pruned or gone: nothing to count
             continue

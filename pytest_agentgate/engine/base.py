@@ -72,6 +72,9 @@ class EngineBase:
             recycle=settings.recycle,
             require_results=self.target.promotes,
         )
+        # What the sandbox hides against what a person bound writable: refused now, before
+        # any agent works, not at its first command.
+        self.pool.sandbox_now()
         self.baselines = Baselines(
             repo, self.pool.gate_context, self.sandbox.label, self.pool.gate_role
         )

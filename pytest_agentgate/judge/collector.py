@@ -149,8 +149,10 @@ class _Session:
         self.outcomes: dict[str, tuple[int, str]] = {}
         self.ended = False
         self.session: Any = None
-        #: The only Python files collected, relative to the checkout (None: every file).
+        #: The only Python files collected, relative to the checkout (None: every file),
+        #: and the only test ids run in them (empty: every test of those files).
         self.only: frozenset[str] | None = None
+        self.only_ids: frozenset[str] = frozenset()
 
     def send(self, **message: Any) -> None:
         # A send that fails leaves a session that never ended: an error, never a pass.
@@ -166,6 +168,8 @@ class _Session:
             return "."
         if real.startswith(self.checkout + os.sep):
             return os.path.relpath(real, self.checkout).replace(os.sep, "/")
+        if real == os.path.dirname(self.checkout):  # a folder of each run's own
+            return ".."
         if os.path.dirname(real) == os.path.dirname(self.checkout):
             return "../" + os.path.basename(real)
         return real
@@ -214,7 +218,9 @@ def _start() -> None:
     _SESSION = _Session(sock)
     if only:
         with open(only, "rb") as listed:
-            _SESSION.only = frozenset(os.fsdecode(p) for p in listed.read().split(b"\0") if p)
+            entries = [os.fsdecode(p) for p in listed.read().split(b"\0") if p]
+        _SESSION.only = frozenset(e.partition("::")[0] for e in entries)
+        _SESSION.only_ids = frozenset(e for e in entries if "::" in e)
     _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv), tainted=_tainted())
 
 
@@ -252,6 +258,25 @@ def pytest_ignore_collect(collection_path: Any, config: Any) -> bool | None:
     if not path.endswith(".py") or os.path.basename(path) in ("conftest.py", "__init__.py"):
         return None
     return None if found.relative(path) in found.only else True
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A graded run: only the tests named (a class or a parametrized test by its prefix)."""
+    found = _SESSION
+    if found is None or not found.only_ids:
+        return
+    kept: list[Any] = []
+    dropped: list[Any] = []
+    for item in items:
+        test = found.test_id(item.nodeid)
+        # The id itself, its parametrized test, or a class above it: one look-up each.
+        named = [test, test.partition("[")[0]]
+        parts = test.split("::")
+        named += ["::".join(parts[:depth]) for depth in range(2, len(parts))]
+        (kept if any(n in found.only_ids for n in named) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_configure(config: Any) -> None:

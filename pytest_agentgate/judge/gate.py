@@ -24,7 +24,7 @@ from ..sandbox.containment import ALLOWED_ENV, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
-from . import harness, results
+from . import boundary, harness, results
 from .base_tests import gone, split_tests
 from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
 from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Verdict
@@ -318,54 +318,6 @@ def _at_once(
     return outcomes
 
 
-#: What stops pytest's search for a configuration at the folder that holds the checkouts:
-#: a ``pytest.ini`` is a configuration even when it sets nothing.
-_BOUNDARY_INI = (
-    "# Written by pytest-agentgate: a gate reads only its checkout's configuration.\n[pytest]\n"
-)
-
-
-def _write_boundary(checkout: Path) -> None:
-    """A boundary ``pytest.ini`` in the checkouts' folder, rewritten before each run.
-
-    pytest looks for an ini file, and loads ``conftest.py`` files, in every folder up from
-    its arguments: when the tree has no configuration at its root, whatever lies above the
-    checkout (written there by an uncontained agent, or a user's own project) would be the
-    gate's. The boundary ends that search for a pytest however it is started. Replaced,
-    never opened: a link left in its place is not followed, and a gate running beside this
-    one (--agentgate-gate-jobs) never finds the file missing or half written.
-    """
-    fresh = checkout.parent / f".pytest.ini.{secrets.token_hex(8)}"
-    fresh.write_text(_BOUNDARY_INI, encoding="utf-8")
-    os.replace(fresh, checkout.parent / "pytest.ini")
-
-
-def _above(checkout: Path, private: Path) -> Path:
-    """What a contained command sees in the folder above its checkout: the boundary
-    ``pytest.ini`` and nothing else, read-only (the places its checkout and its ``$HOME``
-    are bound at, empty): no process of the gate can leave a configuration or a conftest
-    there for a pytest it starts later, nor move the folder away."""
-    view = private / "above"
-    (view / checkout.name).mkdir(parents=True)
-    if private.parent == checkout.parent:
-        (view / private.name / "home").mkdir(parents=True)
-    (view / "pytest.ini").write_text(_BOUNDARY_INI, encoding="utf-8")
-    return view
-
-
-def _confined_to(checkout: Path, argv: Sequence[str]) -> list[str]:
-    """The options that keep a pytest the plugin starts itself to its checkout: ``--rootdir``
-    keeps node ids relative to the checkout when the boundary is what pytest found, and
-    ``--confcutdir`` loads no ``conftest.py`` above it. A gate that names its own keeps them."""
-    given = {arg.split("=", 1)[0] for arg in argv}
-    extra = []
-    if "--rootdir" not in given:
-        extra.append(f"--rootdir={checkout}")
-    if "--confcutdir" not in given:
-        extra.append(f"--confcutdir={checkout}")
-    return extra
-
-
 @contextlib.contextmanager
 def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) -> Iterator[Path]:
     """A clean checkout of exactly ``tree`` for one command: a kept one reset to it (see
@@ -391,7 +343,7 @@ def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
     # imported before it could be rewritten: a base with filterwarnings=error would then
     # fail its own gate for the plugin's way of loading, not for its tests.
     argv += ["-W", "ignore::pytest.PytestAssertRewriteWarning", "--color=no"]
-    return argv + _confined_to(checkout, argv)
+    return argv
 
 
 def _would_have(env: Mapping[str, str], role: Role) -> dict[str, str]:
@@ -436,9 +388,9 @@ class _Run:
                     if argv and results.is_pytest(argv):
                         argv = _pytest_argv(argv, checkout)
                         assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-                _write_boundary(checkout)
+                boundary.write(checkout)
                 contained = context.sandbox.active
-                above = _above(checkout, private) if contained else None
+                above = boundary.above(checkout, private) if contained else None
                 failed_setup = self._setup(checkout, private, above, running)
                 if failed_setup is not None:
                     return _Ran(failed_setup, None)
@@ -569,7 +521,7 @@ class _Run:
         if self.collect and odd_status is None and not wrapper_failed:
             return _Ran(None, found, fingerprint)
         verdict = _compare(self.spec, found, self.baseline)
-        if self.spec.select is not None and 5 in statuses and not found and verdict.ok:
+        if self.spec.additions and 5 in statuses and not found and verdict.ok:
             odd_status = None  # its changed test modules hold no test now: none can fail
         accepted = odd_status is None and not wrapper_failed
         if accepted and 1 in statuses:
@@ -577,7 +529,7 @@ class _Run:
         if verdict.ok and accepted:
             return _Ran(None, found, fingerprint)
         reason = "" if self.collect else verdict.reason()
-        if reason and self.spec.select is not None:
+        if reason and self.spec.additions:
             reason = f"the attempt's own test files: {reason}"
         if odd_status is not None:
             why = reason or f"the gate's pytest exited {odd_status}: {shown}"
@@ -597,7 +549,7 @@ class _Run:
         results were required of it."""
         shown = results.display(command)
         if not self.spec.by_exit_code(command) and self.context.require_results:
-            return _Ran(fail(no_results(shown), harness_error=True), None)
+            return _Ran(fail(no_results(shown, result.output), harness_error=True), None)
         if result.returncode != 0:
             note = _hidden_editable_note(self.context.sandbox)
             note += _outside_view_note(self.context, result)
@@ -606,8 +558,17 @@ class _Run:
         return _Ran(None, None)
 
 
-def no_results(shown: str) -> str:
+def no_results(shown: str, output: str = "") -> str:
     """Why a command from which no per-test results came back cannot be judged."""
+    if 'Error importing plugin "agentgate_collector_' in output:
+        return (
+            f"the gate's pytest could not load the results collector: {shown}; a wrapper "
+            "replaced the PYTHONPATH that leads to it (tox's setenv, a Makefile, a script) in "
+            "an environment without pytest-agentgate: keep the PYTHONPATH it is given (tox: "
+            "setenv = PYTHONPATH = src{:}{env:PYTHONPATH:}; a shell: "
+            "PYTHONPATH=src:$PYTHONPATH), or install pytest-agentgate into that environment "
+            "(tox: deps), where it loads the collector whatever PYTHONPATH says"
+        )
     return (
         f"gate reported no per-test results (judged by exit code only): {shown}; declare a "
         "gate that runs no pytest with --agentgate-gate-exit-code CMD (or results='exit-code' "
@@ -636,7 +597,7 @@ def _compare(
 ) -> results.Comparison:
     """``found`` against the base's results: the attempt's own test modules' session holds
     each of its tests to passing, any other compares test by test."""
-    if spec.select is not None:
+    if spec.additions:
         return results.compare_additions(found, baseline)
     return results.compare(found, baseline, spec.allow_removed, spec.unrequired)
 
@@ -728,7 +689,7 @@ def _sessions(
         return first
     second = CheckResult(True, name="gate", tests={})
     if split.modules:
-        only = dataclasses.replace(spec, select=split.modules)
+        only = dataclasses.replace(spec, select=split.modules, additions=True)
         second = run_commands(repo, snap.tree, only, context, baseline=baseline, expected=expected)
     missing = gone(
         baseline, split.held, second.tests or {}, (*spec.allow_removed, *split.not_required)

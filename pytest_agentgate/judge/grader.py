@@ -50,10 +50,10 @@ def plan(repo: BaseRepo, baselines: Baselines, base: str, spec: GateSpec) -> Pla
     tests_from = g.tests_from or base
     files = grading.test_files(repo, base, tests_from, g)
     tree = grading.graded_tree(repo, repo.tree_of(base), tests_from, files)
-    ids = [*g.fail_to_pass, *(g.pass_to_pass or ())]
-    graded = replace(
-        spec, commands=(grading.command(spec.commands, sys.executable, ids),), grading=None
-    )
+    # Named pass-to-pass tests: those and the fail-to-pass ones alone run. By default every
+    # test that passes on the base is held: the command's whole selection runs.
+    ids = None if g.pass_to_pass is None else (*g.fail_to_pass, *g.pass_to_pass)
+    graded = replace(spec, commands=graded_commands(spec, sys.executable), grading=None, select=ids)
     found = baselines.of_tree(tree, base, graded).tests or {}
     already = [t for t in g.fail_to_pass if found.get(t) == results.PASSED]
     if already:
@@ -69,6 +69,18 @@ def plan(repo: BaseRepo, baselines: Baselines, base: str, spec: GateSpec) -> Pla
             sorted(t for t, o in found.items() if o == results.PASSED and t not in g.fail_to_pass)
         )
     return Plan(graded, found, keep)
+
+
+def graded_commands(spec: GateSpec, python: str) -> tuple[results.Command, ...]:
+    """The command of a graded run: the gate's first command that reports per-test
+    results, whole (its wrapper, its environment, its own selection and options), run
+    with only the graded tests selected (by the results collector, so an id is never a
+    command-line argument, and a wrapper that takes none still runs just those); ``python
+    -m pytest`` when the gate has none."""
+    for command in spec.commands:
+        if not spec.by_exit_code(command):
+            return (command,)
+    return ((python, "-m", "pytest", "-q"),)
 
 
 def grade(

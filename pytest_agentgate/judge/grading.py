@@ -115,20 +115,6 @@ def graded_tree(repo: BaseRepo, tree: str, tests_from: str, files: Iterable[str]
         return index.write_tree()
 
 
-def command(
-    gate_commands: Sequence[results.Command], python: str, ids: Sequence[str]
-) -> tuple[str, ...]:
-    """The pytest command of a graded run: the first pytest gate command, whole (its own
-    selection and options), with the graded tests' ids appended, so they run whatever it
-    selects; ``python -m pytest`` when the gate has no pytest command. An argument list,
-    so no id is ever read as shell syntax (``test_p[150]``)."""
-    for text in gate_commands:
-        argv = results.argv_of(text)
-        if argv is not None and results.is_pytest(argv):
-            return (*argv, *ids)
-    return (python, "-m", "pytest", "-q", *ids)
-
-
 def grade(
     outcomes: Mapping[str, str], fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]
 ) -> Grade:

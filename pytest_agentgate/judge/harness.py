@@ -336,7 +336,7 @@ def _shadowing(
             module = _module_name(parts[depth])
             if module.isidentifier():
                 candidates["/".join(parts[: depth + 1])] = ("/".join(parts[:depth]), module)
-    suspects = {k: v for k, v in candidates.items() if v[1] in shadowable}
+    suspects = {k: v for k, v in candidates.items() if v[1] in shadowable or _of_runner(v[1])}
     base_paths: Sequence[str] | None = None
     if len(suspects) < len(candidates):
         # Only places new to the tree can shadow: the names the runner may import are read
@@ -354,11 +354,38 @@ def _shadowing(
     on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
     on_path |= _configured_paths(base_tree, read) | command_paths(commands)
     existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
+    # The runner's own names shadow wherever a folder that is no package could be put on
+    # sys.path by a wrapper whose PYTHONPATH no rule reads (a Makefile, tox's setenv).
+    packages = {p.rpartition("/")[0] for p in new_paths if p.rpartition("/")[2] == "__init__.py"}
     return [
         f"{place} (shadows the module {module!r})"
         for place, (folder, module) in sorted(suspects.items())
-        if folder in on_path and place not in existing
+        if place not in existing
+        and (folder in on_path or (_of_runner(module) and folder not in packages))
     ]
+
+
+def _of_runner(module: str) -> bool:
+    return module in runner_modules() or module.startswith("agentgate_collector")
+
+
+_RUNNER: frozenset[str] | None = None
+
+
+def runner_modules() -> frozenset[str]:
+    """The top-level modules of the test runner and its reporting: pytest, its plugins (the
+    pytest11 entry points installed here), this plugin and its collector, and the modules
+    Python imports at every start."""
+    global _RUNNER
+    if _RUNNER is None:
+        from importlib.metadata import entry_points
+
+        found = {"pytest", "_pytest", "pluggy", "py", "iniconfig", "pytest_agentgate"}
+        found |= {"sitecustomize", "usercustomize"}
+        for point in entry_points(group="pytest11"):
+            found.add(point.value.split(":")[0].split(".")[0].strip())
+        _RUNNER = frozenset(found)
+    return _RUNNER
 
 
 _PYTHONPATH = re.compile(r"\bPYTHONPATH=(?P<value>\"[^\"]*\"|'[^']*'|[^\s;&|)]+)")

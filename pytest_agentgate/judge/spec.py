@@ -101,10 +101,13 @@ class GateSpec:
     #: own, then the attempt's added and changed test modules) or "attempt" (the attempt's
     #: whole tree in one session, its tests as it left them).
     tests_of: str = DEFAULT_TESTS_OF
-    #: Only these test modules are collected (the attempt's own tests' session); each test
-    #: they hold must pass unless it fails on the base too. None: every test the command
-    #: collects, compared with the base's test by test.
+    #: Only these are collected (None: whatever the command collects): test modules (paths
+    #: relative to the checkout: no other Python file is collected), or test ids (a graded
+    #: run: those tests alone run, by the gate's own command).
     select: tuple[str, ...] | None = None
+    #: The attempt's own tests' session: each test it reports must pass unless it fails on
+    #: the base too (else each is compared with the base's test by test).
+    additions: bool = False
     #: Test ids (or globs) the comparison with the base does not hold the attempt to.
     unrequired: tuple[str, ...] = ()
     #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.

@@ -48,8 +48,52 @@ ACTIVE_ENV = "AGENTGATE_ACTIVE"
 EXIT_HARNESS_ERROR = 6
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+#: The collector this module loaded (its name, its module), registered as a plugin with it.
+_COLLECTOR: tuple[str, Any] | None = None
+
+
+def _load_the_gates_collector() -> None:
+    """In a gate's pytest, the results collector its environment names, loaded from the
+    channel's own folder when a wrapper replaced the ``PYTHONPATH`` that leads to it
+    (``sh -c 'PYTHONPATH=src pytest'``, a Makefile, tox's ``setenv``).
+
+    This plugin is loaded (as an entry point, or by ``-p``) before pytest imports the
+    modules ``PYTEST_PLUGINS`` names, so the collector is then found where it was put, by
+    its name of this command's own, which no tree can hold. Nothing happens outside a gate.
+    """
+    channel = os.environ.get("AGENTGATE_RESULTS")
+    if not channel:
+        return
+    import sys
+
+    for listed in os.environ.get("PYTEST_PLUGINS", "").split(","):
+        name = listed.strip()
+        if not name.startswith("agentgate_collector_") or name in sys.modules:
+            continue
+        path = os.path.join(os.path.dirname(channel), name + ".py")
+        if not os.path.isfile(path):
+            continue
+        from importlib.util import module_from_spec, spec_from_file_location
+
+        spec = spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            continue
+        module = module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # it takes its name out of PYTEST_PLUGINS
+        global _COLLECTOR
+        _COLLECTOR = (name, module)
+
+
+_load_the_gates_collector()
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     add_options(parser)
+    if _COLLECTOR is not None and pluginmanager.get_plugin(_COLLECTOR[0]) is None:
+        # Called as this plugin registers, before pytest reads PYTEST_PLUGINS (which no
+        # longer names the collector): registered here, as it would have been there.
+        pluginmanager.register(_COLLECTOR[1], _COLLECTOR[0])
 
 
 def setting(config: pytest.Config, name: str) -> tuple[Any, str]:

@@ -126,9 +126,24 @@ class Sandbox:
         return "bwrap" if self.active else f"none ({self.reason})"
 
     def with_hidden(self, *paths: Path) -> Sandbox:
+        """This sandbox hiding ``paths`` too. Refused (a :class:`ConfigError`, before any
+        command runs) when a writable bind holds one: it would show, writable, what every
+        command must not see (and bwrap cannot lay the mask under it)."""
         from dataclasses import replace
 
-        return replace(self, hidden=tuple(dict.fromkeys((*self.hidden, *paths))))
+        hidden = tuple(dict.fromkeys((*self.hidden, *paths)))
+        for bind in self.settings.binds:
+            held = [h for h in hidden if bind.writable and _inside(_real(h), _real(bind.path))]
+            if held:
+                raise ConfigError(
+                    f"--agentgate-sandbox-bind {bind.path}:rw holds {held[0]}, which every "
+                    "contained command must not see (the base repository, or the run's "
+                    "workspaces): bind a folder that does not hold it, or bind it read-only "
+                    "(drop :rw)",
+                    value=f"{bind.path}:rw",
+                    source="--agentgate-sandbox-bind",
+                )
+        return replace(self, hidden=hidden)
 
     def view(self, path_dirs: Iterable[Path] = (), extra_ro: Iterable[Path] = ()) -> list[Path]:
         """What a command sees, read-only: the system's directories, the Python environment,
