@@ -24,7 +24,7 @@ from ..sandbox.containment import ALLOWED_ENV, Role, Sandbox, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
-from . import boundary, harness, results
+from . import boundary, harness, results, tamper
 from .base_tests import gone, split_tests
 from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
 from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Verdict
@@ -391,23 +391,19 @@ class _Run:
                 boundary.write(checkout)
                 contained = context.sandbox.active
                 above = boundary.above(checkout, private) if contained else None
+                # A gitlink is a folder (files come and go in it): its files are not the tree's.
+                links = set(self.repo.gitlinks(self.tree))
+                tracked = [p for p in self.repo.tree_paths(self.tree) if p not in links]
+                before = tamper.identities(checkout, tracked)
                 failed_setup = self._setup(checkout, private, above, running)
+                touched = tamper.changed(checkout, before) if self.spec.setup else []
+                if failed_setup is None and touched:
+                    failed_setup = self._tampered(touched, "the gate's setup", "setup")
+                    if context.checkouts is not None:
+                        context.checkouts.spoil(checkout)
                 if failed_setup is not None:
                     return _Ran(failed_setup, None)
-                env = {**spec.env, **assigned}
-                env.update(
-                    channel.environment(
-                        _would_have(env, context.role),
-                        INSIDE if contained else None,
-                        only=spec.select,
-                    )
-                )
-                # What the gate runs is the agent's code: give its git no inherited
-                # repository to reach, and no way up out of the checkout (no .git there).
-                env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
-                env["AGENTGATE_CHECKOUT"] = str(checkout)
-                env["AGENTGATE_ACTIVE"] = "1"
-                env.setdefault("NO_COLOR", "1")
+                env = self._environment(checkout, channel, assigned, contained)
                 result = run_contained(
                     context.sandbox,
                     context.role,
@@ -420,8 +416,14 @@ class _Run:
                     extra_ro_at=((channel.folder, INSIDE),) if contained else (),
                     above=above,
                 )
+                touched = tamper.changed(checkout, before)
                 report = channel.close()
                 declared = self._read_declared(checkout)
+                if touched:
+                    if context.checkouts is not None:
+                        context.checkouts.spoil(checkout)
+                    shown = results.display(command)
+                    return _Ran(self._tampered(touched, f"the gate command {shown}", shown), None)
                 if context.checkouts is not None and (result.launch_error or result.timed_out):
                     # Its status lost (its supervisor killed: the sweep may not have run) or
                     # cut short: something may still write there. (Processes the sweep ended
@@ -432,6 +434,37 @@ class _Run:
                     channel.close()
                 remove_later(private)
         return self._judge(index, command, result, report, declared)
+
+    def _environment(
+        self, checkout: Path, channel: Channel, assigned: Mapping[str, str], contained: bool
+    ) -> dict[str, str]:
+        """The command's environment: the gate's, what the command assigns itself, the
+        results channel, and what keeps its git and its pytest to the checkout."""
+        env = {**self.spec.env, **assigned}
+        env.update(
+            channel.environment(
+                _would_have(env, self.context.role),
+                INSIDE if contained else None,
+                only=self.spec.select,
+            )
+        )
+        # What the gate runs is the agent's code: give its git no inherited repository to
+        # reach, and no way up out of the checkout (no .git there).
+        env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
+        env["AGENTGATE_CHECKOUT"] = str(checkout)
+        env["AGENTGATE_ACTIVE"] = "1"
+        env.setdefault("NO_COLOR", "1")
+        return env
+
+    def _tampered(self, paths: Sequence[str], what: str, where: str) -> CheckResult:
+        """A run whose ``what`` changed tracked files: the attempt's doing (on a baseline,
+        the harness's: the base's own gate does it, which no attempt can be judged by)."""
+        return CheckResult(
+            False,
+            tamper.reason(paths, what),
+            name=f"{self.label}: {where}",
+            harness_error=self.fault,
+        )
 
     def _setup(
         self, checkout: Path, private: Path, above: Path | None, running: Running | None

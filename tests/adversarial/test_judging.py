@@ -780,16 +780,16 @@ def land_three_on_reused_checkouts(e: Engine) -> None:
 
 def test_a_reused_gate_checkout_carries_nothing_from_the_last_gate(service: Path) -> None:
     """Gate checkouts are reused from one gate run to the next: whatever a gate left (an
-    untracked file, bytecode, an ignored cache, an edit to a tracked file, a new directory
-    mode) is gone before the next gate runs, and the next gate sees exactly its tree."""
+    untracked file, bytecode, an ignored cache, a new directory mode) is gone before the
+    next gate runs, and the next gate sees exactly its tree. (A gate that edits a tracked
+    file is rejected for it, and its checkout is not kept: see test_tested_bytes.py.)"""
     from pytest_agentgate import Engine, GateSpec
 
     gate = (
         "sh -c 'test ! -e left-behind.txt && test ! -e __pycache__/store.cpython-311.pyc "
-        "&& ! grep -q tampered ledger/store.py && test ! -e .pytest_cache "
+        "&& test ! -e .pytest_cache "
         "&& touch left-behind.txt && mkdir -p __pycache__ .pytest_cache "
-        "&& echo x > __pycache__/store.cpython-311.pyc && echo tampered >> ledger/store.py "
-        "&& chmod 0777 ledger'"
+        "&& echo x > __pycache__/store.cpython-311.pyc && chmod 0777 ledger'"
     )
     (service / ".gitignore").write_text(".pytest_cache/\n")
     git(service, "add", ".gitignore")
@@ -971,9 +971,8 @@ def test_an_interrupt_ends_gate_commands_running_at_once(service: Path, tmp_path
 def test_a_same_size_edit_with_its_time_restored_is_undone_in_a_reused_checkout(
     service: Path, tmp_path: Path
 ) -> None:
-    """A reused checkout is first brought over by the paths that differ between the two
-    trees; a file the last gate edited in place (same size, its mtime put back), in a path
-    both trees share, must still be found and rewritten before the next gate runs."""
+    """A file a gate edits in place (same size, its mtime put back) is found: its change
+    time moved. The attempt is rejected naming it, and the checkout is never reused."""
     tamper = tmp_path / "tamper.py"
     tamper.write_text(
         textwrap.dedent(
@@ -996,7 +995,11 @@ def test_a_same_size_edit_with_its_time_restored_is_undone_in_a_reused_checkout(
         ),
         sandbox=Settings(mode="none"),
     )  # fmt: skip
-    land_three_on_reused_checkouts(e)
+    ws = e.fork(task="change")
+    (ws.path / "c.txt").write_text("c\n")
+    verdict = e.run_attempt(ws, task="change").verdict
+    assert verdict.status == "rejected", verdict
+    assert "changed tracked file(s)" in verdict.reason and "ledger/api.py" in verdict.reason
     e.close()
 
 

@@ -1,0 +1,142 @@
+"""The tested bytes are the landed bytes: nothing a gate runs may change a tracked file of
+the checkout its verdict is about, even when the file is put back before the step ends.
+
+The attacks once landed a broken tree: the setuptools-scm recipe with ``version_file``
+pointed at the broken module and the good code as its template (the setup step wrote the
+good module in the gate checkout, the tests passed, the broken module landed); and a setup
+script that imports the agent's package, whose import rewrites another file.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from helpers import SERVICE, git, write
+from test_judging import BROKEN_STORE, GOOD_STORE
+from test_project_recipes import GATE, RECIPES, SCM_SETUP, SCM_TEST, gate_spec
+
+from pytest_agentgate import Engine
+from pytest_agentgate.sandbox.containment import Settings
+
+
+def scm_project(service: Path) -> tuple[Path, str]:
+    pytest.importorskip("setuptools_scm")
+    pyproject = (RECIPES / "pyproject-setuptools-scm.toml").read_text()
+    write(
+        service,
+        {
+            "pyproject.toml": pyproject,
+            ".gitignore": "ledger/_version.py\n__pycache__/\n",
+            "tests/test_version.py": SCM_TEST,
+        },
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "version from setuptools-scm")
+    return service, pyproject
+
+
+def engine(repo: Path, sandbox: str, *setup: str) -> Engine:
+    return Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work",
+        gate=gate_spec(GATE, setup=setup), sandbox=Settings(mode=sandbox),
+    )  # fmt: skip
+
+
+def attempt(e: Engine, files: dict[str, str], task: str) -> object:
+    ws = e.fork(task=task)
+    write(ws.path, files)
+    return e.run_attempt(ws, task=task)
+
+
+def test_a_setup_step_that_rewrites_a_tracked_module_rejects(
+    service: Path, sandbox_mode: str
+) -> None:
+    repo, pyproject = scm_project(service)
+    e = engine(repo, sandbox_mode, SCM_SETUP)
+    template = GOOD_STORE.replace("\n", "\\n").replace('"', '\\"')
+    cheat = pyproject.replace(
+        'version_file = "ledger/_version.py"',
+        f'version_file = "ledger/store.py"\nversion_file_template = "{template}"',
+    )
+    before = git(repo, "rev-parse", "main")
+    done = attempt(e, {"pyproject.toml": cheat, "ledger/store.py": BROKEN_STORE}, "scm cheat")
+    verdict = done.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "setup changed tracked file(s)" in verdict.reason and "ledger/store.py" in verdict.reason
+    assert git(repo, "rev-parse", "main") == before
+    honest = attempt(e, {"ledger/extra.py": "X = 1\n"}, "honest")
+    assert honest.verdict.status == "promoted", honest.verdict  # type: ignore[attr-defined]
+    e.close()
+
+
+REWRITER = """
+import os
+
+_here = os.path.dirname(os.path.abspath(__file__))
+_store = os.path.join(_here, "store.py")
+with open(_store) as f:
+    _text = f.read()
+if "pass" in _text and "append" not in _text:
+    with open(_store, "w") as f:
+        f.write(_text.replace("pass", "self._rows.append(amount)"))
+"""
+
+
+@pytest.mark.parametrize("when", ["setup", "gate"])
+def test_an_import_that_rewrites_another_file_rejects(
+    service: Path, sandbox_mode: str, when: str
+) -> None:
+    """The agent's package rewrites its broken module when imported: by a setup script that
+    imports it, or by the gate's own tests before the module is first imported."""
+    setup = (f"{sys.executable} -c 'import ledger'",) if when == "setup" else ()
+    e = engine(service, sandbox_mode, *setup)
+    files = {"ledger/__init__.py": REWRITER, "ledger/store.py": BROKEN_STORE}
+    done = attempt(e, files, f"rewrite on import ({when})")
+    verdict = done.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "changed tracked file(s)" in verdict.reason and "ledger/store.py" in verdict.reason
+    e.close()
+
+
+def test_a_file_changed_and_put_back_is_still_found(service: Path, sandbox_mode: str) -> None:
+    """A test that rewrites a module and restores its bytes before the run ends."""
+    e = engine(service, sandbox_mode)
+    sneaky = textwrap.dedent(
+        """
+        import pathlib
+
+
+        def test_touch():
+            store = pathlib.Path(__file__).parents[1] / "ledger" / "store.py"
+            text = store.read_bytes()
+            store.write_bytes(b"")
+            store.write_bytes(text)
+        """
+    )
+    done = attempt(e, {"tests/test_touch.py": sneaky}, "put back")
+    verdict = done.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "ledger/store.py" in verdict.reason
+    e.close()
+
+
+def test_the_base_that_rewrites_its_own_files_is_an_error_before_any_agent(
+    service: Path,
+) -> None:
+    """No attempt can be judged by a gate that changes the base's own tracked files: the
+    run says so when it computes the base's results, and blames no attempt."""
+    write(
+        service,
+        {
+            "tests/test_touch.py": "import os\n\n\ndef test_touch():\n    os.utime('ledger/api.py')\n"
+        },
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a test that touches a file")
+    e = engine(service, "none")
+    with pytest.raises(Exception, match=r"changed tracked file\(s\).*ledger/api.py"):
+        e.baseline(git(service, "rev-parse", "main"), e.gate)
+    e.close()
