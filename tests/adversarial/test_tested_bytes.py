@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import SERVICE, git, write
+from helpers import git, write
 from test_judging import BROKEN_STORE, GOOD_STORE
 from test_project_recipes import GATE, RECIPES, SCM_SETUP, SCM_TEST, gate_spec
 
