@@ -103,6 +103,14 @@ def state_held(
             digest = hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
             held.enter_context(locks.ref_lock(repo, f"state/{digest[:24]}"))
         _check_declared(declared, outside)
+        for path in outside:
+            found = state_module.not_exactly_capturable(path, exclude)
+            if found is not None:
+                raise ConfigError(
+                    f"state path {path!r} cannot be put back exactly after a rejected "
+                    f"attempt: {found[0]} {found[1]}",
+                    source="state",
+                )
         ws.state_binds = tuple(Path(p) for p in outside)
         ws.state_base = (
             state_module.capture(

@@ -246,6 +246,70 @@ def restore(
     return [*inside, *(f"{ABS}/{n}" for n in outside)]
 
 
+def _umask() -> int:
+    """This process's umask, read without setting it (``os.umask`` sets it for every thread,
+    and a file another thread made in between would get the wrong mode)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
+
+
+def not_exactly_capturable(declared: str, exclude: Sequence[str]) -> tuple[str, str] | None:
+    """The first thing under an absolute declared path a capture would not hold exactly,
+    and why, or None: a put-back empties the folder and writes back the capture, so each
+    of these would be lost or changed by it. Checked before any agent works."""
+    from .snapshot import excluded_by
+
+    umask = _umask()
+    file_modes = {0o666 & ~umask, 0o777 & ~umask}  # as git writes a file back
+    folder_mode = 0o777 & ~umask
+    top = Path(declared)
+    if top.is_symlink() or not top.is_dir():
+        walked: Iterator[tuple[str, list[str], list[str]]] = iter(
+            [(str(top.parent), [], [top.name])]
+        )
+    else:
+        walked = os.walk(top)
+    for dirpath, dirnames, filenames in walked:
+        here = Path(dirpath)
+        if here != top and not dirnames and not filenames:
+            return str(here), "is an empty folder (git keeps none: add a file to it, or remove it)"
+        for name in dirnames:
+            folder = here / name
+            mode = folder.lstat().st_mode
+            if not stat.S_ISLNK(mode) and stat.S_IMODE(mode) != folder_mode:
+                return str(folder), (
+                    f"is a folder of mode {stat.S_IMODE(mode):o}: it would come back as "
+                    f"{folder_mode:o} (chmod it, or declare the paths beside it)"
+                )
+        for name in [*filenames, *(d for d in dirnames if (here / d).is_symlink())]:
+            path = here / name
+            mode = path.lstat().st_mode
+            if excluded_by(tree_path(str(path)), exclude):
+                return str(path), (
+                    "matches a secrets pattern (--agentgate-exclude): it is never captured, "
+                    "so putting the state back would delete it (move it out of the declared "
+                    "folder, or declare the paths beside it)"
+                )
+            if stat.S_ISLNK(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                return str(
+                    path
+                ), "is not a regular file (a FIFO, socket or device cannot be captured)"
+            if stat.S_IMODE(mode) not in file_modes:
+                return str(path), (
+                    f"has mode {stat.S_IMODE(mode):o}: it would come back as "
+                    f"{min(file_modes):o} or {max(file_modes):o} (chmod it, or move it out)"
+                )
+    return None
+
+
 def put_back(repo: BaseRepo, commit: str | None, declared: Sequence[str]) -> None:
     """Make each declared path outside the workspace hold exactly what ``commit`` holds for
     it (nothing, when it held none): what an agent wrote there is removed (never through

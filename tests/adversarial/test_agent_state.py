@@ -279,3 +279,84 @@ def test_land_refuses_what_it_cannot_judge_again(
                  "--sandbox", "none"])  # fmt: skip
     assert code == 1 and "is not one land judges again" in capsys.readouterr().err
     assert "EVIL.md" not in git(service, "ls-tree", "--name-only", "main")
+
+
+# -- declared state is put back exactly, or refused before any agent works ---------------
+
+STATE_AGENT = """
+import pathlib
+import pytest
+
+@pytest.mark.gated(task="Tune the settings", state=[{appdata!r}], gate=["false"],
+                   results="exit-code")
+def test_agent_edits_appdata(agent_workspace):
+    pathlib.Path({ran!r}).write_text("the agent ran")
+    pathlib.Path({appdata!r}, "settings.json").write_text('{{"debug": true}}\\n')
+    (agent_workspace.path / "fix.py").write_text("FIXED = True\\n")
+"""
+
+
+def _listing(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under ``root``: its kind, its mode, a file's text."""
+    import stat
+
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            info = path.lstat()
+            text = path.read_text() if stat.S_ISREG(info.st_mode) else ""
+            found[str(path.relative_to(root))] = (
+                stat.S_IFMT(info.st_mode), stat.S_IMODE(info.st_mode), text,
+            )  # fmt: skip
+    return found
+
+
+def _appdata(tmp_path: Path) -> Path:
+    appdata = tmp_path / "appdata"
+    (appdata / "tls").mkdir(parents=True)
+    (appdata / "settings.json").write_text('{"debug": false}\n')
+    (appdata / "tls" / "chain.txt").write_text("issuer\n")
+    return appdata
+
+
+UNCAPTURABLE = {
+    "a secret": lambda a: (a / ".env").write_text("DB_PASSWORD=hunter2\n"),
+    "a file of mode 0600": lambda a: (a / "tls" / "chain.txt").chmod(0o600),
+    "an empty folder": lambda a: (a / "uploads" / "2024").mkdir(parents=True),
+    "a FIFO": lambda a: os.mkfifo(a / "events.fifo"),
+    "a folder of mode 0700": lambda a: (a / "tls").chmod(0o700),
+}
+
+
+@pytest.mark.parametrize("what", sorted(UNCAPTURABLE))
+def test_declared_state_that_cannot_be_put_back_exactly_stops_the_run_first(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, what: str
+) -> None:
+    """Once, a rejected attempt's put-back emptied the folder and wrote back only what the
+    capture held: secrets, empty folders, special files and modes were lost."""
+    appdata = _appdata(tmp_path)
+    UNCAPTURABLE[what](appdata)
+    before = _listing(appdata)
+    ran = tmp_path / "ran"
+    pytester.makepyfile(test_agents=STATE_AGENT.format(appdata=str(appdata), ran=str(ran)))
+    result = pytester.runpytest(f"--agentgate-repo={service}", "--agentgate-sandbox=none")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*cannot be put back exactly after a rejected attempt*"])
+    assert not ran.exists()  # no agent worked
+    assert _listing(appdata) == before
+
+
+def test_declared_state_is_put_back_exactly_after_a_rejected_attempt(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    appdata = _appdata(tmp_path)
+    (appdata / "run.sh").write_text("#!/bin/sh\n")
+    (appdata / "run.sh").chmod(0o755)
+    before = _listing(appdata)
+    ran = tmp_path / "ran"
+    pytester.makepyfile(test_agents=STATE_AGENT.format(appdata=str(appdata), ran=str(ran)))
+    result = pytester.runpytest(f"--agentgate-repo={service}", "--agentgate-sandbox=none")
+    result.assert_outcomes(failed=1)
+    assert ran.exists()
+    assert _listing(appdata) == before
