@@ -62,3 +62,14 @@ def test_quick_queue_benchmark_runs() -> None:
     assert len(rows) == 2
     for row in rows:
         assert row[0] == "4" and row[-3:] == ["4", "0", "0"]  # landed, rejected, lost
+
+
+def test_the_false_rejection_benchmark_runs_and_refuses_nothing(tmp_path: Path) -> None:
+    """Its offline run: honest replays under two gate spellings and four at once."""
+    bench = BENCH.parent / "false_rejections.py"
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--quick"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "refused: 0 of 3 honest replays that pass by hand" in proc.stdout

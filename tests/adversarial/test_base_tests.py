@@ -210,3 +210,19 @@ def test_a_python_of_the_gate_named_by_path_still_reports(service: Path) -> None
     done = attempt(e, {"ledger/store.py": NEW_FEATURE, "tests/test_total.py": NEW_TEST})
     assert done.verdict.status == "promoted", done.verdict  # type: ignore[attr-defined]
     assert done.results["passed"] == 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["tests/__init__.py", "tests/conftest.py"])
+def test_a_change_that_runs_the_same_code_is_not_a_harness_change(service: Path, name: str) -> None:
+    """Found replaying cachetools 5.4.0 -> 5.5.0: a blank line removed from tests/__init__.py
+    was refused as a change of the harness. A blank line, a comment or a docstring changes
+    nothing that runs; a statement still does."""
+    write(service, {name: '"""The tests."""\n\nimport os\n'})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", f"a {name}")
+    e = engine(service, sandbox="none")
+    cosmetic = attempt(e, {name: '"""The tests, reworded."""\nimport os  # needed\n'}, "tidy")
+    assert cosmetic.verdict.status == "promoted", cosmetic.verdict  # type: ignore[attr-defined]
+    real = attempt(e, {name: '"""The tests."""\n\nimport os\nos.environ["X"] = "1"\n'}, "code")
+    assert real.verdict.status == "rejected"  # type: ignore[attr-defined]
+    assert "changes protected paths" in real.verdict.reason  # type: ignore[attr-defined]
