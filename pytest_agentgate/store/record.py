@@ -115,18 +115,23 @@ class Record:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(Record))
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What a commit message cannot hold as it is: a lone surrogate (a byte that was not UTF-8)
+#: and NUL (git refuses a message holding one).
+_UNWRITABLE = re.compile("[\ud800-\udfff\x00]")
 
 
 def printable(text: str) -> str:
     """``text`` with each lone surrogate written as the byte or code point it stands for
-    (``\\xff`` for a byte Python decoded with ``surrogateescape``): always encodable."""
-    if not _SURROGATE.search(text):
+    (``\\xff`` for a byte Python decoded with ``surrogateescape``), and NUL as ``\\x00``:
+    always encodable, always a message git takes."""
+    if not _UNWRITABLE.search(text):
         return text
-    return _SURROGATE.sub(
+    return _UNWRITABLE.sub(
         lambda m: (
             f"\\x{ord(m[0]) - 0xDC00:02x}"
             if 0xDC80 <= ord(m[0]) <= 0xDCFF
+            else f"\\x{ord(m[0]):02x}"
+            if m[0] == "\x00"
             else f"\\u{ord(m[0]):04x}"
         ),
         text,

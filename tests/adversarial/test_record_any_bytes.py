@@ -142,3 +142,23 @@ def test_a_damaged_log_line_stops_no_command(service: Path, capsys: object) -> N
     assert main(["pending", "--repo", str(service), "--set-aside", "ppp"]) == 0
     assert main(["pending", "--repo", str(service)]) == 0
     assert any(r.op == "pending" for r in oplog.read(service / ".git"))  # its data is kept
+
+
+def test_a_nul_byte_in_what_the_agent_printed_or_the_gate_output_keeps_the_record(
+    service: Path,
+) -> None:
+    """Found by an attack: git refuses a commit message holding NUL, and the transcript or
+    the failing output reached the message as it was; the target moved with no record."""
+    e = engine(service)
+    ws = e.fork(task="nul transcript")
+    ws.run([sys.executable, "-c", r"import sys; sys.stdout.buffer.write(b'hello\x00world\n')"])
+    write(ws.path, {"ledger/extra.py": "X = 1\n"})
+    done = e.run_attempt(ws, task="nul transcript")
+    assert done.verdict.status == "promoted", done.verdict
+    assert "hello\\x00world" in recorded(service, done)
+    ws = e.fork(task="nul output")
+    failing = "def test_nul():\n    print('a\\x00b')\n    assert False\n"
+    write(ws.path, {"tests/test_nul.py": failing})
+    done = e.run_attempt(ws, task="nul output")
+    assert done.verdict.status == "rejected", done.verdict
+    assert "test_nul" in recorded(service, done)
