@@ -244,9 +244,10 @@ def identity(name: str, email: str, when: int, offset_minutes: int) -> bytes:
 
 
 def message_bytes(message: str) -> bytes:
-    """A commit message's bytes: UTF-8, and what UTF-8 or git cannot hold (a lone surrogate,
-    NUL) the layers above missed written as its escape, never an error after a target moved."""
-    return message.replace("\0", "\\x00").encode("utf-8", "backslashreplace")
+    """A commit message's bytes: UTF-8, and a character UTF-8 cannot hold (a lone surrogate
+    the layers above missed) written as its escape. A NUL is refused, as git refuses it: the
+    record escapes it where a record is made (``store.record.printable``)."""
+    return message.encode("utf-8", "backslashreplace")
 
 
 def commit_body(

@@ -5,12 +5,20 @@ skip a test, or add a test module that monkeypatches the code in the runner's pr
 of that can move a test of a session that never loads the agent's test files. So a gate
 command runs twice on an attempt that changed test files:
 
-1. **the base's tests** on the attempt's code: the attempt's tree with every test file
-   (test modules, ``conftest.py``, everything in a ``test``/``tests``/``testing`` folder,
-   the pytest configuration files) set to the base's bytes; added test files are gone and
-   removed ones are back. Its per-test results are compared with the base's, test by test;
+1. **the base's tests** on the attempt's code: the attempt's tree with every test file it
+   changed or removed set back to the base's bytes, and every ``conftest.py`` or pytest
+   configuration file it added removed. A test module it added stays on disk (code may
+   import it) but is never collected there. Its per-test results are compared with the
+   base's, test by test;
 2. **the attempt's tests**: the attempt's own tree, collecting only the test modules it
-   added or changed. Each test there must pass, unless it fails on the base too.
+   added or changed. Each test there must pass, unless it fails on the base too, and a test
+   the base had in a module it changed or removed must still be there.
+
+A test file is what belongs to the tests rather than to the code they test: a module pytest
+collects as tests (``test_*.py``, ``*_test.py``, the base's own ``python_files``, doctest
+files ``test*.txt``), a ``conftest.py`` or pytest configuration file, and whatever lies in a
+test folder (``tests/``, ``test/``, ``unit_tests/``, ``Tests/``; a ``testing/`` folder only
+outside a package: ``numpy.testing`` or ``ledger/testing/`` is code).
 
 This is SWE-bench's reset of the test files done completely (conftest files and helpers
 too, not only the files a patch names). A task whose purpose is to change existing tests
@@ -21,6 +29,7 @@ attempt's bytes in the first session; a named test id is not required there.
 from __future__ import annotations
 
 import fnmatch
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,16 +47,56 @@ if TYPE_CHECKING:
 _CONFIG_NAMES = frozenset(
     {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml"}
 )
+#: What pytest collects as tests unless the configuration says otherwise, and its doctest glob.
+DEFAULT_PATTERNS = ("test_*.py", "*_test.py", "test*.txt")
+#: A folder of tests: test, tests, and a name made with them (unit_tests, tests_e2e).
+_TEST_FOLDER = re.compile(r"(tests?|.+[_-]tests?|tests?[_-].+)")
+
+
+@dataclass(frozen=True)
+class TestFiles:
+    """What counts as a test file in one repository: pytest's patterns for test modules,
+    and the folders that are packages of the code (a ``testing`` folder in one is code)."""
+
+    patterns: tuple[str, ...] = DEFAULT_PATTERNS
+    packages: frozenset[str] = frozenset()
+
+    def collected(self, path: str) -> bool:
+        """Whether pytest collects ``path`` as a test module (or doctest file)."""
+        name = path.rpartition("/")[2]
+        return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+
+    def __contains__(self, path: str) -> bool:
+        parts = path.split("/")
+        if parts[-1] in _CONFIG_NAMES or self.collected(path):
+            return True
+        for depth, folder in enumerate(parts[:-1]):
+            low = folder.lower()
+            if _TEST_FOLDER.fullmatch(low):
+                return True
+            if low == "testing" and "/".join(parts[:depth]) not in self.packages:
+                return True
+        return False
+
+
+def test_files(repo: BaseRepo, base_tree: str, tree: str) -> TestFiles:
+    """The test files of ``tree``, an attempt on ``base_tree``: pytest's patterns as the
+    base configures them (``python_files``), the packages of either tree."""
+    read = repo.read_blob
+    configured = harness.configured(base_tree, lambda t, p: read(f"{t}:{p}"), "python_files")
+    patterns = (*(configured or DEFAULT_PATTERNS[:2]), DEFAULT_PATTERNS[2])
+    packages = {
+        p.rpartition("/")[0]
+        for t in (base_tree, tree)
+        for p in repo.tree_paths(t)
+        if p.rpartition("/")[2] == "__init__.py"
+    }
+    return TestFiles(tuple(patterns), frozenset(packages))
 
 
 def is_test_file(path: str) -> bool:
-    """Whether ``path`` belongs to the tests rather than to the code they test: a test
-    module, a pytest configuration file or conftest, or anything below a folder named
-    ``test``, ``tests`` or ``testing``. A folder is not a test folder merely for holding a
-    test module (a Django app's ``tests.py`` lies beside its models)."""
-    if harness.is_test_module(path) or path.rpartition("/")[2] in _CONFIG_NAMES:
-        return True
-    return any(part in harness.TEST_DIR_NAMES for part in path.split("/")[:-1])
+    """Whether ``path`` is a test file by pytest's default patterns (see :class:`TestFiles`)."""
+    return path in TestFiles()
 
 
 @dataclass(frozen=True)
@@ -65,6 +114,8 @@ class TestSplit:
     #: The files whose base tests must still be there in the attempt's own tree: its
     #: changed and removed test modules, but those named in ``allow_changed``.
     held: tuple[str, ...] = ()
+    #: The test modules the attempt added: on disk in the first session, never collected.
+    skipped: tuple[str, ...] = ()
 
     @property
     def split(self) -> bool:
@@ -76,33 +127,39 @@ def split_tests(
     repo: BaseRepo, base_tree: str, tree: str, allow_changed: Sequence[str] = ()
 ) -> TestSplit:
     """How ``tree`` (an attempt on ``base_tree``) is judged: see the module's docstring."""
-    changes = [c for c in repo.diff_tree(base_tree, tree) if is_test_file(c.path)]
+    diff = repo.diff_tree(base_tree, tree)
+    if not diff:
+        return TestSplit(tree, (), ())
+    tests = test_files(repo, base_tree, tree)
+    changes = [c for c in diff if c.path in tests]
     if not changes:
         return TestSplit(tree, (), ())
-    files = [p for p in allow_changed if "::" not in p]
-    kept = {c.path for c in changes if any(fnmatch.fnmatchcase(c.path, g) for g in files)}
-    reset = [c for c in changes if c.path not in kept]
+    globs = [p for p in allow_changed if "::" not in p]
+    kept = {c.path for c in changes if any(fnmatch.fnmatchcase(c.path, g) for g in globs)}
+    entries = []
+    for change in changes:
+        if change.path in kept:
+            continue
+        if change.status != "A":
+            entries.append(IndexEntry(change.old_mode, change.old_oid, change.path))
+        elif change.path.rpartition("/")[2] in _CONFIG_NAMES:
+            entries.append(IndexEntry("0", repo.null_oid, change.path))  # pytest loads it by path
     judged = tree
-    if reset:
-        entries = [
-            IndexEntry("0", repo.null_oid, c.path)
-            if c.status == "A"
-            else IndexEntry(c.old_mode, c.old_oid, c.path)
-            for c in reset
-        ]
+    if entries:
         with tempfile.TemporaryDirectory(prefix="agentgate-tests-") as tmp:
             index = repo.index(None, Path(tmp) / "index")
             index.read_tree(tree)
             index.stage_entries(entries)
             judged = index.write_tree()
-    modules = tuple(
-        sorted(c.path for c in changes if c.status != "D" and harness.is_test_module(c.path))
+    collected = [c for c in changes if tests.collected(c.path)]
+    return TestSplit(
+        judged,
+        tuple(sorted(c.path for c in changes)),
+        tuple(sorted(c.path for c in collected if c.status != "D")),
+        tuple(p for p in allow_changed if "::" in p),
+        tuple(sorted(c.path for c in collected if c.status != "A" and c.path not in kept)),
+        tuple(sorted(c.path for c in collected if c.status == "A" and c.path not in kept)),
     )
-    ids = tuple(p for p in allow_changed if "::" in p)
-    held = tuple(
-        sorted(c.path for c in reset if c.status != "A" and harness.is_test_module(c.path))
-    )
-    return TestSplit(judged, tuple(sorted(c.path for c in changes)), modules, ids, held)
 
 
 def gone(

@@ -170,7 +170,10 @@ class Baselines:
         named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
         return key(
             tree,
-            [*spec.commands, *(("setup", s) for s in spec.setup), *(("select", s) for s in spec.select or ())],
+            [
+                *spec.commands, *(("setup", s) for s in spec.setup),
+                *(("select", s) for s in spec.select or ()), *(("skip", s) for s in spec.skip),
+            ],
             spec.results_file,
             [self.sandbox_label, str(self.role.network), *named, *environment_plugins(),
              *installed()],

@@ -248,13 +248,15 @@ class Channel:
         seen_at: Path | None = None,
         *,
         only: Sequence[str] | None = None,
+        skip: Sequence[str] = (),
     ) -> dict[str, str]:
         """What the command's environment gets so that its pytest sessions report here:
         the collector first on the ``PYTHONPATH`` and in the ``PYTEST_PLUGINS`` the command
         would have had (``would_have``); ``seen_at`` is where the command sees the folder
         (a fixed, read-only place in the sandbox), when not at its own path. With ``only``,
-        the sessions collect no Python file but those (paths relative to the checkout): the
-        list lies in the folder, a path a line, never in a variable of unbounded length."""
+        the sessions collect nothing but those files (or run nothing but those test ids);
+        ``skip`` they never collect. The lists lie in the folder (paths relative to the
+        checkout), never in a variable of unbounded length."""
         folder = seen_at or self.folder
         path = (str(folder), would_have.get("PYTHONPATH", ""))
         plugins = (self.module, would_have.get("PYTEST_PLUGINS", ""))
@@ -263,11 +265,12 @@ class Channel:
             "PYTEST_PLUGINS": ",".join(p for p in plugins if p),
             "PYTHONPATH": os.pathsep.join(p for p in path if p),
         }
-        if only is not None:
-            listed = self.folder / _collector.ONLY_FILE
-            listed.write_bytes(b"".join(os.fsencode(p) + b"\0" for p in only))
+        if only is not None or skip:
+            entries = [*(f"+{p}" for p in only or ()), *(f"-{p}" for p in skip)]
+            listed = self.folder / _collector.SELECT_FILE
+            listed.write_bytes(b"".join(os.fsencode(e) + b"\0" for e in entries))
             os.chmod(listed, 0o444)
-            found[_collector.ONLY_ENV] = str(folder / _collector.ONLY_FILE)
+            found[_collector.SELECT_ENV] = str(folder / _collector.SELECT_FILE)
         return found
 
     def close(self) -> Report:

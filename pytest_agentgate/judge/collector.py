@@ -48,10 +48,12 @@ finally:
 
 CHANNEL_ENV = "AGENTGATE_RESULTS"
 CHECKOUT_ENV = "AGENTGATE_CHECKOUT"
-#: Names the file listing the only Python files a session collects (the attempt's own
-#: test modules), NUL-separated, relative to the checkout.
-ONLY_ENV = "AGENTGATE_ONLY"
-ONLY_FILE = "only"
+#: Names the file that says what a session collects, NUL-separated, relative to the
+#: checkout: ``+PATH`` the only files collected (the attempt's own test modules) or
+#: ``+PATH::ID`` the only tests run (a graded run); ``-PATH`` a file never collected (a test
+#: module the attempt added, in the session of the base's tests).
+SELECT_ENV = "AGENTGATE_SELECT"
+SELECT_FILE = "select"
 NAME = "agentgate_collector"
 #: The longest socket path ``connect`` takes as it is (the kernel's limit is 108 bytes).
 _MAX_SOCKET_PATH = 100
@@ -59,10 +61,10 @@ _RANK = {"passed": 1, "skipped": 2, "xfail": 2, "failed": 3, "error": 3}
 
 
 def _take_environment() -> tuple[str, str]:
-    """This session's channel, and the list of the only files it collects ("": every file);
-    the collector's variables leave the environment."""
+    """This session's channel, and the file saying what it collects ("": everything); the
+    collector's variables leave the environment."""
     path = os.environ.pop(CHANNEL_ENV, "")
-    only = os.environ.pop(ONLY_ENV, "")
+    only = os.environ.pop(SELECT_ENV, "")
     plugins = [p.strip() for p in os.environ.get("PYTEST_PLUGINS", "").split(",")]
     kept = [p for p in plugins if p and p != __name__]
     if kept:
@@ -153,6 +155,10 @@ class _Session:
         #: and the only test ids run in them (empty: every test of those files).
         self.only: frozenset[str] | None = None
         self.only_ids: frozenset[str] = frozenset()
+        #: Files never collected, relative to the checkout.
+        self.skip: frozenset[str] = frozenset()
+        #: Each collected test's file, relative to the checkout, by its node id.
+        self.files: dict[str, str] = {}
 
     def send(self, **message: Any) -> None:
         # A send that fails leaves a session that never ended: an error, never a pass.
@@ -175,8 +181,13 @@ class _Session:
         return real
 
     def test_id(self, nodeid: str) -> str:
-        """A node id relative to the checkout, whatever rootdir pytest chose."""
+        """A node id relative to the checkout, whatever rootdir pytest chose: the file a
+        collected test came from, by its own path (a node id's file part is not always
+        relative to the rootdir, under ``-c FILE``), else joined to the rootdir."""
         path, sep, rest = nodeid.partition("::")
+        known = self.files.get(nodeid)
+        if known is not None:
+            return known + sep + rest
         if not self.rootdir or not path:
             return nodeid
         where = self.relative(os.path.join(self.rootdir, path))
@@ -219,8 +230,11 @@ def _start() -> None:
     if only:
         with open(only, "rb") as listed:
             entries = [os.fsdecode(p) for p in listed.read().split(b"\0") if p]
-        _SESSION.only = frozenset(e.partition("::")[0] for e in entries)
-        _SESSION.only_ids = frozenset(e for e in entries if "::" in e)
+        chosen = [e[1:] for e in entries if e.startswith("+")]
+        if chosen:
+            _SESSION.only = frozenset(e.partition("::")[0] for e in chosen)
+            _SESSION.only_ids = frozenset(e for e in chosen if "::" in e)
+        _SESSION.skip = frozenset(e[1:] for e in entries if e.startswith("-"))
     _SESSION.send(kind="hello", version=1, pid=os.getpid(), argv=list(sys.argv), tainted=_tainted())
 
 
@@ -248,16 +262,29 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> Non
 
 
 def pytest_ignore_collect(collection_path: Any, config: Any) -> bool | None:
-    """In the session of the attempt's own test modules, every other Python file is left
-    uncollected (never imported): conftest and package files still load as pytest loads
-    them, folders are still walked."""
+    """A file to skip is never collected; in the session of the attempt's own test modules,
+    every other file is left uncollected (never imported). conftest and package files
+    still load as pytest loads them, folders are still walked."""
     found = _SESSION
-    if found is None or found.only is None:
+    if found is None or (found.only is None and not found.skip):
         return None
     path = str(collection_path)
-    if not path.endswith(".py") or os.path.basename(path) in ("conftest.py", "__init__.py"):
+    if os.path.basename(path) in ("conftest.py", "__init__.py"):
         return None
-    return None if found.relative(path) in found.only else True
+    where = found.relative(path)
+    if where in found.skip:
+        return True
+    if found.only is None or not path.endswith((".py", ".txt")):
+        return None
+    return None if where in found.only else True
+
+
+def pytest_itemcollected(item: Any) -> None:
+    found = _SESSION
+    if found is not None:
+        where = found.relative(str(getattr(item, "path", "") or ""))
+        if where and not where.startswith("/") and where != ".":
+            found.files[item.nodeid] = where
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -351,7 +378,7 @@ def pytest_unconfigure(config: Any) -> None:
         found.sock.close()
 
 
-if _SESSION is not None and _SESSION.only is not None:
+if _SESSION is not None and (_SESSION.only is not None or _SESSION.skip):
     # Before the tree's conftest files answer (the hook's first answer decides). pytest is
     # loaded by now, as it imports its plugins: taken as loaded, never imported again.
     pytest_ignore_collect = sys.modules["pytest"].hookimpl(tryfirst=True)(pytest_ignore_collect)

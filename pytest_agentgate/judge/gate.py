@@ -446,6 +446,7 @@ class _Run:
                 _would_have(env, self.context.role),
                 INSIDE if contained else None,
                 only=self.spec.select,
+                skip=self.spec.skip,
             )
         )
         # What the gate runs is the agent's code: give its git no inherited repository to
@@ -527,6 +528,13 @@ class _Run:
             return _Ran(fail(f"gate command {declared}: {shown}", harness_error=self.fault), None)
         if found is None:
             return self._by_exit_code(command, result, fail)
+        strays = _strays(found, self.repo.tree_paths(self.tree))
+        if strays:
+            why = (
+                "the gate ran tests from file(s) the tree it judges does not hold (written by "
+                f"its setup, or by the gate itself): {', '.join(strays[:5])}"
+            )
+            return _Ran(fail(why), found, fingerprint)
         if self.expected is not None:
             odd = unexpected(fingerprint, self.expected, spec.harness)
             if odd:
@@ -589,6 +597,16 @@ class _Run:
             why = f"gate command exited {result.returncode}: {shown}{note}"
             return _Ran(fail(why, harness_error=self.fault), None)
         return _Ran(None, None)
+
+
+def _strays(found: Mapping[str, str], tracked: Sequence[str]) -> list[str]:
+    """The files of the checkout that tests were reported from and the tree does not hold
+    (a test id's file part; a path outside the checkout is not the tree's to hold)."""
+    held = set(tracked)
+    files = {t.partition("::")[0] for t in found}
+    return sorted(
+        f for f in files if f not in held and f not in (".", "") and not f.startswith(("/", "../"))
+    )
 
 
 def no_results(shown: str, output: str = "") -> str:
@@ -713,7 +731,7 @@ def _sessions(
     split = split_tests(repo, snap.base_tree, snap.tree, spec.allow_changed)
     if not split.split:
         return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
-    first_spec = dataclasses.replace(spec, unrequired=split.not_required)
+    first_spec = dataclasses.replace(spec, unrequired=split.not_required, skip=split.skipped)
     first = run_commands(
         repo, split.judged_tree, first_spec, context, baseline=baseline, expected=expected
     )

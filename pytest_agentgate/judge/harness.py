@@ -85,8 +85,6 @@ WRAPPER_SECTIONS = {
 _SECTION = re.compile(r"^(?P<file>[^:]+):\[(?P<section>[^\]]+)\]$")
 _TEST_MODULE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test)\.py$")
 _TEST_DIR_NAMES = frozenset({"test", "tests", "testing"})
-#: Folders whose every file belongs to the tests.
-TEST_DIR_NAMES = _TEST_DIR_NAMES
 #: Reads a file of a tree: (tree, path) -> its bytes, or None when it is not there.
 Reader = Callable[[str, str], "bytes | None"]
 
@@ -493,29 +491,41 @@ def optional_imports() -> frozenset[str]:
     return _OPTIONAL
 
 
+#: pytest's configuration at a tree's root: each file, and the section that holds it.
+_CONFIG_SECTIONS = (
+    ("pyproject.toml", "tool.pytest.ini_options"),
+    ("pyproject.toml", "tool.pytest"),
+    ("pytest.toml", "pytest"),
+    (".pytest.toml", "pytest"),
+    ("pytest.ini", "pytest"),
+    (".pytest.ini", "pytest"),
+    ("tox.ini", "pytest"),
+    ("setup.cfg", "tool:pytest"),
+)
+
+
+def configured(tree: str, read: Reader, key: str) -> list[str]:
+    """The values the pytest configuration at ``tree``'s root gives ``key`` (a list or a
+    whitespace-separated string), from every file that sets it."""
+    found: list[str] = []
+    for name, section in _CONFIG_SECTIONS:
+        data = _section(name, read(tree, name), section)
+        value = data.get(key) if isinstance(data, dict) else None
+        if isinstance(value, str):
+            found += value.split()
+        elif isinstance(value, list):
+            found += [str(v) for v in value]
+    return found
+
+
 def _configured_paths(base_tree: str, read: Reader) -> set[str]:
     """The folders the base's pytest configuration puts on ``sys.path`` (``pythonpath``)."""
     found: set[str] = set()
-    for name, section in (
-        ("pyproject.toml", "tool.pytest.ini_options"),
-        ("pyproject.toml", "tool.pytest"),
-        ("pytest.toml", "pytest"),
-        (".pytest.toml", "pytest"),
-        ("pytest.ini", "pytest"),
-        (".pytest.ini", "pytest"),
-        ("tox.ini", "pytest"),
-        ("setup.cfg", "tool:pytest"),
-    ):
-        data = _section(name, read(base_tree, name), section)
-        value = data.get("pythonpath") if isinstance(data, dict) else None
-        entries = (
-            value.split() if isinstance(value, str) else value if isinstance(value, list) else []
-        )
-        for entry in entries:
-            folder = str(entry).strip().strip("/")
-            while folder.startswith("./"):
-                folder = folder[2:]
-            found.add("" if folder in ("", ".") else folder)
+    for entry in configured(base_tree, read, "pythonpath"):
+        folder = entry.strip().strip("/")
+        while folder.startswith("./"):
+            folder = folder[2:]
+        found.add("" if folder in ("", ".") else folder)
     return found
 
 
@@ -561,12 +571,6 @@ def test_directories(paths: Iterable[str]) -> set[str]:
     found = _test_dirs(paths := list(paths))
     found |= {d for p in paths for d in _folders(p) if d.rpartition("/")[2] in _TEST_DIR_NAMES}
     return found
-
-
-def is_test_module(path: str) -> bool:
-    """Whether ``path`` is named as pytest collects a test module (``test_*.py``,
-    ``*_test.py``)."""
-    return bool(_TEST_MODULE.search(path))
 
 
 def is_test_path(path: str, test_dirs: set[str]) -> bool:

@@ -108,6 +108,8 @@ class GateSpec:
     #: The attempt's own tests' session: each test it reports must pass unless it fails on
     #: the base too (else each is compared with the base's test by test).
     additions: bool = False
+    #: Files never collected: the test modules an attempt added, in the base's session.
+    skip: tuple[str, ...] = ()
     #: Test ids (or globs) the comparison with the base does not hold the attempt to.
     unrequired: tuple[str, ...] = ()
     #: The JUnit XML file a gate command that is not pytest writes, relative to its checkout.

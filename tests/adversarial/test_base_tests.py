@@ -226,3 +226,107 @@ def test_a_change_that_runs_the_same_code_is_not_a_harness_change(service: Path,
     real = attempt(e, {name: '"""The tests."""\n\nimport os\nos.environ["X"] = "1"\n'}, "code")
     assert real.verdict.status == "rejected"  # type: ignore[attr-defined]
     assert "changes protected paths" in real.verdict.reason  # type: ignore[attr-defined]
+
+
+# -- the second round: attacks by a reader of the two-session code ----------------------
+
+_T = textwrap.dedent(SERVICE["tests/test_ledger.py"])
+_WEAK_T = _T.replace("assert handle", "handle").replace("assert build", "build")
+_FALLBACK = "try:\n    from {module} import Store\nexcept ImportError:\n" + textwrap.indent(
+    GOOD_STORE, "    "
+)
+_HELPED = (
+    "from helpers import assert_entries\nfrom ledger.api import handle\n"
+    "from ledger.report import build\n\n\ndef test_handle():\n"
+    "    assert_entries(handle([1, 2]), [1, 2, 0])\n\n\ndef test_build():\n"
+    "    assert_entries(build([3]).entries(), [3])\n"
+)
+_HELPER = "def assert_entries(got, expected):\n    assert got == expected\n"
+_DOC = ">>> from ledger.api import handle\n>>> handle([1, 2])\n[1, 2, 0]\n"
+_COMPARE = "def same_entries(a, b):\n    return list(a) == list(b)\n"
+
+#: name -> (the base's extra files, the base's removed files, the gate's test path, the
+#: attempt's files): each landed a broken change before it was closed.
+SECOND_ROUND: dict[str, tuple[dict[str, str], tuple[str, ...], str, dict[str, str]]] = {
+    "code the package imports, added below a testing folder": (
+        {}, (), "tests",
+        {"ledger/store.py": _FALLBACK.format(module="ledger.testing.impl"),
+         "ledger/testing/impl.py": BROKEN_STORE},
+    ),
+    "code the package imports, added as a module named like a test": (
+        {}, (), "tests",
+        {"ledger/store.py": _FALLBACK.format(module="ledger.store_impl_test"),
+         "ledger/store_impl_test.py": BROKEN_STORE},
+    ),
+    "code in a package's testing folder": (
+        {"ledger/testing/__init__.py": "", "ledger/testing/compare.py": _COMPARE,
+         "tests/test_compare.py": "from ledger.testing.compare import same_entries\n\n\n"
+         "def test_differ():\n    assert not same_entries([1], [2])\n"},
+        (), "tests",
+        {"ledger/testing/compare.py": "def same_entries(a, b):\n    return True\n"},
+    ),
+    "Django's tests.py under python_files": (
+        {"pytest.ini": "[pytest]\npython_files = tests.py test_*.py\n", "ledger/tests.py": _T},
+        ("tests/test_ledger.py",), "ledger",
+        {"ledger/store.py": BROKEN_STORE, "ledger/tests.py": _WEAK_T},
+    ),
+    "check_*.py under python_files": (
+        {"pytest.ini": "[pytest]\npython_files = check_*.py\n", "checks/check_ledger.py": _T},
+        ("tests/test_ledger.py",), "checks",
+        {"ledger/store.py": BROKEN_STORE, "checks/check_ledger.py": _WEAK_T},
+    ),
+    "a doctest file": (
+        {"docs/test_usage.txt": _DOC}, ("tests/test_ledger.py",), "docs",
+        {"ledger/store.py": BROKEN_STORE, "docs/test_usage.txt": _DOC.replace("[1, 2, 0]", "[]")},
+    ),
+    "a helper of unit_tests/": (
+        {"unit_tests/helpers.py": _HELPER, "unit_tests/test_ledger.py": _HELPED},
+        ("tests/test_ledger.py",), "unit_tests",
+        {"ledger/store.py": BROKEN_STORE,
+         "unit_tests/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
+    ),
+    "a helper of Tests/": (
+        {"Tests/helpers.py": _HELPER, "Tests/test_ledger.py": _HELPED},
+        ("tests/test_ledger.py",), "Tests",
+        {"ledger/store.py": BROKEN_STORE,
+         "Tests/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(SECOND_ROUND))
+def test_a_second_round_attack_is_rejected(service: Path, case: str) -> None:
+    extra, removed, where, files = SECOND_ROUND[case]
+    for path in removed:
+        git(service, "rm", "-q", path)
+    if extra or removed:
+        write(service, extra)
+        git(service, "add", "-A")
+        git(service, "commit", "-qm", "the base's layout")
+    command = f"{sys.executable} -m pytest -q -p no:cacheprovider {where}"
+    e = engine(service, sandbox="none", command=command)
+    before = git(service, "rev-parse", "main")
+    verdict = attempt(e, files).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "no longer pass" in verdict.reason, verdict.reason
+    assert git(service, "rev-parse", "main") == before
+
+
+def test_a_test_module_a_setup_step_writes_is_refused(service: Path, sandbox_mode: str) -> None:
+    """The tree's own build writes a test module that monkeypatches the code: the gate ran
+    tests from a file the tree does not hold."""
+    write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a generated file")
+    writes_a_test = (
+        "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"
+        "open('tests/test_zz_generated.py', 'w').write(\n"
+        "    'import ledger.store\\n'\n"
+        "    'ledger.store.Store.add_entry = lambda self, a: self._rows.append(a)\\n'\n"
+        "    'def test_generated():\\n    pass\\n')\n"
+    )
+    e = engine(service, sandbox=sandbox_mode, setup=(f"{sys.executable} -m ledger.gen",))
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE, "ledger/gen.py": writes_a_test}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "tree it judges does not hold" in verdict.reason
+    assert "tests/test_zz_generated.py" in verdict.reason
