@@ -15,6 +15,7 @@ one process and used by the others.
 
     python bench/false_rejections.py           # both projects, every spelling, 4 at once
     python bench/false_rejections.py --quick   # a small src-layout project made here, offline
+    AGENTGATE_BENCH_UNDECLARED=1 python bench/false_rejections.py   # tasks that do not say so
 
 Exits 1 when any replay that passes by hand was refused.
 """
@@ -153,6 +154,8 @@ def replay(
     from pytest_agentgate.judge.base_tests import is_test_file
 
     changed_tests = tuple(p for p in old if p in new and old[p] != new[p] and is_test_file(p))
+    if os.environ.get("AGENTGATE_BENCH_UNDECLARED"):  # the task does not say it changes tests
+        changed_tests = ()
     gate = GateSpec(
         commands=(command,), timeout=600, allow_changed=changed_tests,
         env={"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
