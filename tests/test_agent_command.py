@@ -110,7 +110,7 @@ def test_feedback_reaches_the_next_try_which_lands(
     assert workspace not in feedback.parents  # outside the workspace: it never lands
     # Each try is its own recorded attempt, and the summary says which try landed.
     assert rows[0]["attempt_ref"] != rows[1]["attempt_ref"]
-    assert "(try 2)" in result.stdout.str()
+    assert "(try 2, recorded as " in result.stdout.str()
 
 
 @pytest.mark.parametrize(("resume", "lands"), [("restart", False), ("code", True)])

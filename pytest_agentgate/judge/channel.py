@@ -75,6 +75,10 @@ class Session:
     garbled: str = ""
     #: Why its interpreter cannot be trusted to report (the collector's own word).
     tainted: str = ""
+    #: The test it began last and never finished ("" when none), named when it never ended.
+    running: str = ""
+    #: The files it could not collect, each with the first line of its error.
+    collect_errors: dict[str, str] = field(default_factory=dict)
 
     def read(self, line: bytes) -> None:
         try:
@@ -100,6 +104,8 @@ class Session:
             self.addopts = tuple(str(a) for a in message.get("addopts") or ())
         elif kind == "test":
             test, outcome = message.get("id"), message.get("outcome")
+            if isinstance(test, str) and test == self.running:
+                self.running = ""
             if isinstance(test, str) and outcome in _OUTCOMES:
                 # Worst first here too: a line sent again for a test (by code of the session's
                 # own process) never turns its failure into a pass. (A test run again by
@@ -109,6 +115,13 @@ class Session:
                     self.tests[test] = str(outcome)
             else:
                 self.garbled = self.garbled or "a test line without an id or outcome"
+        elif kind == "start":
+            test = message.get("id")
+            self.running = test if isinstance(test, str) else ""
+        elif kind == "collect_error":
+            where, said = message.get("id"), message.get("line")
+            if isinstance(where, str) and isinstance(said, str):
+                self.collect_errors.setdefault(where, said[:300])
         elif kind == "plugins":
             for entry in message.get("plugins") or ():
                 if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
@@ -121,7 +134,7 @@ class Session:
     @property
     def label(self) -> str:
         argv = " ".join(self.argv[:6]) or "?"
-        return f"pytest session {self.pid or '?'} ({argv})"
+        return f"pytest (pid {self.pid or '?'}: {argv})"
 
 
 @dataclass(frozen=True)
@@ -144,17 +157,31 @@ class Report:
     @property
     def problem(self) -> str:
         """Why the report cannot be believed ("" when it can)."""
-        for session in self.sessions:
+        count = len(self.sessions)
+        for number, session in enumerate(self.sessions, 1):
+            # Which of how many: a pid is the sandbox's own (2 in its PID namespace), no count.
+            which = f"{session.label}" if count == 1 else f"{session.label}, {number} of {count}"
             if session.tainted:
-                return f"the gate's {session.label} cannot report: {session.tainted}"
+                return f"the gate's {which} cannot report: {session.tainted}"
             if session.garbled:
-                return f"the gate's {session.label} sent {session.garbled}"
+                return f"the gate's {which} sent {session.garbled}"
             if not session.ended:
+                running = session.running
+                during = f" during {running}" if running else ""
                 return (
-                    f"the gate's {session.label} ended without reporting its end (killed, or "
+                    f"the gate's {which} ended without reporting its end{during} (killed, or "
                     "it exited from inside a test): its results are incomplete"
                 )
         return ""
+
+    @property
+    def collect_errors(self) -> dict[str, str]:
+        """Each file a session could not collect, with the first line of its error."""
+        found: dict[str, str] = {}
+        for session in self.sessions:
+            for where, line in session.collect_errors.items():
+                found.setdefault(where, line)
+        return found
 
     @property
     def statuses(self) -> list[int | None]:

@@ -326,7 +326,20 @@ def pytest_configure(config: Any) -> None:
 
 def pytest_collectreport(report: Any) -> None:
     if _SESSION is not None and report.failed:
-        _SESSION.send(kind="test", id=_SESSION.test_id(report.nodeid) or ".", outcome="error")
+        where = _SESSION.test_id(report.nodeid) or "."
+        _SESSION.send(kind="test", id=where, outcome="error")
+        _SESSION.send(kind="collect_error", id=where, line=_first_error(report))
+
+
+def _first_error(report: Any) -> str:
+    """The line of a collection error that names it (``E   ModuleNotFoundError: ...``)."""
+    try:
+        text = str(report.longrepr)
+    except Exception:
+        return "(its error could not be read)"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    named = [ln[1:].strip() for ln in lines if ln.startswith("E ")]
+    return (named[-1] if named else lines[-1] if lines else "")[:300]
 
 
 def pytest_runtest_logreport(report: Any) -> None:
@@ -346,6 +359,11 @@ def pytest_runtest_logreport(report: Any) -> None:
     known = _SESSION.outcomes.get(report.nodeid)
     if known is None or _RANK[outcome] > known[0]:  # the worse of its phases
         _SESSION.outcomes[report.nodeid] = (_RANK[outcome], outcome)
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    if _SESSION is not None:
+        _SESSION.send(kind="start", id=_SESSION.test_id(nodeid))
 
 
 def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:

@@ -251,7 +251,7 @@ def _gathered(
             tests.update(ran.tests)
             if collect:
                 tests.update({t: results.FLAKY for t in now_flaky})
-        else:
+        elif not ran.refused:
             by_exit_code.append(results.display(command))
         flaky += now_flaky
         if ran.failure is not None:
@@ -291,6 +291,8 @@ class _Ran:
     failure: CheckResult | None
     tests: dict[str, str] | None
     fingerprint: frozenset[str] = frozenset()
+    #: Sessions reported, but their report could not be believed (not judged by exit code).
+    refused: bool = False
 
 
 _Judged = tuple[_Ran, list[str]]
@@ -523,7 +525,8 @@ class _Run:
         if result.timed_out:
             return _Ran(fail(f"gate timed out after {spec.timeout:g} s: {shown}"), found)
         if report.problem:
-            return _Ran(fail(report.problem, harness_error=self.fault), None, fingerprint)
+            failure = fail(report.problem, harness_error=self.fault)
+            return _Ran(failure, None, fingerprint, refused=True)
         if isinstance(declared, str) and not report.sessions:
             return _Ran(fail(f"gate command {declared}: {shown}", harness_error=self.fault), None)
         if found is None:
@@ -572,6 +575,12 @@ class _Run:
         reason = "" if self.collect else verdict.reason()
         if reason and self.spec.additions:
             reason = f"the attempt's own test files: {reason}"
+        broken = report.collect_errors if report.sessions else {}
+        if broken:
+            # What could not be collected is the cause; the tests it held are what it cost.
+            first = "; ".join(f"{where}: {line}" for where, line in list(broken.items())[:3])
+            cause = f"{len(broken)} test file(s) could not be collected ({first})"
+            reason = f"{cause}; so {reason}" if reason else cause
         if odd_status is not None:
             why = reason or f"the gate's pytest exited {odd_status}: {shown}"
             if reason:

@@ -51,12 +51,20 @@ def short(oid: object) -> str:
 def summary_line(row: Mapping[str, Any]) -> str:
     """One line per gated test: verdict, test, attempt commit, target old -> new."""
     verdict = _WORD.get(str(row.get("verdict")), str(row.get("verdict")).upper())
-    line = f"{verdict:<13} {row.get('test') or row.get('task')}  attempt {short(row.get('attempt_commit'))}"
-    if int(row.get("try") or 1) > 1:
-        line += f" (try {row['try']})"
     old, new = row.get("target_old"), row.get("target_new")
     target = row.get("target", "target")
-    if row.get("verdict") in ("promoted", "passed"):
+    landed = row.get("verdict") in ("promoted", "passed")
+    if landed and old and old == new:
+        verdict = "ALREADY ON"  # its change was on the target already: nothing moved
+    line = f"{verdict:<13} {row.get('test') or row.get('task')}  attempt {short(row.get('attempt_commit'))}"
+    if int(row.get("try") or 1) > 1:
+        # The try of this test, and the record's own number (tries of earlier runs count).
+        ref = str(row.get("attempt_ref") or "")
+        recorded = "/".join(ref.split("/")[-2:]) if ref else ""
+        line += f" (try {row['try']}" + (f", recorded as {recorded}" if recorded else "") + ")"
+    if landed and old and old == new:
+        line += f"  already on {target} at {short(old)}: nothing moved"
+    elif landed:
         how = row.get("promotion") or ""
         if row.get("retest_skipped"):
             how += ", re-test skipped (--agentgate-no-retest)"

@@ -71,3 +71,18 @@ def test_the_rejection_message_points_at_the_record() -> None:
 def test_markdown_table() -> None:
     table = report.markdown([row()])
     assert "| promoted | `agents/test_a.py::test_a` | `refs/agentgate/attempts/a/1` |" in table
+
+
+def test_a_change_already_on_the_target_does_not_read_as_a_promotion() -> None:
+    """Once: 'PROMOTED ... main: 084c92f8c610 -> 084c92f8c610 ()' for a retry whose change
+    had landed already."""
+    line = report.summary_line(row(target_new="2" * 40, promotion="", retested=False))
+    assert line.startswith("ALREADY ON")
+    assert "already on main at 222222222222: nothing moved" in line
+    assert "->" not in line
+
+
+def test_a_retry_names_its_record_beside_its_try() -> None:
+    """Once: '(try 2)' in the summary while the record was .../4 (earlier runs' tries)."""
+    line = report.summary_line(row(**{"try": 2, "attempt_ref": "refs/agentgate/attempts/a/4"}))
+    assert "(try 2, recorded as a/4)" in line

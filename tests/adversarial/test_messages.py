@@ -1,0 +1,48 @@
+"""Messages name what happened: each once said something else on a real project.
+
+A module that failed to import was reported as thousands of lost tests; an ``os._exit`` in a
+new test module was blamed on 'pytest session 2' (a pid of the sandbox's, read as a count)
+and tagged as judged by exit code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_judging import attempt, engine
+
+
+def test_a_module_that_fails_to_import_is_named_as_a_collection_error(
+    service: Path, sandbox_mode: str
+) -> None:
+    e = engine(service, sandbox=sandbox_mode)
+    broken = "import ledger.nowhere\n\n\ndef test_x():\n    pass\n"
+    verdict = attempt(e, {"tests/test_new.py": broken}, "import error").verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert verdict.reason.startswith("1 test file(s) could not be collected (tests/test_new.py: ")
+    assert "ModuleNotFoundError: No module named 'ledger.nowhere'" in verdict.reason
+
+
+def test_a_base_module_broken_by_the_code_is_named_as_a_collection_error(service: Path) -> None:
+    e = engine(service, sandbox="none")
+    verdict = attempt(e, {"ledger/api.py": "raise ImportError('gone')\n"}, "break api").verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "could not be collected (tests/test_ledger.py: ImportError: gone)" in verdict.reason
+    assert "so 2 test(s) that passed on the base no longer pass" in verdict.reason
+
+
+@pytest.mark.parametrize("where", ["a new module", "an existing module"])
+def test_an_exit_from_inside_a_test_names_the_test_and_no_session_count(
+    service: Path, sandbox_mode: str, where: str
+) -> None:
+    e = engine(service, sandbox=sandbox_mode)
+    exits = "import os\n\n\ndef test_leave():\n    os._exit(0)\n"
+    path = "tests/test_leave.py" if where == "a new module" else "tests/test_ledger.py"
+    done = attempt(e, {path: exits}, "exit")
+    verdict = done.verdict  # type: ignore[attr-defined]
+    assert verdict.status in ("rejected", "error"), verdict
+    assert "ended without reporting its end during tests/" in verdict.reason, verdict.reason
+    assert "test_leave" in verdict.reason
+    assert " of " not in verdict.reason.split("ended without")[0]  # one session: no count
+    assert "judged_by_exit_code" not in (done.results or {})  # type: ignore[attr-defined]
