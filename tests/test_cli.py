@@ -465,7 +465,7 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
     from pytest_agentgate import Engine, GateSpec
 
     flag = tmp_path / "service-up"
-    gate = f"{sys.executable} -c \"import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)\""
+    gate = f'{sys.executable} -c "import pathlib, sys; sys.exit(0 if pathlib.Path({str(flag)!r}).exists() else 1)"'
     e = Engine.open(
         service, "main", promote=True, workdir=service.parent / "work",
         gate=GateSpec(commands=(gate,), exit_code=(gate,)), sandbox=Settings(mode="none"),
@@ -481,7 +481,9 @@ def test_land_judges_a_rejected_attempt_again_once_its_gate_is_fixed(
         "--sandbox", "none",
     )  # fmt: skip
     assert code == 0, out
-    assert "judged again: promoted" in out and "recorded as refs/agentgate/attempts/add-notes/2" in out
+    assert (
+        "judged again: promoted" in out and "recorded as refs/agentgate/attempts/add-notes/2" in out
+    )
     on_main = git(service, "ls-tree", "--name-only", "main").splitlines()
     assert {"notes.txt", "other.txt"} <= set(on_main)
     git(service, "fsck", "--strict", "--no-progress")
@@ -610,3 +612,26 @@ def test_land_of_an_attempt_rejected_on_a_buggy_base_lands_after_the_fix(
     assert "test_half" in git(service, "show", "main:tests/test_half.py")
     assert (service / "ledger" / "store.py").read_text() == store
     fsck(service)
+
+
+def test_attempts_marks_what_a_revert_or_a_rollback_undid(
+    capsys: pytest.CaptureFixture[str], service: Path, history: dict[str, str]
+) -> None:
+    """Once, ``attempts`` said 'promoted' for landings reverted or rolled back since."""
+    code, _, err = agentgate(capsys, "revert", "--repo", str(service), "add-b")
+    assert code == 0, err
+    revert = git(service, "rev-parse", "main")
+    code, _, err = agentgate(capsys, "rollback", "--repo", str(service), "--to", history["a"])
+    assert code == 0, err
+    rollback = git(service, "rev-parse", "main")
+    code, out, _ = agentgate(capsys, "attempts", "--repo", str(service))
+    lines = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
+    assert f"promoted (reverted by {revert[:12]})" in lines["add-b/1"]
+    assert f"promoted (rolled back by {rollback[:12]})" in lines["add-c/1"]
+    assert "rolled back" not in lines["add-a/1"] and "reverted" not in lines["add-a/1"]
+    code, out, _ = agentgate(capsys, "attempts", "--repo", str(service), "--json")
+    undone = {row["ref"].rsplit("/", 2)[-2]: row["undone"] for row in json.loads(out)}
+    assert undone == {
+        "add-a": "", "add-b": f"reverted by {revert[:12]}",
+        "add-c": f"rolled back by {rollback[:12]}",
+    }  # fmt: skip

@@ -240,8 +240,16 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         rows = [a for a in rows if a.agent == args.agent]
     if args.verdict:
         rows = [a for a in rows if a.verdict == args.verdict]
+    from ..store.undone import undone
+
+    # A promotion stays one in its record; what undid it since is read from the moves.
+    later = {} if args.remote else undone(repo, rows)
     if args.json:
-        print(json.dumps([a.as_dict() for a in rows], indent=2))
+        print(
+            json.dumps(
+                [{**a.as_dict(), "undone": later.get(a.record_ref, "")} for a in rows], indent=2
+            )
+        )
         return 0
     if not rows:
         filtered = args.task or args.agent or args.verdict
@@ -252,8 +260,9 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         [
             one_line(v)
             for v in (
-                a.record_ref[len("refs/agentgate/attempts/") :], a.verdict, a.agent,
-                a.base[:12], a.record_commit[:12], a.date,
+                a.record_ref[len("refs/agentgate/attempts/") :],
+                f"{a.verdict} ({later[a.record_ref]})" if a.record_ref in later else a.verdict,
+                a.agent, a.base[:12], a.record_commit[:12], a.date,
             )
         ]
         for a in rows

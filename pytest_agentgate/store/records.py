@@ -71,9 +71,19 @@ def trailer_lines(trailers: dict[str, str | None]) -> str:
 
 
 def slugify(task: str, limit: int = 60) -> str:
-    """Lowercase letters, digits and dashes, from the task text."""
-    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")[:limit].strip("-")
-    return slug or "task"
+    """Lowercase letters, digits and dashes, from the task text. One too long is cut at a
+    word's end and given a short hash of the whole task, so two long tasks that begin
+    alike keep slugs of their own, and no word is cut in two."""
+    slug = re.sub(r"[^a-z0-9]+", "-", task.lower()).strip("-")
+    if len(slug) <= limit:
+        return slug or "task"
+    import hashlib
+
+    digest = hashlib.sha256(task.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    head = slug[: limit - len(digest) - 1]
+    if slug[len(head)] != "-" and "-" in head:
+        head = head.rsplit("-", 1)[0]
+    return f"{head.strip('-')}-{digest}"
 
 
 def _indented(title: str, text: str) -> list[str]:

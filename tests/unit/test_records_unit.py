@@ -95,3 +95,20 @@ def test_a_merge_commit_s_subject_names_its_task_and_its_agent() -> None:
 
     subject = merge_message("Add a total() method", "agent-a").splitlines()[0]
     assert subject == "agentgate: merge Add a total() method (by agent-a)"
+
+
+def test_a_long_task_s_slug_is_cut_at_a_word_and_stays_its_own() -> None:
+    """Once cut mid-word at 60 characters, and two long tasks that began alike shared one."""
+    from pytest_agentgate.store.records import slugify
+
+    first = "Reword the docstring of the dependency groups resolver in every module"
+    second = "Reword the docstring of the dependency groups resolver in one module"
+    assert slugify("Add a total() method") == "add-a-total-method"
+    a, b = slugify(first), slugify(second)
+    assert a != b and len(a) <= 60 and len(b) <= 60
+    head = a.rsplit("-", 1)[0]
+    assert "reword-the-docstring-of-the-dependency-groups".startswith(head) or head.startswith(
+        "reword-the-docstring-of-the-dependency-groups"
+    )
+    assert all(word in first.lower().split() for word in head.split("-"))  # whole words only
+    assert slugify(first) == a  # the same task, the same slug
