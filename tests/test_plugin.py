@@ -59,7 +59,10 @@ def test_failing_gate_rejects_and_keeps_the_attempt(
     pytester.makepyfile(test_agent=gated_test())
     before = git(service, "rev-parse", "main")
     result = run(
-        pytester, service, "--agentgate-gate-exit-code=echo broken-build; exit 3", "--agentgate-promote"
+        pytester,
+        service,
+        "--agentgate-gate-exit-code=echo broken-build; exit 3",
+        "--agentgate-promote",
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -140,9 +143,7 @@ def scratch_refs(service: Path) -> list[str]:
     return out.splitlines()
 
 
-def test_two_dry_runs_at_once_keep_their_own_scratch_refs(
-    service: Path, tmp_path: Path
-) -> None:
+def test_two_dry_runs_at_once_keep_their_own_scratch_refs(service: Path, tmp_path: Path) -> None:
     """Two dry runs at the same time: neither resets the other's scratch ref; each judges
     its later attempts against what it accumulated itself."""
     from helpers import spawn_pytest
@@ -365,7 +366,9 @@ def test_gate_timeout_kills_the_process_group(
 
     pytester.makepyfile(test_agent=gated_test())
     gate = f"setsid {sleeper.command} & wait"
-    result = run(pytester, service, f"--agentgate-gate-exit-code={gate}", "--agentgate-gate-timeout=0.5")
+    result = run(
+        pytester, service, f"--agentgate-gate-exit-code={gate}", "--agentgate-gate-timeout=0.5"
+    )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*agentgate rejected: gate timed out*"])
     assert not sleeper.alive()
@@ -426,7 +429,9 @@ def test_agent_git_cannot_move_base_refs(pytester: pytest.Pytester, service: Pat
         "    run('update-ref', 'refs/heads/evil', 'HEAD')\n"
         "    run('tag', 'agent-tag')\n"
     )
-    pytester.makepyfile(test_agent=gated_test(body, 'task="Commits itself", gate=["false"], results="exit-code"'))
+    pytester.makepyfile(
+        test_agent=gated_test(body, 'task="Commits itself", gate=["false"], results="exit-code"')
+    )
     result = run(pytester, service, "--agentgate-promote")
     result.assert_outcomes(failed=1)
     assert git(service, "rev-parse", "main") == base
@@ -993,7 +998,7 @@ def test_colours_never_reach_a_record_or_the_feedback(
     """A gate that prints in colour: its tail in the record and the report has no escape."""
     pytester.makepyfile(test_agent=gated_test())
     gate = "printf '\\033[31mred failure\\033[0m \\033]0;title\\007done\\n'; exit 1"
-    result = run(pytester, service, f"--agentgate-gate-exit-code=sh -c \"{gate}\"")
+    result = run(pytester, service, f'--agentgate-gate-exit-code=sh -c "{gate}"')
     result.assert_outcomes(failed=1)
     [row] = rows(pytester)
     record = git(service, "log", "-1", "--format=%B", row["attempt_ref"])
@@ -1019,3 +1024,21 @@ def test_a_sha256_repository_is_gated_and_promoted(
     after = git(repo, "rev-parse", "main")
     assert after != before and git(repo, "rev-parse", "main^") == before
     git(repo, "fsck", "--strict", "--no-progress")
+
+
+def test_the_first_gate_s_baseline_is_announced_once(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    """Once the first gate of a run took twice as long as the next, and nothing said why."""
+    pytester.makepyfile(test_agent=gated_test())
+    gate = f"--agentgate-gate={sys.executable} -m pytest -q -p no:cacheprovider tests"
+    result = run(pytester, service, gate)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "agentgate: computing the base's results once (*): *every attempt on this tree reuses them"
+        ]
+    )
+    again = run(pytester, service, gate)  # kept in git: not computed, not said
+    again.assert_outcomes(passed=1)
+    assert "computing the base's results" not in again.stdout.str()

@@ -163,6 +163,10 @@ class Baselines:
         self.sandbox_label = sandbox_label
         self.role = role
         self._known: dict[str, Stored] = {}
+        #: Told before the base's results are computed (not found kept): the first gate of
+        #: a run on a new base costs a whole run of the base more, and a person should
+        #: know why it is slow. Called with a sentence.
+        self.on_compute: Callable[[str], None] | None = None
 
     def key(self, tree: str, spec: GateSpec) -> str:
         from .gate import environment_plugins
@@ -204,6 +208,12 @@ class Baselines:
         def compute() -> Stored:
             from .gate import run_commands
 
+            if self.on_compute is not None:
+                shown = "; ".join(str(c) for c in spec.commands)
+                self.on_compute(
+                    f"computing the base's results once ({base[:12]}, tree {tree[:12]}): "
+                    f"{shown}; every attempt on this tree reuses them"
+                )
             run = run_commands(self.repo, tree, spec, self.context(), "baseline", collect=True)
             if not run.ok:
                 raise HarnessBroken(base, run.message, run.output)

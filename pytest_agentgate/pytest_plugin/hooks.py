@@ -142,6 +142,10 @@ class AgentgateRun:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             self.progress = Progress.for_terminal(bool(getattr(reporter, "isatty", False)))
             self.engine_.on_step = self.tell
+            if reporter is not None:
+                self.engine_.baselines.on_compute = lambda said: reporter.write_line(
+                    f"agentgate: {said}"
+                )
         return self.engine_
 
     def tell(self, step: str) -> None:
