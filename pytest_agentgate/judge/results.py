@@ -217,14 +217,7 @@ def compare(
     failed = tuple(
         t for t in new if (attempt[t] != PASSED if known else attempt[t] in (FAILED, ERROR))
     )
-    counts = {
-        "passed": sum(1 for o in attempt.values() if o == PASSED),
-        "failed": sum(1 for o in attempt.values() if o in (FAILED, ERROR)),
-        "skipped": sum(1 for o in attempt.values() if o in (SKIPPED, XFAIL)),
-        "new": len(new),
-        "lost": len(lost),
-    }
-    return Comparison(lost, failed, new, counts)
+    return _comparison(attempt, lost, failed, new)
 
 
 def compare_additions(attempt: Mapping[str, str], base: Mapping[str, str] | None) -> Comparison:
@@ -236,6 +229,13 @@ def compare_additions(attempt: Mapping[str, str], base: Mapping[str, str] | None
     lost = tuple(sorted(t for t in held if t in base))
     failed = tuple(sorted(t for t in held if t not in base))
     new = tuple(sorted(t for t in attempt if t not in base))
+    return _comparison(attempt, lost, failed, new)
+
+
+def _comparison(
+    attempt: Mapping[str, str], lost: tuple[str, ...], failed: tuple[str, ...], new: tuple[str, ...]
+) -> Comparison:
+    """The comparison of ``attempt``'s outcomes, with its counts."""
     counts = {
         "passed": sum(1 for o in attempt.values() if o == PASSED),
         "failed": sum(1 for o in attempt.values() if o in (FAILED, ERROR)),
