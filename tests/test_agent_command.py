@@ -362,3 +362,39 @@ def test_the_agent_s_transcript_is_in_its_record(
         ).stdout  # fmt: skip
         assert "agent says: working on" in shown, (ref, shown)
         assert "agent warns: on stderr" in shown, (ref, shown)
+
+
+@pytest.mark.parametrize("missing", ["a script outside the read view", "no such program"])
+def test_an_agent_that_cannot_start_is_an_error_that_spends_no_retry(
+    pytester: pytest.Pytester, service: Path, bwrap: str, missing: str
+) -> None:
+    """Once both tries of a retry budget went on a script the sandbox could not see, each
+    recorded as a rejected attempt, and no hint named --agentgate-sandbox-read."""
+    import tempfile
+
+    outside = Path(tempfile.mkdtemp(prefix="agentgate-agent-", dir="/var/tmp"))
+    try:
+        (outside / "agent.py").write_text(AGENT)
+        template = (
+            f"{sys.executable} {outside / 'agent.py'} {{task}} {{workspace}} {{attempt}} {{feedback}}"
+            if missing.startswith("a script")
+            else "no-such-agent-program {task}"
+        )
+        pytester.makepyfile(
+            test_agents="import pytest\n\n@pytest.mark.gated(task='answer', retries=2)\n"
+            "def test_answer(agent_workspace):\n    agent_workspace.run_agent()\n"
+        )
+        result = pytester.runpytest_subprocess(
+            f"--agentgate-repo={service}", f"--agentgate-gate-exit-code={GATE}",
+            f"--agentgate-agent-command={template}", "--agentgate-sandbox=bwrap",
+        )  # fmt: skip
+        result.assert_outcomes(failed=1)
+        out = result.stdout.str()
+        assert "the agent command could not start" in out
+        if missing.startswith("a script"):
+            assert f"{outside}" in out and "--agentgate-sandbox-read=PATH" in out
+        refs = git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/attempts")
+        assert len(refs.splitlines()) == 1, refs  # one try, an error: no retry spent on it
+        assert "ERROR" in out
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)

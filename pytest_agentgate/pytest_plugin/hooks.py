@@ -607,9 +607,10 @@ def _judge(
     item: pytest.Item, ws: Workspace, marker: GatedMarker, failure: BaseException | None
 ) -> Attempt:
     from ..attempt import Attempt
-    from ..sandbox.agent_command import AgentTimedOut
+    from ..sandbox.agent_command import AgentSetupError, AgentTimedOut
 
-    timed_out = isinstance(failure, AgentTimedOut)
+    # The agent ran out of time or never started: an error of the run, which no retry spends.
+    timed_out = isinstance(failure, AgentTimedOut | AgentSetupError)
     run = item.config.stash[RUN_KEY]
     engine = run.engine()
     hook = item.config.hook

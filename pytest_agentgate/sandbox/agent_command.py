@@ -39,6 +39,16 @@ class AgentTimedOut(AgentgateError):
         super().__init__(f"agent timed out after {seconds:g} s")
 
 
+class AgentSetupError(AgentgateError):
+    """The agent command could not start its agent (its program missing or not executable,
+    a file it names out of the sandbox's sight): the harness's setup, never the agent's try."""
+
+    def __init__(self, command: str, reason: str) -> None:
+        self.command = command
+        self.reason = reason
+        super().__init__(f"the agent command could not start: {reason} ({command})")
+
+
 @dataclass(frozen=True)
 class AgentCommand:
     """A checked template: its arguments, each with the placeholders it holds."""

@@ -155,7 +155,28 @@ class Workspace:
             self._tell("")
         if result.timed_out and limit is not None:
             raise AgentTimedOut(limit)
+        self._check_started(argv, result)
         return result
+
+    def _check_started(self, argv: Sequence[str], result: _proc.CommandResult) -> None:
+        """Raise :class:`AgentSetupError` when the agent never started: its program could not
+        be executed (126, 127, a failed launch), or it failed naming a path that exists here
+        but lies outside the sandbox's read view (a script in a folder it cannot see)."""
+        from ..sandbox.agent_command import AgentSetupError
+
+        if result.ok:
+            return
+        hidden = self.sandbox.outside_view(" ".join(argv) + "\n" + result.output)
+        if not (result.launch_error or result.returncode in (126, 127) or hidden):
+            return
+        why = result.launch_error or f"it exited {result.returncode}"
+        if hidden:
+            shown = ", ".join(str(p) for p in hidden[:3])
+            why += (
+                f"; {shown} exists but lies outside the sandbox's read view: widen it with "
+                "--agentgate-sandbox-read=PATH"
+            )
+        raise AgentSetupError(self.agent_command.template if self.agent_command else "", why)
 
     def _tell(self, step: str) -> None:
         if self.on_step is not None:
