@@ -95,6 +95,8 @@ class Attempt:
     #: Each budgeted field: [used over the test's tries so far, the limit].
     budget: dict[str, list[float]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: Each gate command's output as kept: (the command, the text, its size in bytes).
+    logs: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def path(self) -> Path:

@@ -102,6 +102,7 @@ def _add_reading_parsers(
 
     p = sub.add_parser("show", parents=[common], help="an attempt's message, trailers and diff")
     p.add_argument("attempt", help="a ref, a unique prefix of <slug>/<n>, or a commit id")
+    p.add_argument("--log", action="store_true", help="the whole output of each gate command")
     p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
     p.set_defaults(func=cmd_show)
 
@@ -292,6 +293,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     attempt = find(repo, args.attempt, records_ref(repo, args), readable=False)
     print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
     # Printable text and line breaks only: a record's message is data, never terminal control.
+    if args.log:
+        from ..store import logs
+
+        kept = logs.read(repo, attempt.record_ref)
+        if not kept:
+            raise Refused(f"{attempt.record_ref} has no gate log kept (no gate command ran)")
+        for name, data in kept:
+            text = data.decode("utf-8", "replace")
+            sys.stdout.write(f"== {name}\n" + re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", text))
+            if not text.endswith("\n"):
+                sys.stdout.write("\n")
+        return 0
     shown = repo.show_commit(attempt.record_commit)
     sys.stdout.write(re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", shown))
     return 0

@@ -23,8 +23,8 @@ from ..judge.gate import (
     GateContext,
     GateSpec,
     judge,
-    no_results,
 )
+from ..judge.notes import no_results
 from ..land.external import ExternalMoves
 from ..land.queue import LandingQueue
 from ..land.remote_branch import RemoteBranch

@@ -362,6 +362,7 @@ class Landing(EngineBase):
             landed=attempt.move.new if attempt.move and self.target.promotes else None,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
         )
+        self._keep_logs(attempt, ref, commit)
         server = self.target.records()
         if server is not None:  # on the server too, its number claimed there
             ref, problem = server_records.publish(self.repo, server, ref, commit)
@@ -378,6 +379,18 @@ class Landing(EngineBase):
                 attempt.record_problem = "; ".join(problems)
         attempt.record_ref, attempt.record_commit = ref, commit
         return ref
+
+    def _keep_logs(self, attempt: Attempt, ref: str, commit: str) -> None:
+        """The whole gate log beside the record; its loss is said, never raised (the record
+        holds the part that names the cause)."""
+        from ..git.repo import Author
+        from ..store import logs
+
+        try:
+            logs.write(self.repo, ref, commit, attempt.logs, Author.for_agent(attempt.agent))
+        except (AgentgateError, OSError, ValueError) as exc:
+            if attempt.record_problem is None:
+                attempt.record_problem = f"the gate log could not be kept beside the record: {exc}"
 
 
 def _reusable(

@@ -323,6 +323,12 @@ class Engine(Landing):
             whole = check.results_tree in ("", attempt.snapshot.tree)
             if check.ok and check.tests and check.name == "gate" and whole:
                 self.baselines.keep(attempt.snapshot.tree, spec, check)
+            if check.logs:
+                attempt.logs += list(check.logs)
+                attempt.results = {
+                    **(attempt.results or {}),
+                    "gate_log": [[name, size] for name, _, size in attempt.logs],
+                }
             if check.changed_tests:
                 attempt.results = {
                     **(attempt.results or {}),

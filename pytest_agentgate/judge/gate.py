@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..sandbox.containment import ALLOWED_ENV, Role, Sandbox, run_contained
+from ..sandbox.containment import ALLOWED_ENV, Role, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
-from . import boundary, harness, results, tamper
+from . import boundary, harness, notes, results, tamper
 from .base_tests import gone, split_tests
-from .channel import CHANNEL_ENV, INSIDE, Channel, Report, unexpected
+from .channel import INSIDE, Channel, Report, unexpected
 from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Verdict
 
 if TYPE_CHECKING:
@@ -243,6 +243,7 @@ def _gathered(
     flaky: list[str] = []
     fingerprint: set[str] = set()
     by_exit_code: list[str] = []
+    logs = tuple(ran.log for ran, _ in outcomes if ran.log is not None)
     reported = False
     for command, (ran, now_flaky) in zip(spec.commands, outcomes, strict=False):
         fingerprint |= ran.fingerprint
@@ -261,6 +262,7 @@ def _gathered(
                 flaky=tuple(flaky),
                 fingerprint=frozenset(fingerprint),
                 by_exit_code=tuple(by_exit_code),
+                logs=logs,
             )
         if now_flaky and spec.flaky == "reject" and not collect:
             return CheckResult(
@@ -270,6 +272,7 @@ def _gathered(
                 name=f"{label}: {results.display(command)}",
                 tests=tests,
                 flaky=tuple(flaky),
+                logs=logs,
             )
     comparison = _compare(spec, tests, baseline) if reported else None
     return CheckResult(
@@ -280,6 +283,7 @@ def _gathered(
         flaky=tuple(flaky),
         fingerprint=frozenset(fingerprint),
         by_exit_code=tuple(by_exit_code),
+        logs=logs,
     )
 
 
@@ -293,6 +297,8 @@ class _Ran:
     fingerprint: frozenset[str] = frozenset()
     #: Sessions reported, but their report could not be believed (not judged by exit code).
     refused: bool = False
+    #: The command's output: (the command, what was kept of it, its size in bytes).
+    log: tuple[str, str, int] | None = None
 
 
 _Judged = tuple[_Ran, list[str]]
@@ -435,7 +441,9 @@ class _Run:
                 if report is None:
                     channel.close()
                 remove_later(private)
-        return self._judge(index, command, result, report, declared)
+        ran = self._judge(index, command, result, report, declared)
+        shown = results.display(command)
+        return dataclasses.replace(ran, log=(shown, result.output, result.output_bytes))
 
     def _environment(
         self, checkout: Path, channel: Channel, assigned: Mapping[str, str], contained: bool
@@ -514,7 +522,7 @@ class _Run:
         where = f"{self.label}: {shown}"
         fail = functools.partial(CheckResult, False, name=where, output=result.tail())
         if result.launch_error:
-            message = f"{result.launch_error} ({shown})" + _outside_view_note(self.context, result)
+            message = f"{result.launch_error} ({shown})" + notes.outside_view(self.context, result)
             return _Ran(fail(message, harness_error=True), None)
         found: dict[str, str] | None = None
         fingerprint: frozenset[str] = frozenset()
@@ -599,10 +607,10 @@ class _Run:
         results were required of it."""
         shown = results.display(command)
         if not self.spec.by_exit_code(command) and self.context.require_results:
-            return _Ran(fail(no_results(shown, result.output), harness_error=True), None)
+            return _Ran(fail(notes.no_results(shown, result.output), harness_error=True), None)
         if result.returncode != 0:
-            note = _hidden_editable_note(self.context.sandbox)
-            note += _outside_view_note(self.context, result)
+            note = notes.hidden_editable(self.context.sandbox)
+            note += notes.outside_view(self.context, result)
             why = f"gate command exited {result.returncode}: {shown}{note}"
             return _Ran(fail(why, harness_error=self.fault), None)
         return _Ran(None, None)
@@ -615,40 +623,6 @@ def _strays(found: Mapping[str, str], tracked: Sequence[str]) -> list[str]:
     files = {t.partition("::")[0] for t in found}
     return sorted(
         f for f in files if f not in held and f not in (".", "") and not f.startswith(("/", "../"))
-    )
-
-
-def no_results(shown: str, output: str = "") -> str:
-    """Why a command from which no per-test results came back cannot be judged."""
-    if 'Error importing plugin "agentgate_collector_' in output:
-        return (
-            f"the gate's pytest could not load the results collector: {shown}; a wrapper "
-            "replaced the PYTHONPATH that leads to it (tox's setenv, a Makefile, a script) in "
-            "an environment without pytest-agentgate: keep the PYTHONPATH it is given (tox: "
-            "setenv = PYTHONPATH = src{:}{env:PYTHONPATH:}; a shell: "
-            "PYTHONPATH=src:$PYTHONPATH), or install pytest-agentgate into that environment "
-            "(tox: deps), where it loads the collector whatever PYTHONPATH says"
-        )
-    return (
-        f"gate reported no per-test results (judged by exit code only): {shown}; declare a "
-        "gate that runs no pytest with --agentgate-gate-exit-code CMD (or results='exit-code' "
-        "on the marker), or let the pytest it wraps keep the environment (tox: pass_env = "
-        f"{CHANNEL_ENV} PYTEST_PLUGINS PYTHONPATH)"
-    )
-
-
-def _outside_view_note(context: GateContext, result: CommandResult) -> str:
-    """Why a contained command may have failed: a path it named lies outside the sandbox's
-    read view (it exists here, the command could not see it)."""
-    if not context.sandbox.active:
-        return ""
-    missing = context.sandbox.outside_view(result.output)
-    if not missing:
-        return ""
-    shown = ", ".join(str(p) for p in missing[:3])
-    return (
-        f" (note: {shown} exists but lies outside the sandbox's read view; widen it with "
-        "--agentgate-sandbox-read=PATH)"
     )
 
 
@@ -675,24 +649,6 @@ def _only_old_failures(
         baseline.get(t) in (results.FAILED, results.ERROR, results.FLAKY)
         or results.matches(t, unrequired)
         for t in results.failing(found)
-    )
-
-
-def _hidden_editable_note(contained: Sandbox) -> str:
-    """Why a contained gate may fail to import the project: an editable install of it from
-    the base repository's working tree, which the sandbox hides on purpose."""
-    if not contained.active or contained.base_tree is None:
-        return ""
-    from ..sandbox.containment import hidden_editable_sources
-
-    hidden = hidden_editable_sources(contained.base_tree)
-    if not hidden:
-        return ""
-    return (
-        f" (note: {', '.join(map(str, hidden))} is installed in editable mode from the base "
-        "repository, which the sandbox hides so that the gate tests its checkout, not the working "
-        "tree; run the gate so that it imports the checkout (python -m pytest from its root), or "
-        "install the project without -e)"
     )
 
 
@@ -763,6 +719,7 @@ def _sessions(
             + " (name a test a task may remove in allow_removed=)",
             name=f"gate: {results.display(spec.commands[0])}",
             tests=second.tests,
+            logs=second.logs,
         )
     merged = dict(first.tests or {})
     for test, outcome in (second.tests or {}).items():
@@ -776,6 +733,7 @@ def _sessions(
     )
     return dataclasses.replace(
         second if not second.ok else first,
+        logs=(*first.logs, *second.logs),
         tests=merged if reported else None,
         comparison=comparison,
         flaky=(*first.flaky, *second.flaky),

@@ -54,6 +54,9 @@ class CheckResult:
     results_tree: str = ""
     #: Every test file the attempt added, changed or removed.
     changed_tests: tuple[str, ...] = ()
+    #: Each gate command's whole output (at most ``sandbox.process.LOG_BYTES`` of it):
+    #: (the command, the output kept, how many bytes it printed in all).
+    logs: tuple[tuple[str, str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.ok, bool):

@@ -21,6 +21,7 @@ from ..sandbox.removal import remove_tree
 from ..store import oplog
 from ..store.attempts import PREFIX as ATTEMPTS_PREFIX
 from ..store.attempts import AttemptInfo, list_attempts, raise_high_water
+from ..store.logs import ref_for as log_ref_for
 from ..workspace.state import ref_for as state_ref_for
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ def prune(
             state_commit = attempt.trailers.get("State")
             if state_commit:
                 repo.delete_ref(state_ref_for(attempt.record_ref), state_commit)
+            log_commit = repo.ref_value(log_ref_for(attempt.record_ref))
+            if log_commit is not None:  # its gate log goes with it
+                repo.delete_ref(log_ref_for(attempt.record_ref), log_commit)
             oplog.append(
                 repo.common_dir,
                 oplog.OpRecord(

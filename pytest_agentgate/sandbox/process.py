@@ -36,7 +36,11 @@ if TYPE_CHECKING:
 
 #: How many lines of a command's output an attempt record keeps.
 TAIL_LINES = 40
-_KEEP_BYTES = 256 * 1024
+#: The most of a command's output kept whole: past it, its first ``_HEAD_BYTES`` and its
+#: end, with how much was left out between them (the log an attempt keeps, the tail a
+#: record shows are cut from this).
+LOG_BYTES = 4 << 20
+_HEAD_BYTES = 256 * 1024
 #: How long past its own timeout a supervisor may take before the plugin ends it.
 _BACKSTOP_S = 30.0
 #: How long a supervisor's sweep goes on killing what its command left before it reports
@@ -76,6 +80,8 @@ class CommandResult:
     survivors: int = 0
     #: Whether the command was contained by the sandbox, and how the processes were bounded.
     contained: bool = False
+    #: How many bytes the command printed in all (``output`` holds at most ``LOG_BYTES``).
+    output_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -110,6 +116,19 @@ def pytest_failures(text: list[str], limit: int) -> str:
     if len(failures) > room:
         failures = [*failures[: room - 1], f"... ({len(failures) - room + 1} lines left out)"]
     return "\n".join([*failures, *summary])
+
+
+def _kept(sink: IO[bytes], size: int) -> bytes:
+    """What is kept of ``size`` bytes of output: all of it up to ``LOG_BYTES``, else its
+    head and its end, with how much was left out between them."""
+    sink.seek(0)
+    if size <= LOG_BYTES:
+        return sink.read()
+    head = sink.read(_HEAD_BYTES)
+    sink.seek(size - (LOG_BYTES - _HEAD_BYTES))
+    end = sink.read()
+    gap = size - len(head) - len(end)
+    return head + f"\n[... {gap} bytes of output left out ...]\n".encode() + end
 
 
 def mask_secrets(text: str, environ: Mapping[str, str] | None = None) -> str:
@@ -250,8 +269,7 @@ def run_command(
             # could sweep) goes now.
             stragglers = cgroup.remove()
         size = sink.seek(0, os.SEEK_END)
-        sink.seek(max(0, size - _KEEP_BYTES))
-        output = sink.read().decode("utf-8", "replace")
+        output = _kept(sink, size).decode("utf-8", "replace")
     duration = (time.perf_counter() - begin) * 1000
     code, problem = _outcome(report, contained, output)
     return CommandResult(
@@ -263,6 +281,7 @@ def run_command(
         problem,
         int(str(report.get("survivors") or 0)) + stragglers,
         contained,
+        size,
     )
 
 

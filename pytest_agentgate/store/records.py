@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from .record import Record, printable
 from .schema import RECORD_VERSION
@@ -93,6 +95,54 @@ def _indented(title: str, text: str) -> list[str]:
     return [title, *("    " + line for line in text.splitlines()), ""]
 
 
+def _results_lines(results: Mapping[str, Any]) -> list[str]:
+    """What a record's body says of the gate's results: the grade, the per-test counts,
+    the commands judged by exit code, the gate log kept, the test files changed."""
+    body: list[str] = []
+    if results.get("grade"):
+        body += [f"Grade: {results['grade']}"]
+        for kind in ("fail_to_pass", "pass_to_pass"):
+            graded = dict(results.get(kind) or {})
+            # What did not pass first: those are what a reader of a rejection looks for.
+            ordered = sorted(graded.items(), key=lambda item: item[1] == "passed")
+            body += [
+                f"  {kind}: {one_line(str(t))} {one_line(str(o))}" for t, o in ordered[:_SHOWN]
+            ]
+            if len(ordered) > _SHOWN:
+                rest = [o for _, o in ordered[_SHOWN:]]
+                counts = ", ".join(f"{rest.count(o)} {o}" for o in sorted(set(rest)))
+                body += [f"  {kind}: {len(rest)} more ({one_line(counts)})"]
+        body += [""]
+    if "passed" in results:
+        counts = ", ".join(
+            f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
+        )
+        body += [f"Tests: {counts}"]
+        for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
+            if results.get(key):
+                body += [f"{label}: " + _listed([str(t) for t in results[key]])]
+        body += [""]
+    if results.get("judged_by_exit_code"):
+        shown = _listed([str(c) for c in results["judged_by_exit_code"]])
+        body += [f"Judged by exit code: {shown}", ""]
+    if results.get("gate_log"):
+        kept = [  # as a pending line holds it: anything else is left out, never raised
+            (str(entry[0]), entry[1])
+            for entry in results["gate_log"]
+            if isinstance(entry, list | tuple) and len(entry) == 2 and isinstance(entry[1], int)
+        ]
+        total = sum(size for _, size in kept)
+        body += [
+            f"Gate log: {len(kept)} command(s), {total} bytes printed "
+            "(whole, beside this record: agentgate show --log)",
+            "",
+        ]
+    if results.get("changed_tests"):
+        changed = [str(p) for p in results["changed_tests"]]
+        body += [f"Test files changed ({len(changed)}): {_listed(changed)}", ""]
+    return body
+
+
 def format_message(
     record: Record,
     *,
@@ -111,35 +161,7 @@ def format_message(
         body += [f"Reason: {one_line(reason)[:_MAX_TAIL]}", ""]
     if excluded:
         body += [f"Left out of the snapshot (secrets): {_listed(list(excluded))}", ""]
-    if results and results.get("grade"):
-        body += [f"Grade: {results['grade']}"]
-        for kind in ("fail_to_pass", "pass_to_pass"):
-            graded = dict(results.get(kind) or {})
-            # What did not pass first: those are what a reader of a rejection looks for.
-            ordered = sorted(graded.items(), key=lambda item: item[1] == "passed")
-            body += [
-                f"  {kind}: {one_line(str(t))} {one_line(str(o))}" for t, o in ordered[:_SHOWN]
-            ]
-            if len(ordered) > _SHOWN:
-                rest = [o for _, o in ordered[_SHOWN:]]
-                counts = ", ".join(f"{rest.count(o)} {o}" for o in sorted(set(rest)))
-                body += [f"  {kind}: {len(rest)} more ({one_line(counts)})"]
-        body += [""]
-    if results and "passed" in results:
-        counts = ", ".join(
-            f"{results.get(k, 0)} {k}" for k in ("passed", "failed", "skipped", "new", "lost")
-        )
-        body += [f"Tests: {counts}"]
-        for label, key in (("Lost", "lost_ids"), ("Failed", "failed_ids")):
-            if results.get(key):
-                body += [f"{label}: " + _listed([str(t) for t in results[key]])]
-        body += [""]
-    if results and results.get("judged_by_exit_code"):
-        shown = _listed([str(c) for c in results["judged_by_exit_code"]])
-        body += [f"Judged by exit code: {shown}", ""]
-    if results and results.get("changed_tests"):
-        changed = [str(p) for p in results["changed_tests"]]
-        body += [f"Test files changed ({len(changed)}): {_listed(changed)}", ""]
+    body += _results_lines(results or {})
     body += _indented("Output (last lines):", _tail(printable(output)))
     if record.transcript.strip() != output.strip():
         body += _indented("Agent transcript (last lines):", _tail(record.transcript))

@@ -796,7 +796,7 @@ def test_an_editable_install_from_the_base_repository_stays_hidden() -> None:
     """The gate must test its checkout: sources installed editable from the base's working
     tree are not bound into the sandbox, and a failing gate says why it may have failed."""
     import pytest_agentgate
-    from pytest_agentgate.judge.gate import _hidden_editable_note
+    from pytest_agentgate.judge.notes import hidden_editable as _hidden_editable_note
     from pytest_agentgate.sandbox import containment as sandbox
 
     source = Path(pytest_agentgate.__file__).resolve().parent

@@ -46,3 +46,34 @@ def test_an_exit_from_inside_a_test_names_the_test_and_no_session_count(
     assert "test_leave" in verdict.reason
     assert " of " not in verdict.reason.split("ended without")[0]  # one session: no count
     assert "judged_by_exit_code" not in (done.results or {})  # type: ignore[attr-defined]
+
+
+def test_the_whole_gate_log_is_kept_beside_the_record(
+    service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once the output was cut to 40 lines and kept nowhere whole: with --showlocals a dump
+    of locals filled the window, and the frames that named the cause were left out."""
+    import sys
+
+    from helpers import git
+
+    from pytest_agentgate.cli.main import main
+
+    gate = f"{sys.executable} -m pytest -q --showlocals -p no:cacheprovider tests"
+    e = engine(service, sandbox="none", command=gate)
+    noisy = (
+        "def test_noisy():\n    for i in range(3000):\n        print(f'key{i}')\n"
+        "    big = {'key1': 'v'}\n    assert big['key1'] == 'the cause of it all'\n"
+    )
+    done = attempt(e, {"tests/test_noisy.py": noisy}, "noisy")
+    assert done.verdict.status == "rejected"  # type: ignore[attr-defined]
+    message = git(service, "log", "-1", "--format=%B", done.record_ref)  # type: ignore[attr-defined]
+    assert "Gate log: 2 command(s)" in message  # the base's tests, then the attempt's
+    assert len(message) < 64 << 10
+    capsys.readouterr()
+    assert main(["show", "--repo", str(service), "--log", done.record_ref]) == 0  # type: ignore[attr-defined]
+    out = capsys.readouterr().out
+    assert "--showlocals" in out and "the cause of it all" in out
+    assert "key0\n" in out and "key2999" in out  # the whole output, not its tail alone
+    assert main(["prune", "--repo", str(service), "--older-than", "0d", "--keep-last", "0"]) == 0
+    assert not git(service, "for-each-ref", "refs/agentgate/logs/")  # pruned with its record
