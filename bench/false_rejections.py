@@ -151,9 +151,10 @@ def replay(
 ) -> tuple[str, str]:
     """One honest agent writes the newer release over the older one: (status, reason)."""
     from pytest_agentgate import Engine, GateSpec
-    from pytest_agentgate.judge.base_tests import is_test_file
+    from pytest_agentgate.judge.base_tests import TestFiles
 
-    changed_tests = tuple(p for p in old if p in new and old[p] != new[p] and is_test_file(p))
+    tests = TestFiles(folders=frozenset({"tests"}))  # both projects keep their tests there
+    changed_tests = tuple(p for p in old if p in new and old[p] != new[p] and p in tests)
     if os.environ.get("AGENTGATE_BENCH_UNDECLARED"):  # the task does not say it changes tests
         changed_tests = ()
     gate = GateSpec(

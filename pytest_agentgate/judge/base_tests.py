@@ -49,17 +49,26 @@ _CONFIG_NAMES = frozenset(
 )
 #: What pytest collects as tests unless the configuration says otherwise, and its doctest glob.
 DEFAULT_PATTERNS = ("test_*.py", "*_test.py", "test*.txt")
-#: A folder of tests: test, tests, and a name made with them (unit_tests, tests_e2e).
-_TEST_FOLDER = re.compile(r"(tests?|.+[_-]tests?|tests?[_-].+)")
+#: A folder named as one of tests (tests, unit_tests, testsuite, e2e, spec...).
+_TEST_FOLDER = re.compile(r".*tests?.*|testing|testsuite|e2e|specs?|integration|checks?")
 
 
 @dataclass(frozen=True)
 class TestFiles:
-    """What counts as a test file in one repository: pytest's patterns for test modules,
-    and the folders that are packages of the code (a ``testing`` folder in one is code)."""
+    """What counts as a test file of one base, decided by what the base's own run of the
+    gate did, never by the attempt: a file the base's tests came from (by the baseline's test
+    ids) that pytest collects as tests, a ``conftest.py`` or pytest configuration file, and
+    anything in a test folder of the base. A test folder is one holding such a file, other
+    than the tree's root, named as tests are (``tests``, ``e2e``, ``testsuite``...) or no
+    package of the base's code: a Django app's ``tests.py`` lies beside its models, which
+    are code; a module merely named like a test, or matched by ``python_files = *.py``, is
+    code unless the base's tests came from it."""
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
-    packages: frozenset[str] = frozenset()
+    #: The files the base's tests came from, collected as tests.
+    holding: frozenset[str] = frozenset()
+    #: The base's test folders.
+    folders: frozenset[str] = frozenset()
 
     def collected(self, path: str) -> bool:
         """Whether pytest collects ``path`` as a test module (or doctest file)."""
@@ -67,36 +76,33 @@ class TestFiles:
         return any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
 
     def __contains__(self, path: str) -> bool:
-        parts = path.split("/")
-        if parts[-1] in _CONFIG_NAMES or self.collected(path):
+        if path.rpartition("/")[2] in _CONFIG_NAMES or path in self.holding:
             return True
-        for depth, folder in enumerate(parts[:-1]):
-            low = folder.lower()
-            if _TEST_FOLDER.fullmatch(low):
-                return True
-            if low == "testing" and "/".join(parts[:depth]) not in self.packages:
-                return True
-        return False
+        parts = path.split("/")[:-1]
+        return any("/".join(parts[: depth + 1]) in self.folders for depth in range(len(parts)))
 
 
-def test_files(repo: BaseRepo, base_tree: str, tree: str) -> TestFiles:
-    """The test files of ``tree``, an attempt on ``base_tree``: pytest's patterns as the
-    base configures them (``python_files``), the packages of either tree."""
+def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> TestFiles:
+    """The test files of ``base_tree``, from the base's configuration (``python_files``) and
+    the files its results came from (``baseline``)."""
     read = repo.read_blob
     configured = harness.configured(base_tree, lambda t, p: read(f"{t}:{p}"), "python_files")
     patterns = (*(configured or DEFAULT_PATTERNS[:2]), DEFAULT_PATTERNS[2])
-    packages = {
-        p.rpartition("/")[0]
-        for t in (base_tree, tree)
-        for p in repo.tree_paths(t)
-        if p.rpartition("/")[2] == "__init__.py"
-    }
-    return TestFiles(tuple(patterns), frozenset(packages))
-
-
-def is_test_file(path: str) -> bool:
-    """Whether ``path`` is a test file by pytest's default patterns (see :class:`TestFiles`)."""
-    return path in TestFiles()
+    probe = TestFiles(tuple(patterns))
+    holding = frozenset(f for f in {t.partition("::")[0] for t in baseline} if probe.collected(f))
+    folders = {f.rpartition("/")[0] for f in holding} - {""}
+    if any(not _TEST_FOLDER.fullmatch(f.rpartition("/")[2].lower()) for f in folders):
+        packages = {  # of the base alone: the attempt cannot make a folder code
+            p.rpartition("/")[0]
+            for p in repo.tree_paths(base_tree)
+            if p.rpartition("/")[2] == "__init__.py"
+        }
+        folders = {
+            f
+            for f in folders
+            if _TEST_FOLDER.fullmatch(f.rpartition("/")[2].lower()) or f not in packages
+        }
+    return TestFiles(tuple(patterns), holding, frozenset(folders))
 
 
 @dataclass(frozen=True)
@@ -114,7 +120,9 @@ class TestSplit:
     #: The files whose base tests must still be there in the attempt's own tree: its
     #: changed and removed test modules, but those named in ``allow_changed``.
     held: tuple[str, ...] = ()
-    #: The test modules the attempt added: on disk in the first session, never collected.
+    #: Modules the first session has on disk as the attempt left them but never collects:
+    #: those it added or changed that pytest would collect and the base's tests did not
+    #: come from (code may import them; their tests are the second session's).
     skipped: tuple[str, ...] = ()
 
     @property
@@ -124,21 +132,25 @@ class TestSplit:
 
 
 def split_tests(
-    repo: BaseRepo, base_tree: str, tree: str, allow_changed: Sequence[str] = ()
+    repo: BaseRepo,
+    base_tree: str,
+    tree: str,
+    baseline: Mapping[str, str],
+    allow_changed: Sequence[str] = (),
 ) -> TestSplit:
     """How ``tree`` (an attempt on ``base_tree``) is judged: see the module's docstring."""
     diff = repo.diff_tree(base_tree, tree)
     if not diff:
         return TestSplit(tree, (), ())
-    tests = test_files(repo, base_tree, tree)
-    changes = [c for c in diff if c.path in tests]
+    tests = test_files(repo, base_tree, baseline)
+    changes = [c for c in diff if c.path in tests or tests.collected(c.path)]
     if not changes:
         return TestSplit(tree, (), ())
     globs = [p for p in allow_changed if "::" not in p]
     kept = {c.path for c in changes if any(fnmatch.fnmatchcase(c.path, g) for g in globs)}
     entries = []
     for change in changes:
-        if change.path in kept:
+        if change.path in kept or change.path not in tests:
             continue
         if change.status != "A":
             entries.append(IndexEntry(change.old_mode, change.old_oid, change.path))
@@ -152,13 +164,23 @@ def split_tests(
             index.stage_entries(entries)
             judged = index.write_tree()
     collected = [c for c in changes if tests.collected(c.path)]
+    # A module only named like a test, changed, is code: the record does not list it.
+    listed = [c.path for c in changes if c.path in tests or c.status == "A"]
     return TestSplit(
         judged,
-        tuple(sorted(c.path for c in changes)),
+        tuple(sorted(listed)),
         tuple(sorted(c.path for c in collected if c.status != "D")),
         tuple(p for p in allow_changed if "::" in p),
-        tuple(sorted(c.path for c in collected if c.status != "A" and c.path not in kept)),
-        tuple(sorted(c.path for c in collected if c.status == "A" and c.path not in kept)),
+        tuple(sorted(c.path for c in collected if c.path in tests.holding and c.path not in kept)),
+        tuple(
+            sorted(
+                c.path
+                for c in collected
+                if c.status != "D"
+                and c.path not in kept
+                and (c.status == "A" or c.path not in tests)
+            )
+        ),
     )
 
 

@@ -691,9 +691,9 @@ def _sessions(
     """The gate commands on an attempt: the base's tests on its code, then its own added
     and changed test modules (see :mod:`.base_tests`); one session when it changed no test
     file, or when the spec says the attempt's tests judge (``tests_of="attempt"``)."""
-    if spec.tests_of != "base":
+    if spec.tests_of != "base" or baseline is None:  # no per-test results to hold it to
         return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
-    split = split_tests(repo, snap.base_tree, snap.tree, spec.allow_changed)
+    split = split_tests(repo, snap.base_tree, snap.tree, baseline, spec.allow_changed)
     if not split.split:
         return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
     first_spec = dataclasses.replace(spec, unrequired=split.not_required, skip=split.skipped)

@@ -162,7 +162,7 @@ def violations(
             (r for r in components if any(fnmatch.fnmatchcase(p, r.lower()) for p in folded)), None
         )
         if hit is not None and not (
-            parts[-1] == "conftest.py" and same_code(read(base_tree, path), read(tree, path))
+            parts[-1] == "conftest.py" and _same_code_file(trees, base_tree, tree, path)
         ):
             found.append(f"{path} ({hit})")
             continue
@@ -195,9 +195,17 @@ def violations(
             for path in inits:
                 folder = path.rpartition("/")[0]
                 in_tests = folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES
-                if in_tests and not same_code(read(base_tree, path), read(tree, path)):
+                if in_tests and not _same_code_file(trees, base_tree, tree, path):
                     found.append(f"{path} (__init__.py of a test directory)")
     return found
+
+
+def _same_code_file(trees: Trees, base_tree: str, tree: str, path: str) -> bool:
+    """Whether ``path`` runs the same code in both trees: a file in each (a link's text is
+    no code: Python runs what it points to), with the same syntax tree."""
+    if trees.links(base_tree, [path]) or trees.links(tree, [path]):
+        return False
+    return same_code(trees.read(base_tree, path), trees.read(tree, path))
 
 
 def same_code(before: bytes | None, after: bytes | None) -> bool:
@@ -386,7 +394,9 @@ def _shadowing(
     existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
     # The runner's own names shadow wherever a folder that is no package could be put on
     # sys.path by a wrapper whose PYTHONPATH no rule reads (a Makefile, tox's setenv).
-    packages = {p.rpartition("/")[0] for p in new_paths if p.rpartition("/")[2] == "__init__.py"}
+    # Packages of the base alone: a folder the attempt makes a package is on a PYTHONPATH
+    # as readily as any.
+    packages = {p.rpartition("/")[0] for p in base_paths if p.rpartition("/")[2] == "__init__.py"}
     return [
         f"{place} (shadows the module {module!r})"
         for place, (folder, module) in sorted(suspects.items())

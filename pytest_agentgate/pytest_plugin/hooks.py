@@ -90,10 +90,15 @@ _load_the_gates_collector()
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     add_options(parser)
-    if _COLLECTOR is not None and pluginmanager.get_plugin(_COLLECTOR[0]) is None:
+    global _COLLECTOR
+    if _COLLECTOR is not None:
         # Called as this plugin registers, before pytest reads PYTEST_PLUGINS (which no
-        # longer names the collector): registered here, as it would have been there.
-        pluginmanager.register(_COLLECTOR[1], _COLLECTOR[0])
+        # longer names the collector): registered here, as it would have been there. Once:
+        # a pytest the gate's tests run in the same process (pytester) is not the gate's.
+        name, module = _COLLECTOR
+        _COLLECTOR = None
+        if pluginmanager.get_plugin(name) is None:
+            pluginmanager.register(module, name)
 
 
 def setting(config: pytest.Config, name: str) -> tuple[Any, str]:

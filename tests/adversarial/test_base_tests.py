@@ -291,6 +291,35 @@ SECOND_ROUND: dict[str, tuple[dict[str, str], tuple[str, ...], str, dict[str, st
         {"ledger/store.py": BROKEN_STORE,
          "Tests/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
     ),
+    # A review of the second round's code found these.
+    "code matched by python_files = *.py": (
+        {"pytest.ini": "[pytest]\npython_files = *.py\ntestpaths = tests\n"}, (), "tests",
+        {"ledger/store.py": BROKEN_STORE},
+    ),
+    "code named like a test module": (
+        {"ledger/ab_test.py": "def bucket(x):\n    return x % 2\n",
+         "tests/test_ab.py": "from ledger.ab_test import bucket\n\n\ndef test_bucket():\n"
+         "    assert bucket(3) == 1\n"},
+        (), "tests", {"ledger/ab_test.py": "def bucket(x):\n    return 0\n"},
+    ),
+    "a helper of testsuite/": (
+        {"testsuite/helpers.py": _HELPER, "testsuite/test_ledger.py": _HELPED},
+        ("tests/test_ledger.py",), "testsuite",
+        {"ledger/store.py": BROKEN_STORE,
+         "testsuite/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
+    ),
+    "a helper of e2e/": (
+        {"e2e/helpers.py": _HELPER, "e2e/test_ledger.py": _HELPED},
+        ("tests/test_ledger.py",), "e2e",
+        {"ledger/store.py": BROKEN_STORE,
+         "e2e/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
+    ),
+    "a root __init__.py to make testing/ a package's code": (
+        {"testing/helpers.py": _HELPER, "testing/test_ledger.py": _HELPED},
+        ("tests/test_ledger.py",), "testing",
+        {"ledger/store.py": BROKEN_STORE, "__init__.py": "",
+         "testing/helpers.py": "def assert_entries(got, expected):\n    pass\n"},
+    ),
 }  # fmt: skip
 
 
@@ -330,3 +359,48 @@ def test_a_test_module_a_setup_step_writes_is_refused(service: Path, sandbox_mod
     assert verdict.status == "rejected", verdict
     assert "tree it judges does not hold" in verdict.reason
     assert "tests/test_zz_generated.py" in verdict.reason
+
+
+def test_a_pytest_the_base_s_tests_run_in_process_is_not_a_session_of_the_gate(
+    service: Path,
+) -> None:
+    """Found by a review: through a wrapper, the collector was registered in every pytest of
+    the process, a pytester run inside a test included, which then ended the gate's report."""
+    write(
+        service,
+        {
+            "tests/conftest.py": "pytest_plugins = ['pytester']\n",
+            "tests/test_runs_pytester.py": "def test_inline(pytester):\n"
+            "    pytester.makepyfile('def test_x(): pass')\n"
+            "    pytester.runpytest().assert_outcomes(passed=1)\n",
+        },
+    )
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a pytester test")
+    command = f"sh -c '{sys.executable} -m pytest -q -p no:cacheprovider tests'"
+    e = engine(service, sandbox="none", command=command)
+    assert e.baseline(git(service, "rev-parse", "main"), e.gate) == {
+        "tests/test_runs_pytester.py::test_inline": "passed",
+        "tests/test_ledger.py::test_build": "passed",
+        "tests/test_ledger.py::test_handle": "passed",
+    }
+    verdict = attempt(e, {"ledger/store.py": BROKEN_STORE}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and "no longer pass" in verdict.reason, verdict
+
+
+def test_a_linked_init_is_no_same_code(service: Path) -> None:
+    """A tests/__init__.py made a link whose text parses like the base's file: Python runs
+    what it points to. (By default the base's session puts it back; the attempt's tests
+    judge here.)"""
+    write(service, {"tests/__init__.py": ""})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "tests is a package")
+    e = engine(service, sandbox="none", tests_of="attempt")
+    monkey = "import ledger.store\nledger.store.Store.add_entry = lambda s, a: s._rows.append(a)\n"
+    files = {
+        "ledger/store.py": BROKEN_STORE,
+        "tests/__init__.py": ("link", "pass"),
+        "tests/pass": monkey,
+    }
+    verdict = attempt(e, files).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and "tests/__init__.py" in verdict.reason, verdict

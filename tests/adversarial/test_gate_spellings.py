@@ -229,8 +229,11 @@ _forge()
 """
 
 
+@pytest.mark.parametrize("package", [False, True])
 @pytest.mark.parametrize("name", ["pytest_agentgate", "_pytest", "sitecustomize"])
-def test_the_runner_cannot_be_shadowed_on_a_path_no_rule_reads(tmp_path: Path, name: str) -> None:
+def test_the_runner_cannot_be_shadowed_on_a_path_no_rule_reads(
+    tmp_path: Path, name: str, package: bool
+) -> None:
     """A Makefile puts src on PYTHONPATH, which no rule reads: a package named like the
     runner, this plugin or a module Python imports at start, in a folder that is no
     package, is refused wherever it is."""
@@ -239,7 +242,10 @@ def test_the_runner_cannot_be_shadowed_on_a_path_no_rule_reads(tmp_path: Path, n
     ws = e.fork(task="shadow")
     broken = HONEST["src/ledger/store.py"].replace("self._rows.append(amount)", "pass")
     place = f"src/{name}.py" if name == "sitecustomize" else f"src/{name}/__init__.py"
-    write(ws.path, {"src/ledger/store.py": broken, place: FORGER})
+    # With src/__init__.py too: a folder the attempt makes a package is on PYTHONPATH as
+    # readily (a review found the exemption read the attempt's packages).
+    extra = {"src/__init__.py": ""} if package else {}
+    write(ws.path, {"src/ledger/store.py": broken, place: FORGER, **extra})
     done = e.run_attempt(ws, task="shadow")
     e.close()
     assert done.verdict.status == "rejected", done.verdict
