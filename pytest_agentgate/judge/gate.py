@@ -465,6 +465,11 @@ class _Run:
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
         env.setdefault("NO_COLOR", "1")
+        # Bytecode is read and written in a folder of the command's own, never from a
+        # __pycache__ of the checkout: one a setup step wrote (stamped with the source's time
+        # and size) would run in place of the source that lands.
+        pycache = Path("/tmp") if contained else self.context.private_root / f"{checkout.name}.pyc"
+        env.setdefault("PYTHONPYCACHEPREFIX", str(pycache / ".agentgate-pycache"))
         return env
 
     def _tampered(self, paths: Sequence[str], what: str, where: str) -> CheckResult:

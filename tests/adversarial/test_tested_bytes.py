@@ -140,3 +140,37 @@ def test_the_base_that_rewrites_its_own_files_is_an_error_before_any_agent(
     with pytest.raises(Exception, match=r"changed tracked file\(s\).*ledger/api.py"):
         e.baseline(git(service, "rev-parse", "main"), e.gate)
     e.close()
+
+
+WRITES_BYTECODE = """
+import importlib.util, marshal, os, struct, sys
+
+GOOD = {good!r}
+open("ledger/_generated.py", "w").write("X = 1\\n")
+source = "ledger/store.py"
+st = os.stat(source)
+header = struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+os.makedirs("ledger/__pycache__", exist_ok=True)
+with open(f"ledger/__pycache__/store.{{sys.implementation.cache_tag}}.pyc", "wb") as out:
+    out.write(importlib.util.MAGIC_NUMBER + header + marshal.dumps(compile(GOOD, source, "exec")))
+"""
+
+
+def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
+    service: Path, sandbox_mode: str
+) -> None:
+    """Found by a review: a setup step that runs the attempt's code wrote the good store's
+    bytecode, stamped with the broken source's time and size, into __pycache__; Python ran
+    it in place of the source that lands. The gate reads bytecode from a folder of its own."""
+    write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a generated file")
+    e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen")
+    files = {
+        "ledger/store.py": BROKEN_STORE,
+        "ledger/gen.py": WRITES_BYTECODE.format(good=GOOD_STORE),
+    }
+    verdict = attempt(e, files, "bytecode").verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "no longer pass" in verdict.reason, verdict.reason
+    e.close()
