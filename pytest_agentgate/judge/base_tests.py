@@ -85,9 +85,7 @@ class TestFiles:
 def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> TestFiles:
     """The test files of ``base_tree``, from the base's configuration (``python_files``) and
     the files its results came from (``baseline``)."""
-    read = repo.read_blob
-    configured = harness.configured(base_tree, lambda t, p: read(f"{t}:{p}"), "python_files")
-    patterns = (*(configured or DEFAULT_PATTERNS[:2]), DEFAULT_PATTERNS[2])
+    patterns = _patterns(repo, base_tree)
     probe = TestFiles(tuple(patterns))
     holding = frozenset(f for f in {t.partition("::")[0] for t in baseline} if probe.collected(f))
     folders = {f.rpartition("/")[0] for f in holding} - {""}
@@ -103,6 +101,23 @@ def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> T
             if _TEST_FOLDER.fullmatch(f.rpartition("/")[2].lower()) or f not in packages
         }
     return TestFiles(tuple(patterns), holding, frozenset(folders))
+
+
+#: The test patterns of the last few base trees (a tree's id names its content for good):
+#: every attempt on a base would otherwise read its configuration files again.
+_PATTERNS: dict[str, tuple[str, ...]] = {}
+
+
+def _patterns(repo: BaseRepo, base_tree: str) -> tuple[str, ...]:
+    found = _PATTERNS.get(base_tree)
+    if found is None:
+        read = repo.read_blob
+        configured = harness.configured(base_tree, lambda t, p: read(f"{t}:{p}"), "python_files")
+        found = (*(configured or DEFAULT_PATTERNS[:2]), DEFAULT_PATTERNS[2])
+        if len(_PATTERNS) >= 32:
+            _PATTERNS.clear()
+        _PATTERNS[base_tree] = found
+    return found
 
 
 @dataclass(frozen=True)
