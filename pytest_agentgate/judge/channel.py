@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import collector as _collector
+from . import results
 
 #: What the collector's module is called where the gate's Python finds it.
 MODULE = _collector.NAME
@@ -41,7 +42,7 @@ MAX_BYTES = 64 << 20
 INSIDE = Path("/run/agentgate")
 #: How long the channel waits, once the command ended, for its sessions' last words.
 _DRAIN_S = 2.0
-_RANK = {"passed": 1, "skipped": 2, "xfail": 2, "failed": 3, "error": 3}
+_RANK = results.RANK
 _OUTCOMES = frozenset(_RANK)
 #: Rules whose lifting lets the tree's own configuration differ from the base's.
 _CONFIG_RULES = frozenset(

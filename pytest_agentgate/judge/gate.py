@@ -379,6 +379,13 @@ class _Run:
     fault: bool
     expected: frozenset[str] | None
 
+    @functools.cached_property
+    def tracked(self) -> frozenset[str]:
+        """The tree's files, once for every command and rerun of this gate run. A gitlink
+        is a folder whose files come and go: they are not the tree's."""
+        links = self.repo.gitlinks(self.tree)
+        return frozenset(p for p in self.repo.tree_paths(self.tree) if p not in links)
+
     def one(self, index: int, command: results.Command, running: Running | None) -> _Ran:
         """One run of one gate command in a clean checkout."""
         context, spec = self.context, self.spec
@@ -399,10 +406,7 @@ class _Run:
                 boundary.write(checkout)
                 contained = context.sandbox.active
                 above = boundary.above(checkout, private) if contained else None
-                # A gitlink is a folder (files come and go in it): its files are not the tree's.
-                links = set(self.repo.gitlinks(self.tree))
-                tracked = [p for p in self.repo.tree_paths(self.tree) if p not in links]
-                before = tamper.identities(checkout, tracked)
+                before = tamper.identities(checkout, self.tracked)
                 failed_setup = self._setup(checkout, private, above, running)
                 touched = tamper.changed(checkout, before) if self.spec.setup else []
                 if failed_setup is None and touched:
@@ -544,7 +548,7 @@ class _Run:
             return _Ran(fail(f"gate command {declared}: {shown}", harness_error=self.fault), None)
         if found is None:
             return self._by_exit_code(command, result, fail)
-        strays = _strays(found, self.repo.tree_paths(self.tree))
+        strays = _strays(found, self.tracked)
         if strays:
             why = (
                 "the gate ran tests from file(s) the tree it judges does not hold (written by "
@@ -621,13 +625,14 @@ class _Run:
         return _Ran(None, None)
 
 
-def _strays(found: Mapping[str, str], tracked: Sequence[str]) -> list[str]:
+def _strays(found: Mapping[str, str], tracked: frozenset[str]) -> list[str]:
     """The files of the checkout that tests were reported from and the tree does not hold
     (a test id's file part; a path outside the checkout is not the tree's to hold)."""
-    held = set(tracked)
     files = {t.partition("::")[0] for t in found}
     return sorted(
-        f for f in files if f not in held and f not in (".", "") and not f.startswith(("/", "../"))
+        f
+        for f in files
+        if f not in tracked and f not in (".", "") and not f.startswith(("/", "../"))
     )
 
 
@@ -728,7 +733,7 @@ def _sessions(
         )
     merged = dict(first.tests or {})
     for test, outcome in (second.tests or {}).items():
-        if _WORSE.get(outcome, 0) >= _WORSE.get(merged.get(test, ""), 0):
+        if results.RANK.get(outcome, 0) >= results.RANK.get(merged.get(test, ""), 0):
             merged[test] = outcome
     reported = first.tests is not None or second.tests is not None
     comparison = (
@@ -746,13 +751,3 @@ def _sessions(
         results_tree=split.judged_tree,
         changed_tests=split.changed,
     )
-
-
-#: Outcomes from best to worst, to merge a test's two sessions.
-_WORSE = {
-    results.PASSED: 1,
-    results.SKIPPED: 2,
-    results.XFAIL: 2,
-    results.FAILED: 3,
-    results.ERROR: 3,
-}

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PASSED, FAILED, ERROR, SKIPPED, XFAIL = "passed", "failed", "error", "skipped", "xfail"
+#: How bad each outcome is: where one test has two (two phases, two sessions, two lines
+#: sent), the worse one stands.
+RANK = {PASSED: 1, SKIPPED: 2, XFAIL: 2, FAILED: 3, ERROR: 3}
 #: A baseline's word for a test that failed and then passed on the base: not required.
 FLAKY = "flaky"
 #: Shell syntax: a command holding any of these runs through ``sh -c``, not exec'd directly.

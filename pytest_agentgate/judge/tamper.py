@@ -14,14 +14,14 @@ Untracked and ignored files (caches, a generated version file) are the command's
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 #: (inode, size, mode, modification time, change time), or None for a path not there.
 Identity = tuple[int, int, int, int, int] | None
 
 
-def identities(checkout: Path, paths: Sequence[str]) -> dict[str, Identity]:
+def identities(checkout: Path, paths: Iterable[str]) -> dict[str, Identity]:
     """Each tracked path's identity in ``checkout`` now (never following a link)."""
     root = os.fspath(checkout)
     found: dict[str, Identity] = {}
