@@ -354,7 +354,7 @@ class Bench:
             self.add(f"agent run(), {label}", p, f, "floor: subprocess.run(['true'])")
             if box.active:
                 line = box.wrap(["true"], writable=ws.path, tmp=ws.private, home=ws.private,
-                                network=False)  # fmt: skip
+                                role=sandbox.Role("agent"))  # fmt: skip
                 line = bare_bwrap(line)
 
                 def bwrap_alone(_s: dict, line: list[str] = line) -> None:
@@ -708,7 +708,7 @@ class Bench:
             raw_git(self.repo, "read-tree", "--reset", "-u", tree, work_tree=gate, index=gidx)
             command = ["true"]
             if contained and box.active:  # the same command under a bare bwrap, same view
-                command = box.wrap(command, writable=gate, tmp=gate, home=gate, network=False)
+                command = box.wrap(command, writable=gate, tmp=gate, home=gate, role=sandbox.Role("gate"))
                 command = bare_bwrap(command)
             subprocess.run(command, cwd=gate, check=True)
             raw_git(self.repo, "merge-tree", "--write-tree", self.base, commit)

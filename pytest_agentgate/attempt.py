@@ -137,6 +137,7 @@ class Attempt:
             "notes": dict(self.notes),
             "budget": {k: list(v) for k, v in self.budget.items()},
             "sandbox": self.sandbox,
+            "refused": list(self.workspace.refused),
             "results": self.results,
             "batch": self.batch,
             "record_problem": self.record_problem,

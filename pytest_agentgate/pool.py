@@ -51,9 +51,9 @@ class WorkspacePool:
         #: Gate commands must report per-test results unless declared (a promoting run).
         self.require_results = require_results
         self.agent_role = sandbox.Role(
-            "agent", settings.agent_network == "host", settings.agent_env
+            "agent", settings.agent_network, settings.agent_env, unprivileged=True
         )
-        self.gate_role = sandbox.Role("gate", settings.gate_network == "host", settings.gate_env)
+        self.gate_role = sandbox.Role("gate", settings.gate_network, settings.gate_env)
         self._private: Path | None = None
         self._free: list[Workspace] = []
         self._checkouts: GateCheckouts | None = None

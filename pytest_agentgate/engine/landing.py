@@ -22,10 +22,11 @@ from ..land.promote import Move, PromoteOutcome, promote
 from ..land.queue import Outcome
 from ..land.retest import BatchRetest, Retested, no_retest
 from ..remote import server_records
-from ..sandbox.process import Running
+from ..sandbox.process import TAIL_LINES, Running
 from ..store import attempts, checkpoints, records
 from ..store.record import Record, Retest, Status
 from ..workspace import snapshot as snapshots
+from ..workspace.fork import Workspace
 from .base import EngineBase
 
 
@@ -331,7 +332,8 @@ class Landing(EngineBase):
             excluded=(*(snap.excluded if snap else ()), *attempt.state_excluded),
             state=attempt.state,
             sandbox=attempt.sandbox,
-            transcript=attempt.workspace.output_tail(),
+            transcript=_transcript_tail(attempt.workspace),
+            refused=_refused(attempt.workspace),
             results=attempt.results,
             graded_tree=attempt.graded_tree or "",
             try_number=attempt.try_number,
@@ -386,11 +388,32 @@ class Landing(EngineBase):
         from ..git.repo import Author
         from ..store import logs
 
+        kept = list(attempt.logs)
+        for number, (raw, size) in enumerate(attempt.workspace.transcripts, 1):
+            kept.append((f"agent transcript {number}", raw.decode("utf-8", "replace"), size))
         try:
-            logs.write(self.repo, ref, commit, attempt.logs, Author.for_agent(attempt.agent))
+            logs.write(self.repo, ref, commit, kept, Author.for_agent(attempt.agent))
         except (AgentgateError, OSError, ValueError) as exc:
             if attempt.record_problem is None:
                 attempt.record_problem = f"the gate log could not be kept beside the record: {exc}"
+
+
+def _transcript_tail(ws: Workspace) -> str:
+    """What the record shows of the agent's work: its transcripts rendered as steps (a
+    preset's stream), else the tail of what its commands printed."""
+    if not ws.transcripts:
+        return ws.output_tail()
+    from ..agents.transcript import render
+
+    text = "\n".join(render(raw) for raw, _ in ws.transcripts)
+    return "\n".join(text.splitlines()[-TAIL_LINES:])
+
+
+def _refused(ws: Workspace) -> tuple[str, ...]:
+    shown = tuple(ws.refused)
+    if ws.refused_count > len(shown):
+        shown += (f"{ws.refused_count - len(shown)} more",)
+    return shown
 
 
 def _reusable(

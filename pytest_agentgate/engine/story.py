@@ -396,6 +396,15 @@ class Engine(Landing):
             return Verdict("error", agent_error, "agent")
         if test_failure is not None:
             return Verdict("rejected", f"the test failed: {test_failure}", "test")
+        ws = attempt.workspace
+        if ws.network_strict and ws.refused_count:
+            shown = ", ".join(ws.refused[:3]) + (", ..." if ws.refused_count > 3 else "")
+            return Verdict(
+                "rejected",
+                f"the agent reached for {ws.refused_count} connection(s) its network's "
+                f"allow-list refuses ({shown}); --agentgate-agent-network-strict rejects that",
+                "network",
+            )
         if attempt.snapshot.tree == attempt.snapshot.base_tree:
             return Verdict("rejected", "no changes", "snapshot")
         if not spec.has_gate:

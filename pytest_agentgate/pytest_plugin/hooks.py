@@ -456,6 +456,7 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     settings = request.config.stash[RUN_KEY].settings
     ws.agent_command = settings.agent_command
     ws.agent_timeout = settings.agent_timeout
+    ws.network_strict = settings.agent_network_strict
     ws.agent = marker.agent or settings.agent  # its task and checkpointer: set by fork()
     ws.attempt, ws.history = 1, []
     ws.feedback = _feedback_file(agentgate, ws)

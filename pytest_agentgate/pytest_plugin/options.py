@@ -29,7 +29,6 @@ from .._constants import (
 
 AGENT_ENV = "AGENTGATE_AGENT"
 MODES = ("auto", "bwrap", "none")
-NETWORKS = ("none", "host")
 
 
 class Option(NamedTuple):
@@ -179,7 +178,9 @@ OPTIONS = (
     ),
     Option(
         "agent",
-        "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent')",
+        "the agent's name on attempts and log records (default: $AGENTGATE_AGENT or 'agent'); "
+        "a preset's name (claude-code, codex, aider, mini-swe-agent) also fills in its "
+        "command, environment, network and usage",
         metavar="NAME",
         env=AGENT_ENV,
     ),
@@ -284,10 +285,30 @@ OPTIONS = (
         metavar="PATH",
     ),
     Option(
-        "agent_network", "network for agent commands: none or host", default="none", metavar="NET"
+        "agent_network",
+        "network for agent commands: none, host, or allow:HOST[,HOST:PORT...] (only those "
+        "hosts, through a proxy outside the sandbox; default: none, or a preset's model API)",
+        default="none",
+        metavar="NET",
     ),
     Option(
-        "gate_network", "network for gate commands: none or host", default="none", metavar="NET"
+        "gate_network",
+        "network for gate commands: none, host, or allow:HOST[,HOST:PORT...]",
+        default="none",
+        metavar="NET",
+    ),
+    Option(
+        "agent_network_strict",
+        "reject an attempt whose agent reached for a host its allow-list refused",
+        "bool",
+        False,
+    ),
+    Option(
+        "agent_usage",
+        "what the agent reports of its usage: FIELD=PATH, a note field and a dotted path into "
+        "the last JSON line of its output that holds it (tokens=usage.total_tokens); repeatable",
+        "linelist",
+        metavar="FIELD=PATH",
     ),
     Option(
         "agent_env",

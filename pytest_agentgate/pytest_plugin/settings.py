@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .. import _constants
-from .options import BY_NAME, MODES, NETWORKS, OPTIONS, raw_setting, usage
+from .options import BY_NAME, MODES, OPTIONS, raw_setting, usage
 
 if TYPE_CHECKING:
     from ..engine import EngineSettings
@@ -50,6 +50,54 @@ class _Checked:
                 f"expected {expected}"
             )
         return value
+
+    def preset(
+        self, agent: str, command: AgentCommand | None
+    ) -> tuple[AgentCommand | None, tuple[str, ...], str]:
+        """The agent command, its environment names and its network, with what the preset
+        named by ``agent`` fills in where nobody set them."""
+        from dataclasses import replace
+
+        from ..agents import presets
+        from ..agents.usage import parse_fields
+        from ..sandbox.agent_command import AgentCommand
+
+        env = _env_names(self.values["agent_env"], "agent_env", self.sources["agent_env"])
+        network = self.network("agent_network")
+        try:
+            fields = parse_fields(self.values["agent_usage"] or ())
+        except ValueError as exc:
+            raise usage(
+                f"invalid --agentgate-agent-usage (from {self.sources['agent_usage']}): {exc}"
+            ) from None
+        found = presets.find(agent)
+        if found is None:
+            return (replace(command, usage_fields=fields) if command else None), env, network
+        if command is None:
+            command = AgentCommand.parse(found.template(os.environ))
+        command = replace(
+            command,
+            env=tuple(found.fixed_env.items()),
+            usage=found.usage,
+            usage_fields=fields,
+            transcript_file=found.transcript_file,
+            preset=found.name,
+        )
+        if self.sources["agent_network"] == "default":
+            network = str(found.network(os.environ))
+        return command, tuple(dict.fromkeys((*found.env_names, *env))), network
+
+    def network(self, name: str) -> str:
+        from ..errors import ConfigError
+        from ..sandbox.network import Network
+
+        try:
+            return str(Network.parse(str(self.values[name])))
+        except ConfigError as exc:
+            raise usage(
+                f"invalid {BY_NAME[name].flag} {self.values[name]!r} (from {self.sources[name]}): "
+                f"{exc}"
+            ) from None
 
     def agent(self) -> str:
         agent = str(self.values["agent"] or "agent")
@@ -164,6 +212,7 @@ class Settings:
     sandbox_binds: tuple[str, ...] = ()
     sandbox_reads: tuple[str, ...] = ()
     agent_network: str = "none"
+    agent_network_strict: bool = False
     gate_network: str = "none"
     agent_env: tuple[str, ...] = ()
     gate_env: tuple[str, ...] = ()
@@ -182,6 +231,7 @@ class Settings:
         read = _Checked(values, sources)
         choice = read.choice
         agent, command = read.agent(), read.agent_command()
+        command, agent_env, agent_network = read.preset(agent, command)
         for name in ("lease_seconds", "agent_timeout"):
             read.positive_seconds(name)
         for name in ("report", "markdown"):
@@ -230,9 +280,10 @@ class Settings:
             sandbox=choice("sandbox", MODES, lower=True),
             sandbox_binds=_words(values["sandbox_bind"]),
             sandbox_reads=_words(values["sandbox_read"]),
-            agent_network=choice("agent_network", NETWORKS, lower=True),
-            gate_network=choice("gate_network", NETWORKS, lower=True),
-            agent_env=_env_names(values["agent_env"], "agent_env", sources["agent_env"]),
+            agent_network=agent_network,
+            agent_network_strict=bool(values["agent_network_strict"]),
+            gate_network=read.network("gate_network"),
+            agent_env=agent_env,
             gate_env=_env_names(values["gate_env"], "gate_env", sources["gate_env"]),
             sandbox_pids=int(values["sandbox_pids"]),
             sandbox_file_bytes=int(values["sandbox_file_bytes"]),
@@ -276,6 +327,7 @@ class Settings:
         from ..errors import ConfigError
         from ..sandbox.containment import Bind
         from ..sandbox.containment import Settings as SandboxSettings
+        from ..sandbox.network import Network
 
         try:
             binds = tuple(
@@ -289,8 +341,8 @@ class Settings:
         contained = SandboxSettings(
             mode=self.sandbox,
             binds=binds,
-            agent_network=self.agent_network,
-            gate_network=self.gate_network,
+            agent_network=Network.parse(self.agent_network),
+            gate_network=Network.parse(self.gate_network),
             agent_env=self.agent_env,
             gate_env=self.gate_env,
             pids_max=self.sandbox_pids,

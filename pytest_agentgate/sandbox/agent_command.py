@@ -8,7 +8,9 @@ read by a shell. A template that wants a shell names one (``sh -c '...'``).
 Placeholders: ``{task}``, ``{workspace}``, ``{agent}``, ``{attempt}`` (the 1-based try within
 the test) and ``{feedback}`` (a file outside the workspace, bound read-only into the sandbox,
 holding the earlier attempts' verdicts and failing output: inside the workspace it would be
-snapshotted and land). ``{{`` and ``}}`` are literal braces.
+snapshotted and land) and ``{home}`` (the command's own empty home, outside the workspace: a
+place for its configuration, history and trajectory files). ``{{`` and ``}}`` are literal
+braces.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import AgentgateError
 
-PLACEHOLDERS = ("task", "workspace", "agent", "attempt", "feedback")
+PLACEHOLDERS = ("task", "workspace", "agent", "attempt", "feedback", "home")
 
 
 class AgentCommandError(AgentgateError):
@@ -51,10 +53,20 @@ class AgentSetupError(AgentgateError):
 
 @dataclass(frozen=True)
 class AgentCommand:
-    """A checked template: its arguments, each with the placeholders it holds."""
+    """A checked template: its arguments, each with the placeholders it holds; and what a
+    preset adds to it (see :mod:`pytest_agentgate.agents.presets`)."""
 
     template: str
     args: tuple[str, ...]
+    #: Set in the command's environment (a preset's switches: no telemetry, no updates).
+    env: tuple[tuple[str, str], ...] = ()
+    #: How the agent's usage is read: a reader's name, or (field, JSON path) pairs.
+    usage: str = ""
+    usage_fields: tuple[tuple[str, str], ...] = ()
+    #: A file in ``{home}`` holding the agent's transcript; empty: what it printed.
+    transcript_file: str = ""
+    #: The preset it came from, if any.
+    preset: str = ""
 
     @classmethod
     def parse(cls, template: str) -> AgentCommand:

@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,13 +36,19 @@ from typing import TYPE_CHECKING
 from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX
 from ..errors import ConfigError
 from .bwrap_run import SECCOMP_PLACEHOLDER, STATUS_PLACEHOLDER
+from .network import Network
 from .seccomp import program as seccomp_program
 
 if TYPE_CHECKING:
     from .process import CommandResult, Running
 
 MODES = ("auto", "bwrap", "none")
-NETWORKS = ("none", "host")
+#: Who an agent's command runs as inside, when the plugin runs as root: CLIs that refuse to
+#: run as root (Claude Code with its permission checks bypassed) run, and what they leave in
+#: the workspace belongs, outside, to the user who ran pytest (the namespace maps one to the
+#: other).
+AGENT_UID = 1000
+AGENT_USER = "agent"
 #: What the environment of an agent's or a gate's command may keep, unless a person names more.
 ALLOWED_ENV = frozenset(
     {"PATH", "LANG", "LANGUAGE", "TERM", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHASHSEED", "TZ"}
@@ -89,8 +95,8 @@ class Settings:
 
     mode: str = "auto"
     binds: tuple[Bind, ...] = ()
-    agent_network: str = "none"
-    gate_network: str = "none"
+    agent_network: Network = field(default_factory=Network)
+    gate_network: Network = field(default_factory=Network)
     agent_env: tuple[str, ...] = ()
     gate_env: tuple[str, ...] = ()
     pids_max: int = DEFAULT_PIDS_MAX
@@ -197,7 +203,7 @@ class Sandbox:
         writable: Path,
         tmp: Path,
         home: Path,
-        network: bool,
+        role: Role,
         objects: Path | None = None,
         extra_ro: Iterable[Path] = (),
         extra_rw: Iterable[Path] = (),
@@ -231,8 +237,11 @@ class Sandbox:
         for path in visible:
             args += ["--ro-bind", str(path), str(path)]
         args += ["--dev", "/dev", "--proc", "/proc", *_PROC_GUARDS, *_INIT_GUARDS]
-        if not network:
+        if not role.network.shared:
             args.append("--unshare-net")
+        if role.unprivileged and os.geteuid() == 0 and userns_works(self.program):
+            args += ["--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_UID)]
+            args += ["--ro-bind", str(_passwd(home)), "/etc/passwd"]
         for mask in masks:
             args += ["--perms", "0755", "--size", "65536", "--tmpfs", str(mask)]
         for path in _outermost(p for p in [*again, *extra_ro] if p.exists()):
@@ -487,8 +496,37 @@ class Role:
     """How one kind of command runs: an agent's steps, or a gate's commands."""
 
     name: str  # "agent" or "gate"
-    network: bool = False
+    network: Network = field(default_factory=Network)
     env_names: tuple[str, ...] = ()
+    #: Run as :data:`AGENT_UID` inside when the plugin runs as root (a user namespace).
+    unprivileged: bool = False
+
+
+def _passwd(home: Path) -> Path:
+    """The machine's ``/etc/passwd`` with a line for the unprivileged user inside (programs
+    that look up their own user, as ``whoami`` and Node's ``os.userInfo()`` do, find it)."""
+    try:
+        lines = Path("/etc/passwd").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        lines = []
+    lines = [line for line in lines if line.split(":")[2:3] != [str(AGENT_UID)]]
+    lines.append(f"{AGENT_USER}:x:{AGENT_UID}:{AGENT_UID}:{AGENT_USER}:{home}:/bin/sh")
+    written = home.parent / "passwd"
+    written.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return written
+
+
+@cache
+def userns_works(program: str) -> bool:
+    """Whether ``program`` can map the user inside a namespace of its own (once a process)."""
+    args = [
+        program, "--unshare-user", "--uid", str(AGENT_UID), "--gid", str(AGENT_UID),
+        "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "exit 0",
+    ]  # fmt: skip
+    try:
+        return subprocess.run(args, capture_output=True, timeout=20, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 #: No sandbox, nothing named: what a workspace made outside an engine gets.
@@ -517,6 +555,8 @@ def run_contained(
     ``private`` is the command's own directory outside every workspace: its ``/tmp`` and an
     empty ``$HOME`` are made there. ``env`` is added to the allow-listed environment.
     """
+    from dataclasses import replace
+
     from . import process as _proc
 
     tmp, home = private / "tmp", private / "home"
@@ -524,6 +564,13 @@ def run_contained(
         folder.mkdir(mode=0o700, exist_ok=True)
     extra = {"HOME": str(home), "TMPDIR": "/tmp" if sandbox.active else str(tmp)}
     extra.update(env or {})
+    proxy = None
+    if sandbox.active and role.network.proxied:
+        from .egress import EgressProxy
+
+        proxy = EgressProxy(role.network).start()
+        extra.update(proxy.environment())
+        extra_ro = (*extra_ro, proxy.folder)
     run_env = command_env(os.environ, role.env_names, extra)
     wrap = None
     if sandbox.active:
@@ -531,11 +578,11 @@ def run_contained(
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
-                argv,
+                proxy.relayed(argv) if proxy is not None else argv,
                 writable=cwd,
                 tmp=tmp,
                 home=home,
-                network=role.network,
+                role=role,
                 objects=objects,
                 extra_ro=extra_ro,
                 extra_rw=extra_rw,
@@ -544,14 +591,21 @@ def run_contained(
                 above=above,
             )
 
-    return _proc.run_command(
-        command,
-        cwd=cwd,
-        env=run_env,
-        timeout=timeout,
-        started=started,
-        running=running,
-        wrap=wrap,
-        pids_max=sandbox.settings.pids_max,
-        fsize_max=sandbox.settings.file_bytes,
-    )
+    try:
+        result = _proc.run_command(
+            command,
+            cwd=cwd,
+            env=run_env,
+            timeout=timeout,
+            started=started,
+            running=running,
+            wrap=wrap,
+            pids_max=sandbox.settings.pids_max,
+            fsize_max=sandbox.settings.file_bytes,
+        )
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    if proxy is not None and proxy.refused_count:
+        result = replace(result, refused=tuple(proxy.refusals), refused_count=proxy.refused_count)
+    return result

@@ -32,6 +32,7 @@ from .. import _faults
 from .forkserver import BOOTSTRAP, supervisor_code, wait_or_reap_later
 
 if TYPE_CHECKING:
+    from .egress import Refusal
     from .supervisor import Cgroup
 
 #: How many lines of a command's output an attempt record keeps.
@@ -82,6 +83,9 @@ class CommandResult:
     contained: bool = False
     #: How many bytes the command printed in all (``output`` holds at most ``LOG_BYTES``).
     output_bytes: int = 0
+    #: Connections its network's allow-list refused (the first ones), and how many in all.
+    refused: tuple[Refusal, ...] = ()
+    refused_count: int = 0
 
     @property
     def ok(self) -> bool:

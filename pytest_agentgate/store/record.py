@@ -57,6 +57,8 @@ class Record:
     retest: Retest = ""
     #: Its place in the batch that landed it (``<batch> (i of n)``).
     batch: str = ""
+    #: Connections the agent's network allow-list refused (``host:port at time``).
+    refused: tuple[str, ...] = ()
     #: Whose move it is (a waiter's attempt landed by a leader is the waiter's): settling
     #: its pending line waits while that process lives. None: the writer's own.
     pid: int | None = None
@@ -110,6 +112,7 @@ class Record:
             checkpoints=_text(raw["checkpoints"]),
             retest=raw["retest"] if raw["retest"] in RETESTS else "",  # type: ignore[arg-type]
             batch=_text(raw["batch"]),
+            refused=_texts(raw["refused"]),
             pid=_int(raw["pid"]),
         )
 

@@ -161,6 +161,8 @@ def format_message(
         body += [f"Reason: {one_line(reason)[:_MAX_TAIL]}", ""]
     if excluded:
         body += [f"Left out of the snapshot (secrets): {_listed(list(excluded))}", ""]
+    if record.refused:
+        body += [f"Connections the allow-list refused: {_listed(list(record.refused))}", ""]
     body += _results_lines(results or {})
     body += _indented("Output (last lines):", _tail(printable(output)))
     if record.transcript.strip() != output.strip():

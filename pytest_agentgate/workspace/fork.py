@@ -86,12 +86,22 @@ class Workspace:
     notes: dict[str, object] = field(default_factory=dict)
     #: Told when the agent starts and ends (the plugin's progress line); None: nobody.
     on_step: Callable[[str], None] | None = None
+    #: Connections the network's allow-list refused in this try (the first ones, as text),
+    #: how many in all, and whether one rejects the attempt.
+    refused: list[str] = field(default_factory=list)
+    refused_count: int = 0
+    network_strict: bool = False
+    #: The agent's transcripts of this try (its stream or trajectory, one per run_agent()),
+    #: with the size each had before it was cut to its end.
+    transcripts: list[tuple[bytes, int]] = field(default_factory=list)
     _groups: list[int] = field(default_factory=list)
 
     def new_try(self) -> None:
         """Begin another try (the next one of this test, or the first of another test this
-        recycled workspace serves): no checkpoint or note of an earlier try carries over."""
+        recycled workspace serves): no checkpoint, note, refusal or transcript of an earlier
+        try carries over."""
         self.checkpoints, self.notes, self.try_id = [], {}, uuid.uuid4().hex[:12]
+        self.refused, self.refused_count, self.transcripts = [], 0, []
 
     def note(self, **fields: object) -> None:
         """Record what the agent reports of this try (``note(tokens=1200, cost=0.04)``):
@@ -139,23 +149,34 @@ class Workspace:
                 "none is configured: set agentgate_agent_command in the ini file or "
                 "pass --agentgate-agent-command (or run the agent with agent_workspace.run())",
             )
+        from ..agents.reading import program_roots, read_run
+
+        home = self._private() / "home"
         argv = self.agent_command.argv(
             task=self.task,
             workspace=self.path,
             agent=self.agent,
             attempt=self.attempt,
             feedback=self.feedback or "",
+            home=home,
         )
         limit = self.agent_timeout if timeout is None else timeout
-        extra_ro = (self.feedback,) if self.feedback is not None else ()
+        extra_ro: tuple[Path, ...] = (self.feedback,) if self.feedback is not None else ()
+        extra_ro += program_roots(argv[0], os.environ.get("PATH", ""))
         self._tell("agent")
         try:
-            result = self.run(argv, timeout=limit, extra_ro=extra_ro)
+            result = self.run(
+                argv, timeout=limit, extra_ro=extra_ro, env=dict(self.agent_command.env)
+            )
         finally:
             self._tell("")
         if result.timed_out and limit is not None:
             raise AgentTimedOut(limit)
         self._check_started(argv, result)
+        read = read_run(self.agent_command, result.output, home)
+        if read.notes:
+            self.note(**read.notes)
+        self.transcripts.append((read.transcript, read.transcript_size))
         return result
 
     def _check_started(self, argv: Sequence[str], result: _proc.CommandResult) -> None:
@@ -200,16 +221,12 @@ class Workspace:
         """
         extra = dict(env or {})
         extra["GIT_CEILING_DIRECTORIES"] = str(self.path.parent)
-        if self.private is None:
-            self.private = Path(
-                tempfile.mkdtemp(prefix=".agentgate-private-", dir=self.path.parent)
-            )
         result = run_contained(
             self.sandbox,
             self.role,
             cmd,
             cwd=self.path,
-            private=self.private,
+            private=self._private(),
             timeout=timeout,
             env=extra,
             objects=self.objects,
@@ -218,7 +235,17 @@ class Workspace:
             extra_rw=self.state_binds,
         )
         self.runs.append(result)
+        self.refused += [str(r) for r in result.refused][: 50 - len(self.refused)]
+        self.refused_count += result.refused_count
         return result
+
+    def _private(self) -> Path:
+        """The workspace's own directory outside it (made on first use)."""
+        if self.private is None:
+            self.private = Path(
+                tempfile.mkdtemp(prefix=".agentgate-private-", dir=self.path.parent)
+            )
+        return self.private
 
     def end_processes(self) -> int:
         """End every process still at work in the workspace; return how many are left.

@@ -27,6 +27,7 @@ from helpers import SERVICE, fsck, git, write
 
 from pytest_agentgate import Engine, GateSpec
 from pytest_agentgate.sandbox.containment import Settings
+from pytest_agentgate.sandbox.network import Network
 
 GOOD_STORE = textwrap.dedent(SERVICE["ledger/store.py"]).lstrip("\n")
 BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
@@ -687,7 +688,7 @@ def test_network_is_off_unless_asked_for(service: Path, bwrap: str) -> None:
     try:
         off = engine(service, "bwrap").fork(task="offline")
         assert off.run(connect).returncode != 0
-        on = engine(service, "bwrap", agent_network="host").fork(task="online")
+        on = engine(service, "bwrap", agent_network=Network("host")).fork(task="online")
         assert on.run(connect).returncode == 0
     finally:
         server.close()

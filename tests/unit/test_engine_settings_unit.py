@@ -10,5 +10,3 @@ from pytest_agentgate import EngineSettings
 def test_unknown_engine_options_are_named() -> None:
     with pytest.raises(TypeError, match="unknown engine setting"):
         EngineSettings.of(target="main", promte=True)
-
-

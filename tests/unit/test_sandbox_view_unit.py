@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_agentgate.sandbox.containment import Sandbox, Settings
+from pytest_agentgate.sandbox.containment import Role, Sandbox, Settings
 
 
 def masks(argv: list[str]) -> list[str]:
@@ -22,7 +22,9 @@ def test_a_hidden_folder_made_after_the_first_command_is_still_masked(tmp_path: 
         path.mkdir()
 
     def line() -> list[str]:
-        return box.wrap(["true"], writable=dirs["w"], tmp=dirs["t"], home=dirs["h"], network=False)
+        return box.wrap(
+            ["true"], writable=dirs["w"], tmp=dirs["t"], home=dirs["h"], role=Role("gate")
+        )
 
     first = line()
     assert str(readable) in first and str(secret) not in masks(first)

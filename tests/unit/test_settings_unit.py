@@ -62,7 +62,7 @@ def test_lists_bools_and_numbers(pytester: pytest.Pytester) -> None:
         (["--agentgate-sandbox=docker"], "expected one of auto, bwrap, none"),
         (["--agentgate-flaky=maybe"], "expected reject or accept"),
         (["--agentgate-isolation=vm"], "expected shared or sealed"),
-        (["--agentgate-agent-network=lan"], "expected one of none, host"),
+        (["--agentgate-agent-network=lan"], "network must be none, host or allow:HOST"),
         (["--agentgate-gate-env=NOT-A-NAME"], "expected the name of an environment variable"),
         (["--agentgate-unprotect=conftest"], "the rules are"),
         (["--agentgate-agent=a\nb"], "control character"),

@@ -71,5 +71,7 @@ def test_the_server_s_own_transaction_is_judged_by_what_it_said() -> None:
 
 
 def test_an_unreported_outcome_is_unknown() -> None:
-    (found,) = statuses(f"To srv\n!\tabc:{MAIN}\t[remote failure] (remote failed to report status)\n")
+    (found,) = statuses(
+        f"To srv\n!\tabc:{MAIN}\t[remote failure] (remote failed to report status)\n"
+    )
     assert found.outcome == "unknown"
