@@ -398,3 +398,58 @@ def test_an_agent_that_cannot_start_is_an_error_that_spends_no_retry(
         assert "ERROR" in out
     finally:
         shutil.rmtree(outside, ignore_errors=True)
+
+
+NOSY = textwrap.dedent(
+    """
+    import json, pathlib, sys, urllib.request
+    try:  # a host nobody allowed
+        urllib.request.urlopen("http://example.com/", timeout=5)
+    except Exception as exc:
+        print("refused:", type(exc).__name__)
+    pathlib.Path(sys.argv[1], "answer.txt").write_text("42\\n")
+    print(json.dumps({"usage": {"total": 1234}, "cost_usd": 0.5}))
+    """
+)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_refused_connection_is_recorded_and_strict_mode_rejects(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, bwrap: str, strict: bool
+) -> None:
+    agent = tmp_path / "nosy.py"
+    agent.write_text(NOSY)
+    pytester.makepyfile(
+        test_nosy="""
+        import pytest
+
+        @pytest.mark.gated(task="answer")
+        def test_nosy(agent_workspace):
+            agent_workspace.run_agent()
+        """
+    )
+    report = tmp_path / "report.json"
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", "--agentgate-promote", f"--agentgate-gate-exit-code={GATE}",
+        f"--agentgate-agent-command={sys.executable} {agent} {{workspace}}",
+        f"--agentgate-sandbox-bind={agent}", f"--agentgate-report={report}",
+        "--agentgate-agent-network=allow:pypi.org",
+        "--agentgate-agent-usage=tokens=usage.total", "--agentgate-agent-usage=cost=cost_usd",
+        *(["--agentgate-agent-network-strict"] if strict else []),
+    )  # fmt: skip
+    row = json.loads(report.read_text())["attempts"][0]
+    assert row["refused"] and row["refused"][0].startswith("example.com:80 at ")
+    # The usage its command printed, read by the paths named: no note() in the test.
+    assert row["notes"] == {"tokens": 1234.0, "cost": 0.5}
+    if strict:
+        assert row["verdict"] == "rejected" and row["check"] == "network"
+        assert "allow-list refuses (example.com:80" in row["reason"]
+        result.assert_outcomes(failed=1)
+    else:
+        assert row["verdict"] == "promoted"
+        result.assert_outcomes(passed=1)
+    shown = subprocess.run(
+        [sys.executable, "-m", "pytest_agentgate", "show", row["attempt_ref"].split("attempts/")[1]],
+        cwd=service, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "Connections the allow-list refused: example.com:80 at" in shown

@@ -144,7 +144,8 @@ PRESETS: dict[str, Preset] = {
                 "--analytics-disable --no-show-model-warnings --no-show-release-notes "
                 "--no-pretty --no-stream --no-fancy-input --edit-format whole "
                 "--chat-history-file {home}/aider.chat.history.md "
-                '--input-history-file {home}/aider.input.history --message "' + PROMPT + '"'
+                "--input-history-file {home}/aider.input.history --read {feedback} "
+                '--message "' + PROMPT + '"'
             ),
             env_names=("OPENAI_API_KEY", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "AIDER_MODEL"),
             fixed_env={**_QUIET, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},

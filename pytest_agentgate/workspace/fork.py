@@ -165,9 +165,10 @@ class Workspace:
         extra_ro += program_roots(argv[0], os.environ.get("PATH", ""))
         self._tell("agent")
         try:
-            result = self.run(
-                argv, timeout=limit, extra_ro=extra_ro, env=dict(self.agent_command.env)
-            )
+            env = dict(self.agent_command.env)
+            if self.feedback is not None:  # for the agent's own tools too, not only its prompt
+                env["AGENTGATE_FEEDBACK"] = str(self.feedback)
+            result = self.run(argv, timeout=limit, extra_ro=extra_ro, env=env)
         finally:
             self._tell("")
         if result.timed_out and limit is not None:
