@@ -52,8 +52,7 @@ CLIS = {
 
 #: Read once, at import: the suite's fixtures give each test a $HOME of its own.
 _CACHE = Path(
-    os.environ.get("AGENTGATE_CLI_CACHE")
-    or Path.home() / ".cache" / "pytest-agentgate" / "clis"
+    os.environ.get("AGENTGATE_CLI_CACHE") or Path.home() / ".cache" / "pytest-agentgate" / "clis"
 )
 
 

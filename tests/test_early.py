@@ -210,15 +210,13 @@ def test_a_fast_forward_that_finds_a_leader_at_work_here_joins_its_queue(
 # -- early re-tests ---------------------------------------------------------------------
 
 
-def test_an_early_retest_of_the_batch_stands_for_its_retest(
-    service: Path, tmp_path: Path
-) -> None:
+def test_an_early_retest_of_the_batch_stands_for_its_retest(service: Path, tmp_path: Path) -> None:
     """Two attempts' gates begin together: their merged tree is tested at the same time.
     One fast-forwards; the other's batch has exactly that tree on top, and lands on the
     early run's verdict, with no re-test of its own."""
     b, x, y, retest = two_tested_early(service, tmp_path)
     assert [ahead for _, ahead in retest.ran] == [True]  # one run, held to the bases only
-    (tested, _), = retest.ran
+    ((tested, _),) = retest.ran
     assert set(b.repo.tree_paths(tested)) >= {"x.txt", "y.txt"}
     assert early_files(b) == [".json"]
     for entry in (x, y):  # their own gates passed
@@ -468,9 +466,7 @@ def test_a_tree_judged_by_a_leader_is_never_answered_by_an_early_run_again(
     fsck(b.path)
 
 
-def test_a_stopped_early_runner_does_not_stall_the_queue(
-    service: Path, tmp_path: Path
-) -> None:
+def test_a_stopped_early_runner_does_not_stall_the_queue(service: Path, tmp_path: Path) -> None:
     """Found by the second trial reading the code: a leader waited, holding the target's
     lock, for as long as the early run's process lived; stopped (SIGSTOP) or stuck, forever.
     Now it waits a few gates' durations at most, then re-tests itself."""
@@ -698,9 +694,7 @@ def test_early_retests_are_on_by_default_and_off_by_their_option(
     ).assert_outcomes(passed=1)
 
 
-def test_no_early_retest_of_more_attempts_than_a_batch_holds(
-    service: Path, tmp_path: Path
-) -> None:
+def test_no_early_retest_of_more_attempts_than_a_batch_holds(service: Path, tmp_path: Path) -> None:
     """Which of them the first batch takes depends on the order they arrive in, not known
     while their gates run: 16 separate processes spent a gate run more on an early re-test
     of 8 of them."""

@@ -38,7 +38,9 @@ def test_a_signal_held_by_a_block_that_raises_is_still_delivered() -> None:
         "    pass\n"
         "print('still alive')\n"
     )
-    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
     assert ran.returncode == -signal.SIGTERM and "still alive" not in ran.stdout, ran
 
 

@@ -155,6 +155,8 @@ def test_a_real_agent_is_gated_end_to_end(
     # The next try read the verdict of the one before (its tool's output, or Aider's --read):
     # the prompt names the file only, so the words reached the model by the agent reading it.
     assert any("Try 1: rejected" in s for s in sent), sent[-1][:2000]
+    if shell:  # and with it, the end of what the agent did in that try, as steps
+        assert any("What the agent did" in s for s in sent)
     # A host not on the list was refused and is on the record.
     refused = " ".join(honest["refused"])
     assert ("example.com:80" if shell else "raw.githubusercontent.com:443") in refused
@@ -164,5 +166,6 @@ def test_a_real_agent_is_gated_end_to_end(
     assert "Agent transcript (last lines):" in shown
     assert '{"type"' not in shown and '"role":' not in shown
     assert ("-> " in shown) if shell else ("#### make add() add" in shown), shown
-    log = agentgate(project, "show", "--log", honest["attempt_ref"].rsplit("attempts/", 1)[1])
-    assert "agent-transcript" in log
+    whole = agentgate(project, "show", "--transcript", honest["attempt_ref"].split("attempts/")[1])
+    assert "agent-transcript" in whole and '{"type"' not in whole
+    assert ("-> " in whole) if shell else ("#### make add() add" in whole), whole

@@ -338,9 +338,7 @@ def test_a_pool_recycles_only_where_that_costs_less_than_a_fresh_fork(
     assert ways.count(True) == 2 and ways[ReuseCosts.PROBE_EVERY - 1]
 
 
-def test_gate_checkouts_are_kept_only_where_reusing_one_pays(
-    service: Path, tmp_path: Path
-) -> None:
+def test_gate_checkouts_are_kept_only_where_reusing_one_pays(service: Path, tmp_path: Path) -> None:
     """A run's gate checkouts are kept for the next gate only while bringing one over (and
     proving it clean, off the gate's path but not free) has cost no more than a fresh
     checkout; else each gate gets a fresh one, and the last is removed."""

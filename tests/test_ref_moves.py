@@ -200,9 +200,15 @@ def test_what_a_review_found_is_git_s_to_move(
             os.symlink("refs/heads/main", repo_path / "HEAD")
         else:
             (repo_path / "HEAD").write_text(head)
-        before = len((repo_path / "logs/HEAD").read_text().splitlines()) if (repo_path / "logs/HEAD").exists() else 0
+        before = (
+            len((repo_path / "logs/HEAD").read_text().splitlines())
+            if (repo_path / "logs/HEAD").exists()
+            else 0
+        )
         now = git(repo_path, "rev-parse", "main")
-        assert repo.update_ref(ref, first if now == second else second, now, f"m {head!r}", reflog=True)
+        assert repo.update_ref(
+            ref, first if now == second else second, now, f"m {head!r}", reflog=True
+        )
         assert len((repo_path / "logs/HEAD").read_text().splitlines()) == before + 1, head
     (repo_path / "HEAD").unlink()
     (repo_path / "HEAD").write_text("ref: refs/heads/main\n")

@@ -355,16 +355,10 @@ def test_another_machine_s_landing_is_not_taken_for_a_person_s_push(
     a = clone(str(server), tmp_path / "a")
     b = clone(str(server), tmp_path / "b")
     person = clone(str(server), tmp_path / "person")
-    pytester.makepyfile(
-        **{f"test_agent_{n}": AGENT.format(n=n, who=f"m{n}") for n in range(4)}
-    )
+    pytester.makepyfile(**{f"test_agent_{n}": AGENT.format(n=n, who=f"m{n}") for n in range(4)})
     flags = ["--agentgate-remote=origin", "--agentgate-promote", "--agentgate-gate-exit-code=true"]
-    pytester.runpytest("test_agent_0.py", f"--agentgate-repo={a}", *flags).assert_outcomes(
-        passed=1
-    )
-    pytester.runpytest("test_agent_1.py", f"--agentgate-repo={b}", *flags).assert_outcomes(
-        passed=1
-    )
+    pytester.runpytest("test_agent_0.py", f"--agentgate-repo={a}", *flags).assert_outcomes(passed=1)
+    pytester.runpytest("test_agent_1.py", f"--agentgate-repo={b}", *flags).assert_outcomes(passed=1)
     after_b = pytester.runpytest("test_agent_2.py", f"--agentgate-repo={a}", *flags)
     after_b.assert_outcomes(passed=1)
     assert "moved outside agentgate" not in after_b.stdout.str()

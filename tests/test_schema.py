@@ -62,7 +62,10 @@ def test_an_older_layout_is_marked_and_a_record_without_a_version_is_read(
     # Make it look as 0.2 wrote it: no Schema trailer, and no layout ref.
     message = git(service, "log", "-1", "--format=%B", ref)
     old = "\n".join(line for line in message.splitlines() if "Agentgate-Schema" not in line)
-    tree, parent = git(service, "rev-parse", f"{ref}^{{tree}}"), git(service, "rev-parse", f"{ref}^")
+    tree, parent = (
+        git(service, "rev-parse", f"{ref}^{{tree}}"),
+        git(service, "rev-parse", f"{ref}^"),
+    )
     commit = git(service, "commit-tree", tree, "-p", parent, "-m", old)
     git(service, "update-ref", ref, commit)
     git(service, "update-ref", "-d", LAYOUT_REF)
@@ -82,7 +85,10 @@ def test_a_record_in_a_newer_schema_is_shown_but_not_acted_on(
     message = git(service, "log", "-1", "--format=%B", ref).replace(
         f"Agentgate-Schema: {RECORD_VERSION}", "Agentgate-Schema: 7"
     )
-    tree, parent = git(service, "rev-parse", f"{ref}^{{tree}}"), git(service, "rev-parse", f"{ref}^")
+    tree, parent = (
+        git(service, "rev-parse", f"{ref}^{{tree}}"),
+        git(service, "rev-parse", f"{ref}^"),
+    )
     git(service, "update-ref", ref, git(service, "commit-tree", tree, "-p", parent, "-m", message))
     assert main(["show", "--repo", str(service), ref]) == 0
     capsys.readouterr()

@@ -103,6 +103,11 @@ def _add_reading_parsers(
     p = sub.add_parser("show", parents=[common], help="an attempt's message, trailers and diff")
     p.add_argument("attempt", help="a ref, a unique prefix of <slug>/<n>, or a commit id")
     p.add_argument("--log", action="store_true", help="the whole output of each gate command")
+    p.add_argument(
+        "--transcript",
+        action="store_true",
+        help="the agent's whole transcript, as steps (a preset's stream or trajectory)",
+    )
     p.add_argument("--remote", metavar="NAME", help=REMOTE_HELP)
     p.set_defaults(func=cmd_show)
 
@@ -293,10 +298,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     attempt = find(repo, args.attempt, records_ref(repo, args), readable=False)
     print(f"attempt {attempt.record_ref}" + (f" (on {args.remote})" if args.remote else ""))
     # Printable text and line breaks only: a record's message is data, never terminal control.
-    if args.log:
+    if args.log or args.transcript:
         from ..store import logs
 
         kept = logs.read(repo, attempt.record_ref)
+        transcripts = [(n, d) for n, d in kept if "-agent-transcript-" in n]
+        if args.transcript:
+            if not transcripts:
+                raise Refused(f"{attempt.record_ref} has no agent transcript kept")
+            kept = _rendered(transcripts)
         if not kept:
             raise Refused(f"{attempt.record_ref} has no gate log kept (no gate command ran)")
         for name, data in kept:
@@ -308,6 +318,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     shown = repo.show_commit(attempt.record_commit)
     sys.stdout.write(re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", shown))
     return 0
+
+
+def _rendered(transcripts: list[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """Each kept transcript as a person reads it (its first line, the command, dropped)."""
+    from ..agents.transcript import render
+
+    out = []
+    for name, data in transcripts:
+        body = data.decode("utf-8", "replace").split("\n\n", 1)[-1]
+        out.append((name, render(body).encode()))
+    return out
 
 
 def cmd_log(args: argparse.Namespace) -> int:

@@ -584,7 +584,20 @@ def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:
         "check": verdict.check,
         "attempt_ref": attempt.record_ref,
         "output": tail,
+        "transcript": _transcript_tail(attempt),
     }
+
+
+def _transcript_tail(attempt: Attempt) -> str:
+    """The end of what the agent did in a try, as steps (a preset's transcript), for the
+    next try's feedback; empty for a command that keeps none."""
+    if not attempt.workspace.transcripts:
+        return ""
+    from ..agents.transcript import render
+    from .report import OUTPUT_LINES
+
+    text = "\n".join(render(raw) for raw, _ in attempt.workspace.transcripts)
+    return "\n".join(text.splitlines()[-OUTPUT_LINES:])
 
 
 def _feedback_file(engine: Engine, ws: Workspace) -> Path:

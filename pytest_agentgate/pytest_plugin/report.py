@@ -40,6 +40,10 @@ def feedback_text(task: str, attempt: int, history: Iterable[Mapping[str, Any]])
         output = str(entry.get("output") or "").rstrip()
         if output:
             out += ["", "~~~", output.replace("~~~", "~ ~ ~"), "~~~"]
+        steps = str(entry.get("transcript") or "").rstrip()
+        if steps:
+            out += ["", "What the agent did (the end of its transcript):", "", "~~~",
+                    steps.replace("~~~", "~ ~ ~"), "~~~"]  # fmt: skip
         out.append("")
     return "\n".join(out) + "\n"
 

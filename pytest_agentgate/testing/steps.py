@@ -83,15 +83,16 @@ def mini_text(step: Step) -> str:
     return f"THOUGHT: {said(step)}\n\n```mswea_bash_command\n{command}\n```"
 
 
-def aider_text(script: list[Step]) -> str:
+def aider_text(script: list[Step], fence: tuple[str, str] = ("```", "```")) -> str:
     """A script as one answer in Aider's ``whole`` edit format: each file's path, then its
-    whole content in a fence."""
+    whole content between ``fence`` (the one Aider's prompt asked for: it picks another
+    when a file in its chat holds the usual one)."""
     parts = []
+    opening, closing = fence
     for step in script:
         if isinstance(step, Write):
-            fence = "````" if "```" in step.content else "```"
             body = step.content if step.content.endswith("\n") else step.content + "\n"
-            parts.append(f"{said(step)}\n\n{step.path}\n{fence}\n{body}{fence}\n")
+            parts.append(f"{said(step)}\n\n{step.path}\n{opening}\n{body}{closing}\n")
         elif isinstance(step, Run):
             parts.append(f"{said(step)} (Aider has no shell here: `{step.command}` is not run.)")
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,8 +84,16 @@ def aider_style(kind: str | None, offered: list[str], body: dict[str, Any]) -> b
     return kind == "chat" and not offered and MINI_DONE.split()[1] not in _text_of(body)
 
 
+#: Where Aider's prompt shows the fence it wants, in its worked example of a file listing.
+_AIDER_FENCE = re.compile(r"path/to/filename\.js\n(`{3,}|<\w+>)\n")
+
+
 def render_aider(script: list[Step], body: dict[str, Any], model: str, usage: Usage) -> Reply:
-    return _chat(aider_text(script), None, model, usage, bool(body.get("stream")))
+    found = _AIDER_FENCE.search(_text_of(body))
+    opening = found[1] if found else "```"
+    closing = f"</{opening[1:]}" if opening.startswith("<") else opening
+    text = aider_text(script, (opening, closing))
+    return _chat(text, None, model, usage, bool(body.get("stream")))
 
 
 def render(

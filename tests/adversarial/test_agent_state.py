@@ -90,8 +90,9 @@ def test_a_state_path_reached_through_a_link_is_refused(service: Path, tmp_path:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     e = engine(service)
     ws = e.fork(task="linked")
-    with pytest.raises(ConfigError, match="reached through a symbolic link"), e.state_held(
-        ws, [str(tmp_path / "link" / "a")]
+    with (
+        pytest.raises(ConfigError, match="reached through a symbolic link"),
+        e.state_held(ws, [str(tmp_path / "link" / "a")]),
     ):
         pass
     assert (tmp_path / "link").is_symlink()
@@ -223,7 +224,18 @@ def test_land_holds_an_attempt_to_its_test_s_own_rules(
     first = e.run_attempt(ws, task="backdoor", spec=spec)
     assert first.verdict.status == "rejected" and first.verdict.check == "protect"
     capsys.readouterr()
-    code = main(["land", "--repo", str(service), first.record_ref, "--gate-exit-code", "true", "--sandbox", "none"])
+    code = main(
+        [
+            "land",
+            "--repo",
+            str(service),
+            first.record_ref,
+            "--gate-exit-code",
+            "true",
+            "--sandbox",
+            "none",
+        ]
+    )
     assert code == 1 and "is not one land judges again" in capsys.readouterr().err
     assert "BACKDOOR" not in git(service, "show", "main:ledger/api.py")
     record = git(service, "log", "-1", "--format=%B", first.record_ref)
@@ -249,7 +261,9 @@ def test_restore_sends_no_state_through_a_link_the_restored_code_holds(
     assert not (host / "planted.txt").exists()
     out = tmp_path / "restored"
     capsys.readouterr()
-    code = main(["restore", "--repo", str(service), attempt.record_ref, "--to", str(out), "--state"])
+    code = main(
+        ["restore", "--repo", str(service), attempt.record_ref, "--to", str(out), "--state"]
+    )
     assert code == 1 and "reached through a symbolic link" in capsys.readouterr().err
     assert not (host / "planted.txt").exists()
 

@@ -428,7 +428,6 @@ def test_removal_walks_without_following_links(tmp_path: Path) -> None:
     assert (victim / "tmp.txt").exists()
 
 
-
 def test_removal_in_the_background_follows_no_link_and_is_waited_for(tmp_path: Path) -> None:
     """A gate's checkout is deleted after its verdict, in a thread: with the same care as a
     deletion in place (a link planted inside goes as a link), all of it done once

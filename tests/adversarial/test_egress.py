@@ -9,6 +9,7 @@ for the allowed model API and for everything else.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import socket
@@ -96,12 +97,15 @@ def test_the_allowed_host_is_reached_and_another_port_is_refused_and_noted(
     bwrap: str, tmp_path: Path, servers: tuple[_Server, _Server]
 ) -> None:
     allowed, other = servers
-    script = FETCH + f"""
+    script = (
+        FETCH
+        + f"""
 print("allowed:", fetch("http://127.0.0.1:{port(allowed)}/ok"))
 print("other-through-proxy:", fetch("http://127.0.0.1:{port(other)}/x", proxy="force"))
 print("other-direct:", fetch("http://127.0.0.1:{port(other)}/y", proxy=False))
 print("outside:", fetch("http://example.com/"))
 """
+    )
     result = run(bwrap, tmp_path, f"allow:127.0.0.1:{port(allowed)}", script)
     assert result.returncode == 0, result.output
     assert f"allowed: reached {port(allowed)}" in result.output
@@ -120,10 +124,8 @@ def test_no_direct_socket_reaches_any_other_address(
     """Straight to the machine's loopback, to its other addresses, and out: nothing."""
     allowed, other = servers
     addresses = ["127.0.0.1", "10.0.0.1", "1.1.1.1", "169.254.169.254"]
-    try:
+    with contextlib.suppress(OSError):
         addresses.append(socket.gethostbyname(socket.gethostname()))
-    except OSError:
-        pass
     script = f"""
 import socket
 for host in {addresses!r}:

@@ -156,9 +156,7 @@ def test_land_refuses_a_record_whose_base_trailer_is_not_its_parent(
     """The same forgery for ``land``, which judges a record again against the base its
     trailer names: a record that is not its own diff is refused before anything is run."""
     work = clone(server, tmp_path / "work")
-    pytester.makepyfile(
-        test_agents=AGENT.format(n=1).replace('gate=["true"]', 'gate=["false"]')
-    )
+    pytester.makepyfile(test_agents=AGENT.format(n=1).replace('gate=["true"]', 'gate=["false"]'))
     pytester.runpytest(
         f"--agentgate-repo={work}", "--agentgate-remote=origin", "--agentgate-promote"
     ).assert_outcomes(failed=1)

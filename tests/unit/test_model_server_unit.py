@@ -122,3 +122,13 @@ def test_each_conversation_takes_the_next_script_and_the_last_one_again() -> Non
             commands.append(tool_input(found)["command"])
         assert commands == ["first", "second", "second"]
         assert len(server.agent_requests) == 3
+
+
+def test_aider_is_answered_in_the_fence_its_prompt_asked_for() -> None:
+    """Aider picks another fence when a file in its chat holds ``` (a feedback file that
+    quotes a transcript): an answer in the usual one would be read as no edit at all."""
+    system = "You MUST use this *file listing* format:\n\npath/to/filename.js\n<source>\n// ...\n"
+    with ScriptedModelServer([Write("ops.py", "y = 2\n")]) as server:
+        body: Body = {"messages": [{"role": "system", "content": system}, {"role": "user"}]}
+        answer = json.loads(post(server, "/v1/chat/completions", body)[1])
+        assert "ops.py\n<source>\ny = 2\n</source>" in answer["choices"][0]["message"]["content"]
