@@ -73,3 +73,17 @@ def test_the_false_rejection_benchmark_runs_and_refuses_nothing(tmp_path: Path) 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "refused: 0 of 3 honest replays that pass by hand" in proc.stdout
+
+
+def test_quick_agent_benchmark_runs() -> None:
+    """bench/agents.py --quick: a real CLI run bare and through the plugin, side by side
+    (installed from its registry when missing; it asserts no timing)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("agents.py")), "--quick", "--install"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "claude-code" in proc.stdout and " ms  1  (" in proc.stdout, proc.stdout
