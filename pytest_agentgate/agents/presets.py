@@ -14,7 +14,6 @@ tries' verdicts and failing output.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -186,8 +185,3 @@ PRESETS: dict[str, Preset] = {
 
 def find(name: str) -> Preset | None:
     return PRESETS.get(name.strip().lower())
-
-
-def environment(preset: Preset) -> dict[str, str]:
-    """The fixed settings, unless the person set the same name themselves."""
-    return {k: v for k, v in preset.fixed_env.items() if k not in os.environ or k in _QUIET}

@@ -170,6 +170,12 @@ def mini(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def steps_tail(transcripts: Iterable[tuple[bytes, int]], lines: int) -> str:
+    """The last ``lines`` lines of a try's transcripts rendered as steps; empty for none."""
+    text = "\n".join(render(raw) for raw, _ in transcripts)
+    return "\n".join(text.splitlines()[-lines:])
+
+
 def render(raw: bytes | str) -> str:
     """The transcript as text a person reads (steps, each with its result shortened)."""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw

@@ -403,10 +403,9 @@ def _transcript_tail(ws: Workspace) -> str:
     preset's stream), else the tail of what its commands printed."""
     if not ws.transcripts:
         return ws.output_tail()
-    from ..agents.transcript import render
+    from ..agents.transcript import steps_tail
 
-    text = "\n".join(render(raw) for raw, _ in ws.transcripts)
-    return "\n".join(text.splitlines()[-TAIL_LINES:])
+    return steps_tail(ws.transcripts, TAIL_LINES)
 
 
 def _refused(ws: Workspace) -> tuple[str, ...]:

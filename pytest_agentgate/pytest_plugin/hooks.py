@@ -591,13 +591,10 @@ def _history_entry(attempt: Attempt, number: int) -> dict[str, object]:
 def _transcript_tail(attempt: Attempt) -> str:
     """The end of what the agent did in a try, as steps (a preset's transcript), for the
     next try's feedback; empty for a command that keeps none."""
-    if not attempt.workspace.transcripts:
-        return ""
-    from ..agents.transcript import render
+    from ..agents.transcript import steps_tail
     from .report import OUTPUT_LINES
 
-    text = "\n".join(render(raw) for raw, _ in attempt.workspace.transcripts)
-    return "\n".join(text.splitlines()[-OUTPUT_LINES:])
+    return steps_tail(attempt.workspace.transcripts, OUTPUT_LINES)
 
 
 def _feedback_file(engine: Engine, ws: Workspace) -> Path:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .network import Network
+from .relay import splice
 
 #: The longest request head the proxy reads before it refuses the request.
 HEAD_BYTES = 16 * 1024
@@ -169,7 +170,7 @@ class EgressProxy:
                 upstream.sendall(forward)
             if rest:
                 upstream.sendall(rest)
-            _splice(client, upstream)
+            splice(client, upstream)
         except OSError:
             pass
         finally:
@@ -245,21 +246,3 @@ def _answer(status: int, text: str) -> bytes:
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode("latin-1") + body
-
-
-def _splice(one: socket.socket, other: socket.socket) -> None:
-    """Copy bytes both ways until both sides are done."""
-
-    def pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while chunk := src.recv(65536):
-                dst.sendall(chunk)
-        except OSError:
-            pass
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-
-    back = threading.Thread(target=pump, args=(other, one), daemon=True)
-    back.start()
-    pump(one, other)
-    back.join()

@@ -53,6 +53,14 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         dst.shutdown(socket.SHUT_WR)
 
 
+def splice(one: socket.socket, other: socket.socket) -> None:
+    """Copy bytes both ways until both sides are done (the egress proxy's too)."""
+    back = threading.Thread(target=_pump, args=(other, one), daemon=True)
+    back.start()
+    _pump(one, other)
+    back.join()
+
+
 def _carry(client: socket.socket, proxy_path: str, target: str | None) -> None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -70,10 +78,7 @@ def _carry(client: socket.socket, proxy_path: str, target: str | None) -> None:
             rest = head.partition(b"\r\n\r\n")[2]
             if rest:
                 client.sendall(rest)
-        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        back.start()
-        _pump(client, upstream)
-        back.join()
+        splice(client, upstream)
     except OSError:
         pass
     finally:
