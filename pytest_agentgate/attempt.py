@@ -22,6 +22,7 @@ from .git.repo import MergePreview
 from .judge.gate import Check, CheckResult, Verdict, run_check
 from .land.promote import Move
 from .sandbox.removal import remove_tree
+from .store.record import Landing
 from .workspace.fork import Workspace, checkout_tree
 from .workspace.snapshot import Snapshot
 
@@ -87,6 +88,8 @@ class Attempt:
     #: The test's own rules it was judged by beyond the run's (``protect=`` globs and
     #: ``max_changed_lines``), kept in its record so ``agentgate land`` holds it to them.
     protect: tuple[str, ...] = ()
+    #: How it lands when it passes: merge, squash or rebase (``--agentgate-land``).
+    landing: Landing = "merge"
     max_changed_lines: int | None = None
     #: The refs of the checkpoints the try made, in order.
     checkpoints: list[str] = field(default_factory=list)

@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .._constants import DEFAULT_GATE_TIMEOUT_S
+from ..store.record import LANDINGS
 from .common import Refused, UsageProblem, open_repo, target_branch
 
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..git.repo import BaseRepo
     from ..store.attempts import AttemptInfo
+    from ..store.record import Landing
     from ..workspace.fork import Workspace
 
 
@@ -54,6 +56,11 @@ def add_judging_parsers(
     p.add_argument(
         "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
         help="where the gate runs (default: bwrap when it works here)",
+    )  # fmt: skip
+    p.add_argument(
+        "--land", choices=LANDINGS, default=None, metavar="HOW",
+        help="merge, squash or rebase, as --agentgate-land (default: as the attempt landed "
+        "was to: its record's, else merge)",
     )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="judge and report, but move nothing")
     p.set_defaults(func=cmd_land)
@@ -95,6 +102,8 @@ def cmd_land(args: argparse.Namespace) -> int:
             "run its test again instead"
         )
     protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
+    said = earlier.trailers.get("Landing", "")
+    landing = cast("Landing", args.land or (said if said in LANDINGS else "merge"))
     limit = earlier.trailers.get("Max-Changed-Lines")
     target = target_branch(repo, args)
     with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
@@ -111,13 +120,14 @@ def cmd_land(args: argparse.Namespace) -> int:
                 timeout=args.gate_timeout,
                 protect=protect,
                 max_changed_lines=int(limit) if limit else None,
+                landing=landing,
             ),
             sandbox=Settings(mode=args.sandbox),
         )
         try:
             ws = _onto_the_tip(engine, earlier)
             if args.dry_run:
-                return _would_land(engine, ws, earlier, target)
+                return _would_land(engine, ws, earlier, target, landing)
             attempt = engine.run_attempt(ws, task=earlier.task, agent=earlier.agent)
         finally:
             engine.close()
@@ -151,7 +161,9 @@ def _onto_the_tip(engine: Engine, earlier: AttemptInfo) -> Workspace:
     return ws
 
 
-def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str | None) -> int:
+def _would_land(
+    engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str | None, landing: str
+) -> int:
     """``land --dry-run``: the gate's word and the merge preview, and nothing written (no
     record, no ref moved, no scratch ref; baselines are kept as any gate run keeps them)."""
     from ..attempt import Attempt
@@ -174,7 +186,10 @@ def _would_land(engine: Engine, ws: Workspace, earlier: AttemptInfo, target: str
             shown = ", ".join(conflicts)
             print(f"{earlier.record_ref} would not land: merge conflicts in {shown}")
             return 1
-    how = "fast-forward" if tip == attempt.base else "merge, then re-tested"
+    if tip == attempt.base:
+        how = "a squash of its own" if landing == "squash" else "fast-forward"
+    else:
+        how = f"{landing}, then re-tested"
     where = target or engine.target.label
     print(f"{earlier.record_ref} would land on {where} ({how}); nothing was written")
     return 0

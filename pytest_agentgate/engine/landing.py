@@ -18,6 +18,7 @@ from ..judge.gate import (
     check_limits,
     run_commands,
 )
+from ..land.landings import Landed, landing_commit
 from ..land.promote import Move, PromoteOutcome, promote
 from ..land.queue import Outcome
 from ..land.retest import BatchRetest, Retested, no_retest
@@ -66,9 +67,14 @@ class Landing(EngineBase):
                 return False
             return True
 
+        pending = self.record_of(attempt, status)
+        landed: str | Landed = attempt.change_commit
+        if pending.landing == "squash":  # one commit of its own, on the base too
+            tree = self.repo.tree_of(attempt.change_commit)
+            landed = landing_commit(self.repo, attempt.base, attempt.change_commit, tree, pending)
         outcome = promote(
             self.target,
-            attempt.change_commit,
+            landed,
             attempt.base,
             reflog_message=records.landing_reflog(
                 attempt.task, attempt.agent, dry_run=not promotes
@@ -77,7 +83,7 @@ class Landing(EngineBase):
             task=attempt.task,
             expected_tip=attempt.target_before,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
-            pending=self.record_of(attempt, status),
+            pending=pending,
             on_moved=on_moved,
         )
         if outcome.needs_queue:
@@ -344,6 +350,7 @@ class Landing(EngineBase):
             if attempt.checkpoints
             else "",
             retest=retest,
+            landing=attempt.landing,
         )
 
     def record(self, attempt: Attempt) -> str:

@@ -233,6 +233,7 @@ class Engine(Landing):
         attempt.timings["fork"] = ws.fork_ms
         spec = spec or self.gate
         attempt.protect, attempt.max_changed_lines = spec.protect, spec.max_changed_lines
+        attempt.landing = spec.landing
         ws.end_processes()
         try:
             with terminate_as_interrupt():

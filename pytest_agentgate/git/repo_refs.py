@@ -468,6 +468,15 @@ class RepoRefs:
         ).out
         return [LogEntry(*line.split("\0", 3)) for line in out.splitlines() if line]
 
+    def first_parent_naming(self, span: str, text: str) -> list[str]:
+        """The commits of ``span`` along first parents whose message holds ``text`` (a
+        fixed string), newest first."""
+        out = self._run(
+            "log", "--first-parent", "--format=%H", "--fixed-strings", f"--grep={text}",
+            "--end-of-options", span,
+        ).out  # fmt: skip
+        return out.split()
+
     def merge_base(self, a: str, b: str) -> str | None:
         """A best common ancestor of ``a`` and ``b`` in the history present, or None."""
         out = self._run("merge-base", "--end-of-options", a, b, ok=(0, 1))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._constants import DEFAULT_GATE_TIMEOUT_S, DEFAULT_TESTS_OF
 from ..sandbox.containment import UNCONTAINED, Role, Sandbox
-from ..store.record import Status
+from ..store.record import Landing, Status
 from . import harness, results
 from .grading import Grading
 
@@ -124,6 +124,9 @@ class GateSpec:
     #: A graded task's fail-to-pass and pass-to-pass tests (see :mod:`.grading`).
     grading: Grading | None = None
     max_changed_lines: int | None = None
+    #: How a passing attempt lands (merge, squash, rebase): not the gate's business, but
+    #: like the limits above, the run's setting a test's marker may refine.
+    landing: Landing = "merge"
     timeout: float = DEFAULT_GATE_TIMEOUT
     #: True when the user said explicitly that the test's own outcome is enough (``gate=[]``).
     outcome_is_enough: bool = False

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from .. import _faults
 from ..errors import AgentgateError, RefMoved
 from ..git import transport
-from ..git.repo import Author
 from ..store import attempts, records
 from ..store.record import Record, Retest
+from .landings import judged_as_is, landing_commit
 from .retest import BatchRetest, Retested
 from .target import MoveNote
 
@@ -161,32 +161,21 @@ class Leader(Recovery):
     ) -> str:
         """Add ``entry`` to the chain that ends at ``head`` (or set it aside); the new head."""
         if head == entry.base:
-            chain.append(
-                (
-                    entry,
-                    entry.change_commit,
-                    self.repo.tree_of(entry.change_commit),
-                    "fast-forward",
-                )
-            )
-            return entry.change_commit
-        preview = self.repo.merge_preview(head, entry.change_commit)
-        if preview.conflicts:
-            aside.append(entry)
-            return head
-        if preview.tree == self.repo.tree_of(head):
-            # Nothing to land is not a merge: on the tip already, or (an identical
-            # change earlier in this batch) judged alone once the batch has landed.
-            (already if head == tip else aside).append(entry)
-            return head
-        merge = self.repo.commit_tree(
-            preview.tree,
-            [head, entry.change_commit],
-            records.merge_message(entry.task, entry.agent),
-            Author.for_agent(entry.agent),
-        )
-        chain.append((entry, merge, preview.tree, "merge"))
-        return merge
+            tree = self.repo.tree_of(entry.change_commit)
+        else:
+            preview = self.repo.merge_preview(head, entry.change_commit)
+            if preview.conflicts:
+                aside.append(entry)
+                return head
+            if preview.tree == self.repo.tree_of(head):
+                # Nothing to land is not a merge: on the tip already, or (an identical
+                # change earlier in this batch) judged alone once the batch has landed.
+                (already if head == tip else aside).append(entry)
+                return head
+            tree = preview.tree
+        landed = landing_commit(self.repo, head, entry.change_commit, tree, entry.record)
+        chain.append((entry, landed.commit, landed.tree, landed.kind))
+        return landed.commit
 
     def _test_and_land(
         self, tip: str, chain: list[tuple[Entry, str, str, str]], retest: BatchRetest
@@ -200,8 +189,8 @@ class Leader(Recovery):
             """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
             if k == 0:
                 return True
-            if all(kind == "fast-forward" and not e.foreign for e, _, _, kind in chain[:k]):
-                return True  # exactly the attempt's own tree, judged by its own gate here
+            if as_judged(tip, chain[:k]):
+                return True  # exactly the attempts' own trees, judged by their gates here
             if k not in tested:
                 if k == len(chain):
                     tested[k] = self._top_test(tip, chain, retest)
@@ -421,6 +410,17 @@ class Leader(Recovery):
         return not any(e.key == key for e in left)
 
 
+def as_judged(tip: str, links: Sequence[Link]) -> bool:
+    """Whether each of ``links`` (from ``tip`` up) lands exactly its attempt's own tree,
+    each one judged here by its own gate: then their top needs no re-test."""
+    head = tip
+    for entry, commit, _tree, kind in links:
+        if entry.foreign or not judged_as_is(head, entry.base, kind):
+            return False
+        head = commit
+    return True
+
+
 @dataclass
 class _Landed:
     """The passing prefix of a batch that one move lands, and what its records and its
@@ -450,7 +450,8 @@ class _Landed:
         if i == self.good - 1 and self.retested:
             retest: Retest = "passed early" if self.top_early else "passed"
         else:
-            batched = kind == "merge" and not self.untested
+            head = self.tip if i == 0 else self.links[i - 1][1]
+            batched = not judged_as_is(head, entry.base, kind) and not self.untested
             retest = "batched" if batched else entry.record.retest
         return replace(entry.record, batch=self.batch_label(i), retest=retest)
 

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 from .. import _faults
 from ..errors import AgentgateError
 from ..store import records
-from ..store.record import STATUSES, Record, Status
+from ..store.record import LANDINGS, STATUSES, Landing, Record, Status
 
 if TYPE_CHECKING:
     from ..remote.server_queue import Listing, Posted, ServerQueue
 
+from .landings import change_landed, lands
 from .queue_folder import (
     POSTED_NAME_MAX,
     VERDICT_OUTPUT_MAX,
@@ -97,7 +98,7 @@ class ServerPosting(QueueFolder):
         if status in ("rejected", "conflict", "error"):
             # Not believed when the change is in the branch after all: a verdict written
             # over the real one must not make a landed attempt report a failure.
-            return None if self.repo.is_ancestor(entry.change_commit, tip) else outcome
+            return None if self._landed_in(entry, tip) else outcome
         if outcome.kind == "already":
             preview = self.repo.merge_preview(tip, entry.change_commit)
             if preview.conflicts or preview.tree != self.repo.tree_of(tip):
@@ -107,7 +108,7 @@ class ServerPosting(QueueFolder):
         try:
             landed = (
                 self.repo.has_object(new)
-                and self.repo.is_ancestor(entry.change_commit, new)
+                and lands(self.repo, new, entry.change_commit)
                 and self.repo.is_ancestor(new, tip)
             )
         except AgentgateError:
@@ -138,7 +139,7 @@ class ServerPosting(QueueFolder):
         # Gone without a verdict one can believe: landed all the same when the branch holds
         # its change (a verdict that could not be written, or was deleted), so not withdrawn.
         tip = self.target.tip()
-        if tip is not None and self.repo.is_ancestor(entry.change_commit, tip):
+        if tip is not None and self._landed_in(entry, tip):
             self._write_verdict(
                 entry,
                 Outcome(
@@ -151,6 +152,13 @@ class ServerPosting(QueueFolder):
             )
             return False
         return True
+
+    def _landed_in(self, entry: Entry, tip: str) -> bool:
+        """Whether the target's history up to ``tip`` holds the entry's landing."""
+        try:
+            return change_landed(self.repo, entry.change_commit, entry.base, tip) is not None
+        except AgentgateError:
+            return False
 
     def _decide(self, entry: Entry, outcome: Outcome) -> None:
         """Give the waiter its verdict (the leader's own included): on the server for
@@ -190,6 +198,8 @@ class ServerPosting(QueueFolder):
 
         status: Status = "promoted" if self.target.promotes else "passed"
         agent, task, base = text("agent") or "agent", text("task") or "task", text("base")
+        # Landed as its own machine's settings say (an older poster's: as a merge).
+        landing: Landing = text("landing") if text("landing") in LANDINGS else "merge"  # type: ignore[assignment]
         return Entry(
             seq=0,
             uid=posted.uid,
@@ -199,7 +209,7 @@ class ServerPosting(QueueFolder):
             agent=agent,
             task=task,
             # Recorded by the machine that posted it: this one writes no record of it.
-            record=Record(task, agent, base, "", uid=posted.uid, status=status),
+            record=Record(task, agent, base, "", uid=posted.uid, status=status, landing=landing),
             pid=0,
             posted=posted.commit,
             machine=posted.machine,

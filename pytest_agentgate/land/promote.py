@@ -25,6 +25,7 @@ from ..git.repo import Author, BaseRepo
 from ..git.worktree import recover_worktree
 from ..store import records
 from ..store.record import Record
+from .landings import Landed
 from .remote_branch import RemoteBranch
 from .target import LocalBranch, MoveNote, Target, check_move, for_ref
 
@@ -70,7 +71,7 @@ class PromoteOutcome:
 
 def promote(
     target: Target,
-    commit: str,
+    commit: str | Landed,
     base: str,
     *,
     reflog_message: str,
@@ -82,7 +83,8 @@ def promote(
     on_moved: Callable[[Move], bool] | None = None,
 ) -> PromoteOutcome:
     """Fast-forward ``target`` to ``commit`` (whose parent is ``base``), or say that it
-    needs the queue: every merge lands through the landing queue (:mod:`.queue`).
+    needs the queue: every merge lands through the landing queue (:mod:`.queue`). A
+    :class:`~.landings.Landed` commit (a squash made on the base) keeps its kind.
 
     Under the target's lock, the tip is read; only at ``base`` does the target move, by
     compare-and-swap (a lost race with a move at ``base`` starts over; nothing is ever
@@ -98,6 +100,8 @@ def promote(
     """
     repo = target.repo
     begin = time.perf_counter()
+    kind = commit.kind if isinstance(commit, Landed) else "fast-forward"
+    commit = commit.commit if isinstance(commit, Landed) else commit
     with target.lock() as waited:
         tip = target.tip_under_lock(expected_tip or base)
         for _ in range(MAX_RETRIES):
@@ -106,18 +110,18 @@ def promote(
             if tip != base:
                 return PromoteOutcome(None, needs_queue=True)
             tree = repo.tree_of(commit)
-            landed = Move(target.moved_ref, tip, commit, "fast-forward", tree, False, waited)
+            landed = Move(target.moved_ref, tip, commit, kind, tree, False, waited)
 
             def after_move(landed: Move = landed) -> bool:
                 return on_moved(landed) if on_moved is not None else True
 
             note = MoveNote(
-                "promote", agent=agent, task=task, kind="fast-forward", record=pending,
+                "promote", agent=agent, task=task, kind=kind, record=pending,
                 known_objects=known_objects, begin=begin,
             )  # fmt: skip
             try:
                 with target.lease(lambda: True):
-                    reflog = f"{reflog_message} (fast-forward)"
+                    reflog = f"{reflog_message} ({kind})"
                     result = target.move(commit, tip, reflog, note, after_move)
             except NotNeeded:
                 return PromoteOutcome(None, needs_queue=True)

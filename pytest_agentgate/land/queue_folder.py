@@ -326,4 +326,5 @@ def posting_of(entry: Entry) -> dict[str, object]:
         "began": entry.began,
         "protect": list(entry.record.protect),
         "max_changed_lines": entry.record.max_changed_lines,
+        "landing": entry.record.landing,
     }

@@ -21,6 +21,9 @@ __all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "gated", "marker_of"]
 RETRY_MODES = ("restart", "code", "full")
 #: How a test's gate commands are judged (see ``GatedMarker.results``).
 RESULTS = ("tests", "exit-code")
+#: How a passing attempt lands (see ``store.record.Landing``; written here too, so that
+#: loading the marker, in every pytest run, imports nothing of the store).
+LANDINGS = ("merge", "squash", "rebase")
 
 
 class GatedMarker(NamedTuple):
@@ -50,6 +53,8 @@ class GatedMarker(NamedTuple):
     results: str | None = None
     #: Test files (globs) or ids the task changes on purpose (see ``judge.base_tests``).
     allow_changed: tuple[str, ...] = ()
+    #: How it lands when it passes (merge, squash, rebase); None: the run's setting.
+    land: str | None = None
 
     @property
     def retry_mode(self) -> str:
@@ -78,6 +83,7 @@ def gated(
     resume_from: str | None = None,
     results: str | None = None,
     allow_changed: Any = (),
+    land: str | None = None,
 ) -> GatedMarker:
     if not isinstance(task, str) or not task.strip():
         raise TypeError(f"task must be a non-empty string, got {task!r}")
@@ -117,6 +123,7 @@ def gated(
     _check_words("allow_changed", allow_changed, "test files, test ids or globs")
     _check_grading(fail_to_pass, pass_to_pass, tests_from)
     _check_choice("results", results, RESULTS)
+    _check_choice("land", land, LANDINGS)
     return GatedMarker(
         task.strip(),
         agent,
@@ -135,6 +142,7 @@ def gated(
         resume_from.strip() if resume_from else None,
         results,
         tuple(allow_changed),
+        land,
     )
 
 

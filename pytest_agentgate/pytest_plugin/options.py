@@ -239,6 +239,14 @@ OPTIONS = (
         metavar="WHOSE",
     ),
     Option(
+        "land",
+        "how a passing attempt lands on a target that moved past its base: merge (default: "
+        "a merge commit), squash (one commit, the task its subject, the agent its author, "
+        "on the base too) or rebase (its commit replayed on the tip); each re-tested alike",
+        default="merge",
+        metavar="HOW",
+    ),
+    Option(
         "allow_changed",
         "test files (globs) or test ids every task may change: a file named here is the "
         "attempt's in the base's session (the marker's allow_changed= adds to it)",

@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..git.repo import BaseRepo
     from ..judge.gate import GateSpec
     from ..sandbox.agent_command import AgentCommand
+    from ..store.record import Landing
     from .marker import GatedMarker
 
 
@@ -195,6 +196,7 @@ class Settings:
     rerun_gate: int = 0
     flaky: str = "reject"
     tests_of: str = _constants.DEFAULT_TESTS_OF
+    land: str = "merge"
     allow_changed: tuple[str, ...] = ()
     gate_results: str | None = None
     report: Path | None = None
@@ -264,6 +266,7 @@ class Settings:
             rerun_gate=int(values["rerun_gate"]),
             flaky=choice("flaky", ("reject", "accept")),
             tests_of=choice("tests_of", ("base", "attempt")),
+            land=choice("land", _landings()),
             allow_changed=_words(values["allow_changed"]),
             gate_results=values["gate_results"] or None,
             report=Path(values["report"]) if values["report"] else None,
@@ -319,6 +322,7 @@ class Settings:
             jobs=self.gate_jobs,
             tests_of=self.tests_of,
             allow_changed=self.allow_changed,
+            landing=cast("Landing", self.land),
         )
 
     def engine_settings(self, workdir: Path, run_id: str = "") -> EngineSettings:
@@ -405,10 +409,17 @@ class Settings:
             checks=tuple(checks),
             protect=(*gate.protect, *marker.protect),
             max_changed_lines=marker.max_changed_lines,
+            landing=cast("Landing", marker.land or gate.landing),
             allow_removed=marker.allow_removed,
             allow_changed=(*gate.allow_changed, *marker.allow_changed),
             grading=_grading_for(marker, repo),
         )
+
+
+def _landings() -> tuple[str, ...]:
+    from .marker import LANDINGS
+
+    return LANDINGS
 
 
 def _grading_for(marker: GatedMarker, repo: BaseRepo) -> Any:

@@ -21,8 +21,13 @@ Status = Literal["promoted", "passed", "rejected", "conflict", "error"]
 #: that tree (``passed early``), the re-test of a batch above it (``batched``), nothing
 #: (``skipped``: re-tests off), or no merge to re-test (``""``).
 Retest = Literal["", "passed", "passed early", "batched", "skipped"]
+#: How a passing attempt lands on a target that moved past its base: a merge commit, one
+#: squashed commit with the record's trailers, or its commit replayed on the tip. (On the
+#: base itself a merge and a rebase are a fast-forward; a squash is its own commit.)
+Landing = Literal["merge", "squash", "rebase"]
 STATUSES: tuple[str, ...] = get_args(Status)
 RETESTS: tuple[str, ...] = get_args(Retest)
+LANDINGS: tuple[str, ...] = get_args(Landing)
 
 #: The record's fields under their JSON names where those differ (``try`` is a keyword).
 _JSON_NAMES = {"try_number": "try"}
@@ -59,6 +64,7 @@ class Record:
     batch: str = ""
     #: Connections the agent's network allow-list refused (``host:port at time``).
     refused: tuple[str, ...] = ()
+    landing: Landing = "merge"
     #: Whose move it is (a waiter's attempt landed by a leader is the waiter's): settling
     #: its pending line waits while that process lives. None: the writer's own.
     pid: int | None = None
@@ -113,6 +119,7 @@ class Record:
             retest=raw["retest"] if raw["retest"] in RETESTS else "",  # type: ignore[arg-type]
             batch=_text(raw["batch"]),
             refused=_texts(raw["refused"]),
+            landing=raw["landing"] if raw["landing"] in LANDINGS else "merge",  # type: ignore[arg-type]
             pid=_int(raw["pid"]),
         )
 

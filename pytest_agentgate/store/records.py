@@ -183,6 +183,7 @@ def format_message(
         "Retest": record.retest,
         "Graded-Tree": record.graded_tree,
         "Batch": record.batch,
+        "Landing": record.landing if record.landing != "merge" else None,
         "Try": str(record.try_number) if record.try_number > 1 else None,
         "Checkpoints": record.checkpoints,
         # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
@@ -220,6 +221,30 @@ def merge_message(task: str, agent: str) -> str:
     """The message of the merge commit that lands an attempt onto a moved target."""
     subject = f"agentgate: merge {one_line(task)[:120]} (by {one_line(agent)[:60]})"
     return f"{subject}\n\n" + trailer_lines({"Agent": agent, "Task": task})
+
+
+def squash_message(record: Record, change_commit: str) -> str:
+    """The message of the one commit a squash landing writes: the task as its subject, and
+    the trailers that find its record (``agentgate show <Id>``) and say what it was judged
+    on, so the target's history alone tells who made each change and under which gate."""
+    trailers = {
+        "Agent": record.agent,
+        "Task": record.task,
+        "Id": record.uid,
+        "Test": record.test,
+        "Base": record.base,
+        "Try": str(record.try_number) if record.try_number > 1 else None,
+        "Sandbox": record.sandbox,
+        "Landing": "squash",
+        "Squashed": change_commit,
+    }
+    return f"{one_line(record.task)}\n\n" + trailer_lines(trailers)
+
+
+def rebased_message(message: str, change_commit: str) -> str:
+    """A replayed commit's message: the attempt's commit's own, with one trailer naming the
+    commit it replays (as ``git cherry-pick -x`` notes its source)."""
+    return message.rstrip("\n") + "\n" + trailer_lines({"Rebased": change_commit})
 
 
 # A reflog message is one short line (git keeps it in a file of one line a move, and it may
