@@ -41,3 +41,6 @@ DEFAULT_FILE_BYTES = 1 << 30
 #: Whose tests judge an attempt's code unless told otherwise: the base's, in a session of
 #: their own (see ``judge.base_tests``).
 DEFAULT_TESTS_OF = "base"
+#: The value of ``--agentgate-base`` that forks every agent of a run from the target as it
+#: was when the run started (else each forks from the tip it finds).
+RUN_START = "run-start"

@@ -163,3 +163,55 @@ def test_the_option_the_ini_and_the_marker(pytester: pytest.Pytester, service: P
     bad = pytester.runpytest(*args, "--agentgate-land=octopus")
     assert bad.ret == 4
     bad.stderr.fnmatch_lines(["*invalid --agentgate-land 'octopus'*merge or squash or rebase*"])
+
+
+def _agents_that_check_their_base(start: str) -> str:
+    """Three agent tasks, each checking that it forked from ``start``, with nothing of the
+    others' (they land meanwhile)."""
+    return "import pytest\n" + "".join(
+        f"""
+
+@pytest.mark.gated(task="Add {n}", agent="a{n}")
+def test_{n}(agent_workspace):
+    assert agent_workspace.base == "{start}"
+    assert sorted(p.name for p in agent_workspace.path.glob("*.txt")) == []
+    (agent_workspace.path / "{n}.txt").write_text("{n}")
+"""
+        for n in range(3)
+    )
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_run_start_forks_every_agent_from_where_the_run_began(
+    pytester: pytest.Pytester, service: Path, workers: str
+) -> None:
+    """``--agentgate-base=run-start``: every agent of the run (under pytest-xdist, on every
+    worker) forks from the target as the run found it; the queue still merges each onto the
+    tip that moved, and the run says which base it used."""
+    start = git(service, "rev-parse", "main")
+    pytester.makepyfile(test_tasks=_agents_that_check_their_base(start))
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", "--agentgate-base=run-start", "--agentgate-promote",
+        "--agentgate-gate=true", "--agentgate-gate-exit-code=true", "-n", workers,
+        "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([f"*forks from main as it was when the run started, {start[:12]}*"])
+    names = git(service, "ls-tree", "--name-only", "main", "--", "0.txt", "1.txt", "2.txt")
+    assert names.split() == ["0.txt", "1.txt", "2.txt"]
+    assert len(git(service, "rev-list", "--merges", f"{start}..main").split()) == 2
+    fsck(service)
+
+
+def test_without_run_start_a_later_agent_forks_from_what_landed(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    """The default, as the docs say: each agent forks from the tip it finds (here the second
+    finds the first's landing), which is what the checks in the tasks above refuse."""
+    start = git(service, "rev-parse", "main")
+    pytester.makepyfile(test_tasks=_agents_that_check_their_base(start))
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", "--agentgate-promote", "--agentgate-gate=true",
+        "--agentgate-gate-exit-code=true", "-n", "0", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1, failed=2)

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
+from .._constants import RUN_START
 from ..attempt import Attempt
 from ..errors import ConfigError, DirtyWorktree, RevisionNotFound
 from ..git import runner as _git
@@ -162,7 +163,10 @@ class EngineBase:
                 source=where.get("target", "target"),
             )
         pinned = None
-        if settings.base:
+        if settings.base == RUN_START:
+            # A ref named run-start is not meant: the option's word wins, as documented.
+            pinned = server.tip() if settings.remote else base_repo.resolve(f"refs/heads/{branch}")
+        elif settings.base:
             try:
                 pinned = base_repo.resolve_commit(settings.base, where.get("base", "base"))
             except RevisionNotFound as exc:

@@ -43,7 +43,8 @@ class EngineSettings:
     promote: bool = False
     #: The target lives on this remote of the repository: promote by push with a lease.
     remote: str | None = None
-    #: Fork every workspace from this revision instead of the target's tip.
+    #: Fork every workspace from this revision instead of the target's tip (``run-start``:
+    #: the target's tip when the engine opens).
     base: str | None = None
     workdir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()) / "agentgate")
     gate: GateSpec = field(default_factory=GateSpec)

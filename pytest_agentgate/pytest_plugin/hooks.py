@@ -13,12 +13,13 @@ import json
 import os
 import uuid
 from collections.abc import Generator, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .._constants import MARKER, MARKER_HELP, RUN_MARKER
+from .._constants import MARKER, MARKER_HELP, RUN_MARKER, RUN_START
 from .options import AGENT_ENV, OPTIONS, Option, add_options, raw_setting
 
 if TYPE_CHECKING:
@@ -151,7 +152,17 @@ class AgentgateRun:
                 self.engine_.baselines.on_compute = lambda said: reporter.write_line(
                     f"agentgate: {said}"
                 )
+                pinned = self.engine_.pinned_base
+                if self.settings.base == RUN_START and pinned and not self._is_worker():
+                    reporter.write_line(
+                        f"agentgate: every agent of this run forks from "
+                        f"{self.engine_.target.label} as it was when the run started, "
+                        f"{pinned[:12]} (--agentgate-base=run-start)"
+                    )
         return self.engine_
+
+    def _is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
 
     def tell(self, step: str) -> None:
         """The running gated test enters ``step`` (for the progress line)."""
@@ -185,11 +196,17 @@ class AgentgateRun:
 
         settings = self.settings
         workdir = self._workdir()
+        opened = settings.engine_settings(workdir, self.run_id)
+        worker = getattr(self.config, "workerinput", None)
+        if worker and worker.get("agentgate_run_start") and opened.base == RUN_START:
+            # Every worker forks from the tip the run (its controller) started on, not the
+            # one it finds when it opens, after other workers have landed.
+            opened = replace(opened, base=worker["agentgate_run_start"])
         try:
             engine = Engine.open(
                 settings.repo or settings.rootpath,
                 sources=settings.engine_sources(),
-                settings=settings.engine_settings(workdir, self.run_id),
+                settings=opened,
             )
         except AgentgateError as exc:
             raise pytest.UsageError(f"agentgate: {exc}") from exc
@@ -259,6 +276,15 @@ class AgentgateRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["agentgate_run_id"] = self.run_id
+        if self._finish_setting("base") == RUN_START:
+            node.workerinput["agentgate_run_start"] = self.run_start()
+
+    def run_start(self) -> str:
+        """The target's tip this run started on (``--agentgate-base=run-start``), read
+        once, in the process that reports the run, and said once."""
+        engine = self.engine()
+        assert engine.pinned_base is not None
+        return engine.pinned_base
 
     def pytest_unconfigure(self) -> None:
         from .rundirs import release

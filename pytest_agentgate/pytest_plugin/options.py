@@ -62,7 +62,11 @@ OPTIONS = (
         metavar="BRANCH",
     ),
     Option(
-        "base", "fork every workspace from this commit instead of the target's tip", metavar="REV"
+        "base",
+        "fork every workspace from this commit instead of the tip the agent finds (which "
+        "holds what earlier agents of the run landed); run-start: the target's tip when the "
+        "run started, for every agent and every xdist worker",
+        metavar="REV",
     ),
     Option(
         "remote",
