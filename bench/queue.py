@@ -1,5 +1,5 @@
 """How many agents can land at once: the merge queue against N agents, each a distinct passing
-change, with a gate that sleeps 1 s.
+change, with a gate that sleeps 1 s (or, with --gate-kind cpu, computes for 1 s of CPU).
 
 For N = 4, 8 and 16 agents, as N separate pytest processes started together and as one run
 under pytest-xdist (``-n 2``, ``-n 4``), it prints the wall time from the first process's start
@@ -31,6 +31,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 GATE_S = 1.0
+#: "sleep" (the gate waits: gate-bound) or "cpu" (it computes: CPU-bound).
+GATE_KIND = "sleep"
 #: The smoke run's gate: long enough to overlap, short enough for the test suite.
 QUICK_GATE_S = 0.3
 
@@ -38,7 +40,12 @@ GATE = textwrap.dedent(
     """
     import os, pathlib, sys, time
     pathlib.Path(os.environ["QUEUE_BENCH_LOG"]).open("a").write("run\\n")
-    time.sleep({gate_s})
+    if {cpu}:  # a CPU-bound suite: the gate's time is a core's
+        end = time.process_time() + {gate_s}
+        while time.process_time() < end:
+            pass
+    else:  # a gate-bound one: waiting (a service, a sleep), no core used
+        time.sleep({gate_s})
     here = pathlib.Path(".")
     culprit = os.environ.get("QUEUE_BENCH_CULPRIT")
     if culprit:
@@ -75,7 +82,7 @@ def setup(root: Path, n: int) -> tuple[Path, Path, Path]:
     git(repo, "commit", "-q", "-m", "start")
     git(repo, "checkout", "-q", "--detach")  # promotion moves main; nothing checked out follows
     gate = root / "gate.py"
-    gate.write_text(GATE.format(gate_s=GATE_S))
+    gate.write_text(GATE.format(gate_s=GATE_S, cpu=GATE_KIND == "cpu"))
     suite = root / "suite"
     suite.mkdir()
     for i in range(n):
@@ -280,13 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         help="only this row, as AGENTS:HOW (HOW: separate, '-n 2', '-n 4', 'by hand'); may repeat",
     )  # fmt: skip
     parser.add_argument("--repeat", type=int, default=1, help="run each row this many times")
+    parser.add_argument(
+        "--gate-kind", choices=("sleep", "cpu"), default="sleep",
+        help="a gate that waits (sleep: gate-bound) or computes (cpu: CPU-bound) for its time",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    global GATE_S
+    global GATE_S, GATE_KIND
+    GATE_KIND = args.gate_kind
     if args.quick:
         GATE_S = QUICK_GATE_S
     sizes = [4] if args.quick else [4, 8, 16]
     modes = ["separate", "-n 2"] if args.quick else ["separate", "-n 2", "-n 4"]
-    print(f"merge queue: agents landing distinct passing changes, gate = sleep {GATE_S:g} s; "
+    print(f"merge queue: agents landing distinct passing changes, gate = {GATE_KIND} {GATE_S:g} s; "
           f"{os.cpu_count()} cores")  # fmt: skip
     print(f"{'agents':>6}  {'how':<24} {'wall s':>7} {'in gates':>9} {'gate runs':>10} "
           f"{'re-tests':>9} {'landed':>7} {'rejected':>9} {'lost':>5}")  # fmt: skip
@@ -304,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     for n, mode, culprit in plan:
         row = run(n, mode, culprit)
         how = mode if mode != "separate" else "separate processes"
+        if mode == "-n 0":
+            how = "one process, in turn"
         if mode == "two machines":
             how = "two machines, -n 2 each"
         if mode == "by hand":

@@ -196,7 +196,8 @@ def test_run_start_forks_every_agent_from_where_the_run_began(
         "-p", "no:cacheprovider",
     )  # fmt: skip
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([f"*forks from main as it was when the run started, {start[:12]}*"])
+    said = f"*fork* from main as it was when the run started, {start[:12]}*"
+    result.stdout.fnmatch_lines([said])
     names = git(service, "ls-tree", "--name-only", "main", "--", "0.txt", "1.txt", "2.txt")
     assert names.split() == ["0.txt", "1.txt", "2.txt"]
     assert len(git(service, "rev-list", "--merges", f"{start}..main").split()) == 2
@@ -215,3 +216,94 @@ def test_without_run_start_a_later_agent_forks_from_what_landed(
         "--agentgate-gate-exit-code=true", "-n", "0", "-p", "no:cacheprovider",
     )  # fmt: skip
     result.assert_outcomes(passed=1, failed=2)
+
+
+def test_run_start_under_xdist_opens_nothing_without_a_gated_test(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    """The controller reads the run's start for its workers without an engine: a run with
+    no gated test, outside any repository, passes and writes nothing."""
+    pytester.makepyfile(test_plain="def test_plain():\n    assert True\n")
+    pytester.makeini("[pytest]\nagentgate_base = run-start\n")
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "forked from" not in result.stdout.str() and "agentgate" not in result.stderr.str()
+
+
+def test_a_squash_already_landed_is_not_landed_twice(service: Path, tmp_path: Path) -> None:
+    """A leader that died after its move and records, before its verdicts, leaves its
+    entry queued: the next leader must see the squashed change landed (it is not the tip's
+    ancestor, so a merge preview alone would land it again over a person's later commit)."""
+    import os
+
+    from pytest_agentgate.land.queue import Entry, LandingQueue
+    from pytest_agentgate.land.target import LocalBranch
+    from pytest_agentgate.store import oplog
+    from pytest_agentgate.store.record import Record
+
+    start = git(service, "rev-parse", "main")
+    (service / "k0.txt").write_text("k0\n")
+    git(service, "add", "k0.txt")
+    git(service, "commit", "-qm", "change k0")
+    change = git(service, "rev-parse", "main")
+    git(service, "reset", "-q", "--hard", start)
+    from pytest_agentgate.git.repo import BaseRepo
+
+    repo = BaseRepo(service / ".git", service)
+    record = Record("task k0", "k0", start, repo.tree_of(change), uid="uid-k0", landing="squash")
+    entry = Entry(seq=0, uid="uid-k0", key="k", change_commit=change, base=start, agent="k0",
+                  task="task k0", record=record, pid=os.getpid())  # fmt: skip
+    target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
+    from pytest_agentgate.land.landings import landing_commit
+
+    landed = landing_commit(repo, start, change, repo.tree_of(change), record)
+    assert target.move(landed.commit, start, "squashed", _note()).moved
+    (service / "k0.txt").unlink()  # a person removes what it added, afterwards
+    git(service, "commit", "-qam", "a person's removal")
+    tip = git(service, "rev-parse", "main")
+    queue = LandingQueue(repo, target)
+    chain, aside, already = queue._chain(tip, [entry])
+    assert (chain, aside, already) == ([], [], [entry])
+
+
+def _note():
+    from pytest_agentgate.land.target import MoveNote
+
+    return MoveNote("promote", agent="k0", task="task k0", kind="squash")
+
+
+def test_a_squash_refuses_a_base_off_the_target_s_history(service: Path) -> None:
+    git(service, "checkout", "-q", "-b", "side")
+    (service / "f.txt").write_text("v2\n")
+    git(service, "add", "f.txt")
+    git(service, "commit", "-qm", "side")
+    side = git(service, "rev-parse", "side")
+    git(service, "checkout", "-q", "main")
+    (service / "g.txt").write_text("main moved\n")
+    git(service, "add", "g.txt")
+    git(service, "commit", "-qm", "main moves")
+    e = _engine(service, "squash", side)
+    ws = e.fork(task="Add b")
+    (ws.path / "b.txt").write_text("b\n")
+    done = e.run_attempt(ws, task="Add b", agent="agent-b")
+    e.close()
+    assert done.verdict.status == "error", done.verdict
+    assert "--agentgate-land=squash needs the attempt's base" in done.verdict.reason
+    assert "b.txt" not in git(service, "ls-tree", "--name-only", "main")
+
+
+def test_show_finds_a_squashed_attempt_by_its_id_and_by_its_landed_commit(
+    service: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = git(service, "rev-parse", "main")
+    e = _engine(service, "squash", start)
+    ws = e.fork(task="Add a total")
+    _write(ws.path, {"ledger/total.py": "def total(xs):\n    return sum(xs)\n"})
+    done = e.run_attempt(ws, task="Add a total", agent="agent-b")
+    e.close()
+    assert done.verdict.status == "promoted" and done.move is not None, done.verdict
+    uid = _trailers(service, done.move.new)["Id"]
+    for name in (uid, done.move.new):
+        capsys.readouterr()
+        assert main(["show", "--repo", str(service), name]) == 0, name
+        assert done.record_ref in capsys.readouterr().out

@@ -165,6 +165,58 @@ def test_a_setuptools_scm_version_file_is_written_by_the_gate_setup(service: Pat
     without.close()
 
 
+#: The per-Python nox recipe (docs/recipes.md): one session of the project's own noxfile,
+#: in the gate's environment, with no installs, and the checkout's src/ first on the path.
+PY = f"{sys.version_info.major}.{sys.version_info.minor}"
+NOX_PER_PYTHON = f"env PYTHONPATH=src nox --no-venv --no-install --force-python {PY} -s tests"
+#: A src-layout package named like one the gate's environment has installed (mkdocs brings
+#: Markdown), as packaging is installed beside pytest: the installed copy can shadow it.
+SHADOWED = {
+    "pyproject.toml": '[project]\nname = "markdown-lite"\nversion = "0"\n',
+    "src/markdown/__init__.py": 'def markdown(text):\n    return f"<p>{text}</p>"\n',
+    "tests/test_markdown.py": (
+        "from markdown import markdown\n\n\ndef test_paragraph():\n"
+        '    assert markdown("x") == "<p>x</p>"\n'
+    ),
+}
+BROKEN_MARKDOWN = {"src/markdown/__init__.py": "def markdown(text):\n    return text\n"}
+
+
+@pytest.mark.parametrize("pythonpath", ["src", "unset"])
+def test_a_per_python_noxfile_is_gated_on_the_checkout_not_the_installed_copy(
+    tmp_path: Path, pythonpath: str
+) -> None:
+    """A noxfile with a session per Python version and ``session.install`` runs, as the
+    recipe spells it, without network: one session, no venv, no install; ``PYTHONPATH=src``
+    makes the tests import the checkout's package. Without it they would import the
+    installed copy of the same name, and a change that breaks the package would pass: the
+    gate refuses to judge such a run, naming the package, where it came from and the fix."""
+    tool("nox")
+    pytest.importorskip("markdown")
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    noxfile = (RECIPES / "noxfile-per-python.py").read_text()
+    project(repo, {**SHADOWED, "noxfile.py": noxfile}, "a src layout gated through nox")
+    gate = (
+        NOX_PER_PYTHON if pythonpath == "src" else NOX_PER_PYTHON.replace("env PYTHONPATH=src ", "")
+    )
+    e = Engine.open(repo, "main", promote=False, workdir=tmp_path / "work", gate=gate_spec(gate))
+    honest = attempt(e, {"src/markdown/extra.py": "X = 1\n"}, "honest")
+    broken = attempt(e, BROKEN_MARKDOWN, "break the package")
+    e.close()
+    if pythonpath == "src":
+        assert honest.verdict.status == "passed", honest.verdict  # type: ignore[attr-defined]
+        assert broken.verdict.status == "rejected", broken.verdict  # type: ignore[attr-defined]
+        assert "test_paragraph" in broken.verdict.reason  # type: ignore[attr-defined]
+        return
+    for found in (honest, broken):  # the installed Markdown answered: nothing is judged
+        verdict = found.verdict  # type: ignore[attr-defined]
+        assert verdict.status == "error", verdict
+        assert "imported the package 'markdown' from" in verdict.reason, verdict
+        assert "site-packages" in verdict.reason and "PYTHONPATH=src" in verdict.reason
+
+
 def test_the_recipes_page_shows_the_tested_recipes() -> None:
     """docs/recipes.md includes each tested file and spells each tested command."""
     text = DOCS.read_text()
@@ -173,3 +225,5 @@ def test_the_recipes_page_shows_the_tested_recipes() -> None:
         if recipe_file:
             assert f'--8<-- "examples/recipes/{recipe_file}"' in text, recipe_file
     assert SCM_SETUP in text and '--8<-- "examples/recipes/pyproject-setuptools-scm.toml"' in text
+    assert NOX_PER_PYTHON.replace(PY, "3.12") in text
+    assert '--8<-- "examples/recipes/noxfile-per-python.py"' in text

@@ -39,6 +39,7 @@ class Landing(EngineBase):
         fast-forward when the target is still at its base, else through the queue, the one
         way a merge lands (a batch of one when nothing else waits)."""
         assert attempt.change_commit is not None
+        self._check_linear(attempt)
         retest, key = self._retest_for(attempt, spec)
         promotes = self.target.promotes
         status: Status = "promoted" if promotes else "passed"
@@ -89,6 +90,22 @@ class Landing(EngineBase):
         if outcome.needs_queue:
             return self._land_queued(attempt, spec, status, retest, key)
         return outcome
+
+    def _check_linear(self, attempt: Attempt) -> None:
+        """A squash or a rebase needs the attempt's base in the target's history: off it
+        (a pinned base on another branch), the commits between are not the tip's ancestors,
+        and the next merge would take an older merge base, bringing back or clashing with
+        changes the attempt never made. A merge keeps the base as a parent and does not."""
+        tip = attempt.target_before
+        if attempt.landing == "merge" or not tip or tip == attempt.base:
+            return
+        if not self.repo.is_ancestor(attempt.base, tip):
+            raise AgentgateError(
+                f"--agentgate-land={attempt.landing} needs the attempt's base in "
+                f"{self.target.label}'s history, and {attempt.base[:12]} is not in it (a "
+                "--agentgate-base on another branch?): land it as a merge "
+                "(--agentgate-land=merge), or fork from the target"
+            )
 
     def _retest_for(self, attempt: Attempt, spec: GateSpec) -> tuple[BatchRetest, str]:
         """How a merge of the attempt is re-tested in the queue, and the batch key of the

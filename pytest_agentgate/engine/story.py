@@ -23,6 +23,7 @@ from ..judge.gate import (
     GateSpec,
     Verdict,
 )
+from ..land import clashes
 from ..land.promote import Move
 from ..land.remote_branch import RemoteBranch
 from ..sandbox.process import terminate_as_interrupt
@@ -306,10 +307,11 @@ class Engine(Landing):
         if not found.conflicts:
             return None
         attempt.preview = found
+        clash = clashes.conflicting(self.repo, attempt.base, tip, found.conflicts)
         return Verdict(
             "conflict",
             f"preflight merge conflicts in: {', '.join(found.conflicts)} "
-            "(found before the gate ran: no gate command was run)",
+            f"(found before the gate ran: no gate command was run{'; ' + clash if clash else ''})",
             "preflight",
         )
 
@@ -485,9 +487,12 @@ class Engine(Landing):
         attempt.preview = self.preflight(attempt)
         lap("preflight")
         if attempt.preview.conflicts:
+            tip = attempt.target_before or ""
+            clash = clashes.conflicting(self.repo, attempt.base, tip, attempt.preview.conflicts)
             return Verdict(
                 "conflict",
-                f"preflight merge conflicts in: {', '.join(attempt.preview.conflicts)}",
+                f"preflight merge conflicts in: {', '.join(attempt.preview.conflicts)}"
+                + (f" ({clash})" if clash else ""),
                 "preflight",
             )
         # promote -> the target moves; record (written by land() right after the move)

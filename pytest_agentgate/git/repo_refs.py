@@ -496,6 +496,13 @@ class RepoRefs:
             "--end-of-options", commit,
         ).out  # fmt: skip
 
+    def patch(self, old: str, new: str) -> str:
+        """The patch from ``old`` to ``new`` (trees or commits), as git prints it, with
+        nothing of the repository's run (no external diff, no text conversion)."""
+        return self._run(
+            "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--end-of-options", old, new
+        ).out
+
     def first_parent_chain(self, rev: str, limit: int) -> list[tuple[str, list[str]]]:
         """Up to ``limit`` commits from ``rev`` back along first parents, each with its
         parents (one ``rev-list``)."""

@@ -80,6 +80,8 @@ class Session:
     running: str = ""
     #: The files it could not collect, each with the first line of its error.
     collect_errors: dict[str, str] = field(default_factory=dict)
+    #: The checkout's packages it imported from outside the checkout, and from where.
+    shadowed: dict[str, str] = field(default_factory=dict)
 
     def read(self, line: bytes) -> None:
         try:
@@ -123,6 +125,11 @@ class Session:
             where, said = message.get("id"), message.get("line")
             if isinstance(where, str) and isinstance(said, str):
                 self.collect_errors.setdefault(where, said[:300])
+        elif kind == "shadowed":
+            modules = message.get("modules")
+            for name, where in modules.items() if isinstance(modules, dict) else ():
+                if isinstance(where, str):
+                    self.shadowed.setdefault(str(name)[:100], where[:300])
         elif kind == "plugins":
             for entry in message.get("plugins") or ():
                 if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], list):
@@ -172,6 +179,16 @@ class Report:
                 return (
                     f"the gate's {which} ended without reporting its end{during} (killed, or "
                     "it exited from inside a test): its results are incomplete"
+                )
+            if session.shadowed:
+                name, where = next(iter(sorted(session.shadowed.items())))
+                return (
+                    f"the gate's {which} imported the package {name!r} from {where}, outside "
+                    f"the checkout, not the checkout's own {name}/: an installed copy (or "
+                    "another working copy's editable install) answered for the code under "
+                    "test. Put the checkout first (a src layout: PYTHONPATH=src, or pytest's "
+                    "-o pythonpath=src), or install the package from the checkout in the "
+                    "gate's own environment (tox, nox); see docs/recipes.md"
                 )
         return ""
 

@@ -379,6 +379,27 @@ def pytest_sessionstart(session: Any) -> None:
         _SESSION.session = session
 
 
+def _shadowed() -> dict[str, str]:
+    """The checkout's packages (``X/`` or ``src/X/`` with an ``__init__.py``) that this
+    session imported from somewhere else: an installed copy, or another working copy's
+    editable install, answered for the code under test."""
+    found: dict[str, str] = {}
+    for folder in (_CHECKOUT, os.path.join(_CHECKOUT, "src")) if _CHECKOUT else ():
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if not name.isidentifier() or not os.path.isfile(
+                os.path.join(folder, name, "__init__.py")
+            ):
+                continue
+            where = getattr(sys.modules.get(name), "__file__", None)
+            if isinstance(where, str) and not _inside(where, _CHECKOUT):
+                found[name] = where
+    return found
+
+
 def pytest_unconfigure(config: Any) -> None:
     """The end: pytest's exit status is final by now (set after every sessionfinish)."""
     found = _SESSION
@@ -387,6 +408,9 @@ def pytest_unconfigure(config: Any) -> None:
     found.ended = True
     for nodeid, (_, outcome) in found.outcomes.items():  # begun, never finished
         found.send(kind="test", id=found.test_id(nodeid), outcome=outcome)
+    shadowed = _shadowed()
+    if shadowed:
+        found.send(kind="shadowed", modules=shadowed)
     status = getattr(found.session, "exitstatus", None)
     found.send(
         kind="plugins", plugins=[[name, hooks] for name, hooks in sorted(found.plugins.items())]

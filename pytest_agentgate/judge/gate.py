@@ -589,7 +589,10 @@ class _Run:
             accepted = _only_old_failures(found, self.baseline, self.spec.unrequired)
         if verdict.ok and accepted:
             return _Ran(None, found, fingerprint)
-        reason = "" if self.collect else verdict.reason()
+        # A re-test holds the merge to what passed on the attempt's base or on the tip it
+        # merges onto: a test the tip alone has is not "a test of the base".
+        before = "before the merge (on its base or on the tip)" if self.label == "retest" else ""
+        reason = "" if self.collect else verdict.reason(before=before)
         if reason and self.spec.additions:
             reason = f"the attempt's own test files: {reason}"
         broken = report.collect_errors if report.sessions else {}

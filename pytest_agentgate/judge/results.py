@@ -168,12 +168,13 @@ class Comparison:
     def ok(self) -> bool:
         return not self.lost and not self.failed
 
-    def reason(self, limit: int = 5) -> str:
+    def reason(self, limit: int = 5, *, before: str = "") -> str:
+        """Why it fails; ``before`` says where the lost tests passed (default: on the base)."""
         parts = []
         if self.lost:
             parts.append(
-                f"{len(self.lost)} test(s) that passed on the base no longer pass: "
-                + _names(self.lost, limit)
+                f"{len(self.lost)} test(s) that passed {before or 'on the base'} no longer "
+                "pass: " + _names(self.lost, limit)
             )
         if self.failed:
             parts.append(

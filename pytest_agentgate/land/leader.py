@@ -15,7 +15,8 @@ from ..errors import AgentgateError, RefMoved
 from ..git import transport
 from ..store import attempts, records
 from ..store.record import Record, Retest
-from .landings import judged_as_is, landing_commit
+from . import clashes
+from .landings import change_landed, judged_as_is, landing_commit
 from .retest import BatchRetest, Retested
 from .target import MoveNote
 
@@ -119,11 +120,13 @@ class Leader(Recovery):
                 return
             if aside:
                 preview = self.repo.merge_preview(tip, entry.change_commit)
+                clash = clashes.conflicting(self.repo, entry.base, tip, preview.conflicts)
                 self._decide(
                     entry,
                     Outcome(
                         "conflict",
-                        f"merge conflicts in: {', '.join(preview.conflicts)}",
+                        f"merge conflicts in: {', '.join(preview.conflicts)}"
+                        + (f" ({clash})" if clash else ""),
                         "promote",
                         conflicts=list(preview.conflicts),
                     ),
@@ -160,6 +163,13 @@ class Leader(Recovery):
         already: list[Entry],
     ) -> str:
         """Add ``entry`` to the chain that ends at ``head`` (or set it aside); the new head."""
+        if entry.record.landing != "merge" and change_landed(
+            self.repo, entry.change_commit, entry.base, tip
+        ):
+            # A squashed or replayed change is not the tip's ancestor: a merge preview
+            # would not see it landed (a leader that died before its verdicts landed it).
+            already.append(entry)
+            return head
         if head == entry.base:
             tree = self.repo.tree_of(entry.change_commit)
         else:
@@ -200,7 +210,7 @@ class Leader(Recovery):
                     tested[k] = retest(chain[k - 1][2], tip, bases)
             return tested[k].ok
 
-        good = self._longest_passing(chain, passes, tested, batch_id)
+        good = self._longest_passing(tip, chain, passes, tested, batch_id)
         if good == 0:
             return tip
         landed = _Landed(
@@ -291,6 +301,7 @@ class Leader(Recovery):
 
     def _longest_passing(
         self,
+        tip: str,
         chain: Sequence[Link],
         passes: Callable[[int], bool],
         tested: Mapping[int, Retested],
@@ -312,11 +323,17 @@ class Leader(Recovery):
         culprit = chain[hi - 1][0]
         why, output = tested[hi].why, tested[hi].output
         others = [e.label for e, _, _, _ in chain[: hi - 1]]
+        # Who it clashes with: what landed since its base, or a neighbour before it here.
+        suspect = clashes.retest_suspects(
+            self.repo, culprit.base, tip, output, [c for _, c, _, _ in chain[: hi - 1]]
+        )
         self._decide(
             culprit,
             Outcome(
                 "rejected",
-                why + (f" (merged after {', '.join(others)})" if others else ""),
+                why
+                + (f" (merged after {', '.join(others)})" if others else "")
+                + (f"; {suspect}" if suspect else ""),
                 "retest",
                 output,
                 retested=True,

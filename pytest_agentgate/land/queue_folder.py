@@ -296,7 +296,7 @@ class QueueFolder:
             entry.record.status,
             "landed by a leader that stopped before its verdict; completed by the next",
             new=new,
-            kind="merge",
+            kind=landed_kind(entry.record.landing),
             record_ref=mine.record_ref,
             record_commit=mine.record_commit,
         )
@@ -312,6 +312,12 @@ class QueueFolder:
         except OSError:
             return True
         return left
+
+
+def landed_kind(landing: str) -> str:
+    """The kind of move a queue's landing made (a queue's move is never a fast-forward of
+    its own: it lands onto a tip that moved)."""
+    return landing if landing in ("squash", "rebase") else "merge"
 
 
 def posting_of(entry: Entry) -> dict[str, object]:

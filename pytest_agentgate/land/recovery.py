@@ -10,7 +10,7 @@ from ..store import attempts, pending
 from ..store.oplog import OpRecord
 from ..store.record import Record
 from .posting import ServerPosting
-from .queue_folder import Entry, Outcome
+from .queue_folder import Entry, Outcome, landed_kind
 
 
 class Recovery(ServerPosting):
@@ -141,7 +141,7 @@ class Recovery(ServerPosting):
                         "landed by a leader that then stopped; completed by the next",
                         new=line.new,
                         old=line.old or "",
-                        kind="merge",
+                        kind=landed_kind(entry.record.landing),
                         record_ref=ref,
                         record_commit=commit,
                         record_problem=found.get(entry.uid),

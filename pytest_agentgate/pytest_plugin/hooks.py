@@ -127,6 +127,10 @@ class AgentgateRun:
         self.held: list[int] = []  # locks that mark this run's directory as live
         self.warnings: list[str] = []
         self.seen: set[object] = set()
+        #: Under pytest-xdist, the tip the run started on (``run-start``) as the controller
+        #: read it for its workers (None: not read).
+        self.run_start_tip: str | None = None
+        self.run_start_label = ""
 
     @property
     def settings(self) -> Settings:
@@ -276,15 +280,34 @@ class AgentgateRun:
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["agentgate_run_id"] = self.run_id
-        if self._finish_setting("base") == RUN_START:
+        if self._finish_setting("base") == RUN_START and self.run_start():
             node.workerinput["agentgate_run_start"] = self.run_start()
 
     def run_start(self) -> str:
-        """The target's tip this run started on (``--agentgate-base=run-start``), read
-        once, in the process that reports the run, and said once."""
-        engine = self.engine()
-        assert engine.pinned_base is not None
-        return engine.pinned_base
+        """The target's tip this run started on (``--agentgate-base=run-start``), read once
+        in the process that hands out the tests, without starting an engine there (nothing
+        written, nothing checked but the repository and the target); "" when it cannot be
+        read: the workers then read it themselves, and say why they cannot."""
+        if self.run_start_tip is None:
+            from ..engine import Engine
+            from ..errors import AgentgateError
+
+            self.run_start_tip = ""
+            try:
+                settings = self.settings
+                opened = Engine.open(
+                    settings.repo or settings.rootpath,
+                    sources=settings.engine_sources(),
+                    settings=settings.engine_settings(self._workdir(), self.run_id),
+                )
+            except (AgentgateError, pytest.UsageError):
+                return ""
+            try:
+                self.run_start_tip = opened.pinned_base or ""
+                self.run_start_label = opened.target.label
+            finally:
+                opened.close()
+        return self.run_start_tip
 
     def pytest_unconfigure(self) -> None:
         from .rundirs import release
@@ -297,6 +320,11 @@ class AgentgateRun:
         from . import report
 
         terminalreporter.write_sep("=", "agentgate")
+        if self.run_start_tip and self.rows:  # (said at the start by a run without workers)
+            terminalreporter.write_line(
+                f"every agent of this run forked from {self.run_start_label} as it was when "
+                f"the run started, {self.run_start_tip[:12]} (--agentgate-base=run-start)"
+            )
         for line in dict.fromkeys(self.warnings):
             terminalreporter.write_line(f"WARNING agentgate: {line}", yellow=True)
         for line in report.terminal_lines(self.rows):

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Protocol
 
 from .. import _faults
+from .excerpt import pytest_failures
 from .forkserver import BOOTSTRAP, supervisor_code, wait_or_reap_later
 
 if TYPE_CHECKING:
@@ -96,30 +97,6 @@ class CommandResult:
         its short summary when it printed them (whatever came after), else the last lines."""
         text = self.output.splitlines()
         return pytest_failures(text, lines) or "\n".join(text[-lines:])
-
-
-_SECTION = re.compile(r"^=+ (FAILURES|ERRORS|short test summary info) =+$")
-_FINAL = re.compile(r"^=+ .*\b(passed|failed|error|errors|no tests ran)\b.* =+$")
-
-
-def pytest_failures(text: list[str], limit: int) -> str:
-    """The last pytest session's failures section (cut to fit) and its short test summary,
-    in at most ``limit`` lines; empty when the output has no summary of pytest's."""
-    marks = [(i, m[1]) for i, line in enumerate(text) if (m := _SECTION.match(line))]
-    summaries = [i for i, name in marks if name == "short test summary info"]
-    if not summaries:
-        return ""
-    at = summaries[-1]
-    end = next((i for i in range(at + 1, len(text)) if _FINAL.match(text[i])), len(text) - 1)
-    summary = text[at : end + 1][:limit]
-    starts = [i for i, name in marks if name != "short test summary info" and i < at]
-    room = limit - len(summary)
-    if not starts or room <= 1:
-        return "\n".join(summary)
-    failures = text[starts[-1] : at]
-    if len(failures) > room:
-        failures = [*failures[: room - 1], f"... ({len(failures) - room + 1} lines left out)"]
-    return "\n".join([*failures, *summary])
 
 
 def _kept(sink: IO[bytes], size: int) -> bytes:

@@ -198,6 +198,10 @@ def _find(repo: BaseRepo, name: str, prefix: str) -> AttemptInfo:
             return attempt
     short = name[len(PREFIX) :] if name.startswith(PREFIX) else name
     matches = [a for a in attempts if a.record_ref[len(PREFIX) :].startswith(short)]
+    # Its id (what a squash commit's Agentgate-Id trailer says), or the commit that landed it.
+    matches += [
+        a for a in attempts if name in (a.trailers.get("Id"), a.landed) and a not in matches
+    ]
     if re.fullmatch(r"[0-9a-f]{4,40}", name):
         # A commit id, or a name that starts like one: both are candidates, and two
         # candidates are ambiguous (a record named after another's commit hijacks nothing).

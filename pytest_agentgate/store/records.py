@@ -244,7 +244,11 @@ def squash_message(record: Record, change_commit: str) -> str:
 def rebased_message(message: str, change_commit: str) -> str:
     """A replayed commit's message: the attempt's commit's own, with one trailer naming the
     commit it replays (as ``git cherry-pick -x`` notes its source)."""
-    return message.rstrip("\n") + "\n" + trailer_lines({"Rebased": change_commit})
+    kept = message.rstrip("\n")
+    # Into its trailer block when it ends in one (the plugin's change commits do), else a
+    # block of its own: a trailer glued to a subject is no trailer.
+    joint = "\n" if parse_trailers(kept) else "\n\n"
+    return kept + joint + trailer_lines({"Rebased": change_commit})
 
 
 # A reflog message is one short line (git keeps it in a file of one line a move, and it may

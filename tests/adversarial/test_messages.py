@@ -77,3 +77,89 @@ def test_the_whole_gate_log_is_kept_beside_the_record(
     assert "key0\n" in out and "key2999" in out  # the whole output, not its tail alone
     assert main(["prune", "--repo", str(service), "--older-than", "0d", "--keep-last", "0"]) == 0
     assert not git(service, "for-each-ref", "refs/agentgate/logs/")  # pruned with its record
+
+
+def test_a_showlocals_dump_does_not_push_the_cause_out_of_the_excerpt(service: Path) -> None:
+    """With ``--showlocals`` each frame of a failure dumps its locals: 80 locals in the
+    test and 40 in the helper it calls once filled the 40 lines of the excerpt, and the
+    lines naming the cause were left out. The dumps are folded and the cause is kept."""
+    import sys
+
+    gate = f"{sys.executable} -m pytest -q --showlocals -p no:cacheprovider tests"
+    e = engine(service, sandbox="none", command=gate)
+    helper_locals = "".join(f"    h{i} = {i}\n" for i in range(40))
+    test_locals = "".join(f"    v{i} = 'x' * {i}\n" for i in range(80))
+    noisy = (
+        f"def check(total):\n{helper_locals}    assert total == 'the cause of it all'\n\n\n"
+        f"def test_noisy():\n{test_locals}    check(sum([1, 2]))\n"
+    )
+    done = attempt(e, {"tests/test_noisy.py": noisy}, "noisy")
+    e.close()
+    verdict = done.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    shown = verdict.output.splitlines()
+    assert len(shown) <= 40, verdict.output
+    assert any(line.startswith("E ") and "the cause of it all" in line for line in shown), shown
+    assert any(line.startswith("tests/test_noisy.py:") for line in shown), shown  # where
+    assert any("local variable(s) left out" in line for line in shown), shown
+    assert not any(line.startswith(("v7 ", "h7 ")) for line in shown), shown
+    assert "FAILED tests/test_noisy.py::test_noisy" in verdict.output  # the summary whole
+    assert shown[-1].endswith("s") and "1 failed" in shown[-1]
+
+
+def _rename_docstring_and_caller(service: Path, conflict: bool = False) -> list[object]:
+    """Three agents from one base: a rename of ``add_entry``, an innocent docstring, and a
+    new caller of the old name (or, with ``conflict``, an edit of the renamed line)."""
+    e = engine(service, sandbox="none")
+    rename, docstring, caller = (e.fork(task=t) for t in ("Rename add_entry", "Reword", "Use"))
+    for rel in ("ledger/store.py", "ledger/report.py", "ledger/api.py"):
+        path = rename.path / rel
+        path.write_text(path.read_text().replace("add_entry", "add"))
+    (docstring.path / "ledger/__init__.py").write_text('"""The ledger service."""\n')
+    if conflict:
+        api = caller.path / "ledger/api.py"
+        api.write_text(api.read_text().replace("store.add_entry(0)", "store.add_entry(1)"))
+    else:
+        (caller.path / "ledger/summary.py").write_text(
+            "from ledger.report import build\n\n\ndef summary(xs):\n"
+            "    store = build(xs)\n    store.add_entry(100)\n    return len(store.entries())\n"
+        )
+        (caller.path / "tests/test_summary.py").write_text(
+            "from ledger.summary import summary\n\n\ndef test_summary():\n"
+            "    assert summary([1, 2]) == 3\n"
+        )
+    done = [
+        e.run_attempt(rename, task="Rename add_entry", agent="agent-a"),
+        e.run_attempt(docstring, task="Reword the docstring", agent="agent-b"),
+        e.run_attempt(caller, task="Use add_entry in a summary", agent="agent-c"),
+    ]
+    e.close()
+    return done
+
+
+def test_a_semantic_clash_names_the_landed_rename_not_an_innocent_neighbour(
+    service: Path,
+) -> None:
+    from helpers import git
+
+    rename, docstring, caller = _rename_docstring_and_caller(service)
+    assert rename.verdict.status == docstring.verdict.status == "promoted"  # type: ignore[attr-defined]
+    verdict = caller.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and verdict.check == "retest", verdict
+    assert "tests/test_summary.py::test_summary" in verdict.reason  # the test that shows it
+    landed = git(service, "rev-parse", "main~1")[:12]  # the rename, below the docstring
+    assert f"it most likely clashes with {landed} 'Rename add_entry' by agent-a" in verdict.reason
+    assert "Reword" not in verdict.reason, verdict.reason
+    # The test the merge lost exists on the attempt only: it is not called the base's.
+    assert "passed on the base" not in verdict.reason
+
+
+def test_a_conflict_names_the_landed_commit_that_changed_the_path(service: Path) -> None:
+    rename, _, caller = _rename_docstring_and_caller(service, conflict=True)
+    verdict = caller.verdict  # type: ignore[attr-defined]
+    assert verdict.status == "conflict", verdict
+    landed = rename.move.new[:12]  # type: ignore[attr-defined]
+    assert (
+        f"it clashes with {landed} 'Rename add_entry' by agent-a, which changed ledger/api.py"
+        in (verdict.reason)
+    ), verdict.reason

@@ -44,3 +44,40 @@ def test_a_long_failures_section_is_cut_and_the_summary_kept_whole() -> None:
 def test_output_that_is_not_pytest_s_keeps_its_last_lines() -> None:
     assert result(TABLE).tail(5).splitlines() == TABLE[-5:]
     assert pytest_failures(TABLE, 40) == ""
+
+
+def test_showlocals_dumps_are_folded_and_the_cause_kept() -> None:
+    from pytest_agentgate.sandbox.excerpt import fold_locals
+
+    frame = [
+        "    def test_total():",
+        *(f"{'v' + str(i):<10} = {i!r}" for i in range(30)),
+        ">       assert total([1, 2]) == 3",
+        "E       assert 4 == 3",
+        "",
+        *(f"{'w' + str(i):<10} = 'x'" for i in range(30)),
+        "tests/test_ledger.py:9: AssertionError",
+    ]
+    folded = fold_locals(frame)
+    assert folded.count("    [30 local variable(s) left out]") == 2
+    assert "E       assert 4 == 3" in folded and "    def test_total():" in folded
+    run = [*PYTEST_RUN[:5], *frame, *PYTEST_RUN[9:]]
+    shown = result(run).tail(12).splitlines()
+    assert len(shown) <= 12
+    assert "E       assert 4 == 3" in shown and "tests/test_ledger.py:9: AssertionError" in shown
+
+
+def test_when_the_causes_alone_overflow_they_are_kept_first() -> None:
+    from pytest_agentgate.sandbox.excerpt import fit
+
+    lines = [f"_____ test_{i} _____" if i % 3 == 0 else f"    context {i}" for i in range(90)]
+    shown = fit(lines, 10)
+    assert len(shown) == 10 and shown[-1].startswith("... (")
+    assert all(line.startswith("_____") for line in shown[:-1])
+    assert fit(lines[:5], 10) == lines[:5]
+
+
+def test_a_long_repr_is_cut() -> None:
+    long = "E       assert " + "x" * 5000
+    shown = result([*PYTEST_RUN[:7], long, *PYTEST_RUN[8:]]).tail(40)
+    assert "characters left out" in shown and len(shown) < 2000
