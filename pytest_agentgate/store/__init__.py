@@ -2,7 +2,9 @@
 
 Owns locks (``locks``), the operations log (``oplog``), pending lines of a move
 (``pending``), whole-file writes (``files``), layout and format versions (``schema``),
-attempt records and their messages (``records``, ``attempts``) and checkpoints
-(``checkpoints``). May use: ``git``, ``sandbox``, ``workspace`` (an attempt record carries
-the declared state captured from its workspace) and the shared modules.
+attempt records (``record``, the one value; ``records``, their messages; ``attempts``,
+reading them back), the whole gate log beside a record (``logs``), which landings a later
+move undid (``undone``) and checkpoints (``checkpoints``). May use: ``git``, ``sandbox``,
+``workspace`` (an attempt record carries the declared state captured from its workspace) and
+the shared modules.
 """

@@ -2,7 +2,9 @@
 
 ``ScriptedModelServer`` speaks Anthropic's Messages API and OpenAI's Responses and Chat
 Completions APIs on loopback, answering each agent request with the next step of a script
-(``Run``, ``Write``, ``Finish``). Nothing here is imported by the plugin itself.
+(``Run``, ``Write``, ``Finish``): ``model_server`` serves, ``wire`` reads and writes the
+three formats, ``steps`` holds the script's steps. Nothing here is imported by the plugin
+itself.
 """
 
 from __future__ import annotations

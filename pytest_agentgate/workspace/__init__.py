@@ -1,6 +1,8 @@
 """The agent's tree and the gate's clean trees.
 
-Owns forking, snapshotting and recycling a workspace (``fork``), the gate's reused checkouts
+Owns forking a workspace (``fork``), snapshotting what the agent left (``snapshot``),
+recycling a workspace for the next task (``recycle``) and whether reuse pays here
+(``reuse``), the gate's reused checkouts
 (``checkouts``) and the declared state outside git that travels with an attempt (``state``).
 May use: ``git``, ``sandbox`` and the shared modules.
 """
