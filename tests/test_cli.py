@@ -425,11 +425,12 @@ def test_prune_removes_old_scratch_refs_and_keeps_a_recent_one(
 ) -> None:
     land(service, {"y.txt": "y\n"}, task="dry one", promote=False)  # a run's scratch ref, now
     main = git(service, "rev-parse", "main")
-    git(service, "update-ref", "refs/agentgate/dryrun/main", main)  # the one of 0.1
+    old = "refs/agentgate/dryruns/run-gone/main"
+    git(service, "update-ref", old, main)  # a run's, never used since: no log line
     code, out, _ = agentgate(capsys, "prune", "--repo", str(service), "--older-than", "0s")
     assert code == 0
-    assert "removed refs/agentgate/dryrun/main (an old dry run's scratch ref)" in out
-    assert git(service, "for-each-ref", "refs/agentgate/dryrun/") == ""
+    assert f"removed {old} (an old dry run's scratch ref)" in out
+    assert git(service, "for-each-ref", old) == ""
     # Used minutes ago, so perhaps by a run still going: kept whatever the cutoff.
     assert len(git(service, "for-each-ref", "refs/agentgate/dryruns/").splitlines()) == 1
 

@@ -237,19 +237,19 @@ def _prune_scratch_refs(
     repo: BaseRepo, cutoff: datetime, dry_run: bool, agent: str, report: PruneReport
 ) -> None:
     """Remove dry runs' scratch refs last used before ``cutoff`` (and not in the last ten
-    minutes): each run's (``refs/agentgate/dryruns/``) and the one of 0.1."""
-    from .target import DRYRUN_PREFIX, OLD_DRYRUN_PREFIX
+    minutes): each run's, under ``refs/agentgate/dryruns/``."""
+    from .target import DRYRUN_PREFIX
 
     last_used: dict[str, datetime] = {}
     for line in oplog.read(repo.common_dir):
-        if line.ref.startswith((DRYRUN_PREFIX, OLD_DRYRUN_PREFIX)) and line.time:
+        if line.ref.startswith(DRYRUN_PREFIX) and line.time:
             with contextlib.suppress(ValueError):
                 last_used[line.ref] = max(
                     last_used.get(line.ref, datetime.min.replace(tzinfo=UTC)),
                     datetime.fromisoformat(line.time),
                 )
     recent = datetime.now(UTC).timestamp() - SCRATCH_GRACE_S
-    for prefix in (DRYRUN_PREFIX, OLD_DRYRUN_PREFIX):
+    for prefix in (DRYRUN_PREFIX,):
         for ref, value in repo.refs(prefix):
             used = last_used.get(ref)
             if used is not None and (used >= cutoff or used.timestamp() >= recent):

@@ -43,8 +43,6 @@ if TYPE_CHECKING:
 
 #: Where each run's scratch ref lives: ``refs/agentgate/dryruns/<run>/<branch>``.
 DRYRUN_PREFIX = "refs/agentgate/dryruns/"
-#: The one scratch ref per branch of 0.1, which ``agentgate prune`` still removes.
-OLD_DRYRUN_PREFIX = "refs/agentgate/dryrun/"
 
 
 def dryrun_ref(branch: str, run_id: str) -> str:

@@ -102,12 +102,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             pluginmanager.register(module, name)
 
 
-def setting(config: pytest.Config, name: str) -> tuple[Any, str]:
-    """One setting's raw value and source (kept for plugins built on 0.1; the run's checked
-    settings are :meth:`AgentgateRun.settings`)."""
-    return raw_setting(config, name)
-
-
 # -- run state ----------------------------------------------------------------------------
 
 
