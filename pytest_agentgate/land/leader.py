@@ -15,7 +15,7 @@ from ..errors import AgentgateError, RefMoved
 from ..git import transport
 from ..store import attempts, records
 from ..store.record import Record, Retest
-from . import clashes
+from . import clashes, planning
 from .landings import change_landed, judged_as_is, landing_commit
 from .retest import BatchRetest, Retested
 from .target import MoveNote
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
     from ..remote.server_queue import ServerQueue
 
 from .queue_folder import (
-    GATHER_FLOOR_S,
-    GATHER_SHARE,
     MAX_ROUNDS,
     SERVER_POLL_S,
     Entry,
@@ -43,21 +41,12 @@ class Leader(Recovery):
         """Wait (a bounded time) for the attempts whose gates began with the batch's own
         to join it: they should arrive about when these did.
 
-        Not for one whose gate began later (by more than ``GATHER_SHARE`` of a gate's
-        duration, or ``GATHER_FLOOR_S``): waiting for it would hold every attempt of the
-        batch back by most of a
-        gate, to save it a re-test it can have on its own meanwhile.
+        Not for one whose gate began later (see :func:`.planning.gather`).
         """
         key = queued[0].key
-        now = time.time()
         # By this machine's clock: another's may be skewed.
-        latest = (
-            max((e.began or now - gate_s) for e in queued if not e.foreign)
-            if any(not e.foreign for e in queued)
-            else now - gate_s
-        )
-        began_by = latest + max(GATHER_FLOOR_S, GATHER_SHARE * gate_s)
-        deadline = time.monotonic() + min(30.0, max(0.2, 1.5 * gate_s))
+        plan = planning.gather([e.began for e in queued if not e.foreign], time.time(), gate_s)
+        began_by, deadline = plan.began_by, time.monotonic() + plan.wait_s
         have = len(queued)
         while (
             have < self.batch_max and time.monotonic() < deadline and self._in_flight(key, began_by)
@@ -199,7 +188,7 @@ class Leader(Recovery):
             """Whether the tip plus the first ``k`` attempts passes (0: the tip itself)."""
             if k == 0:
                 return True
-            if as_judged(tip, chain[:k]):
+            if planning.as_judged(tip, chain[:k]):
                 return True  # exactly the attempts' own trees, judged by their gates here
             if k not in tested:
                 if k == len(chain):
@@ -310,16 +299,9 @@ class Leader(Recovery):
         """How many of the chain land: all when its top passes; else, bisecting over its
         prefixes, those before the first whose prefix fails, which is rejected (the
         attempts after it stay queued, for the next batch)."""
-        n = len(chain)
-        if passes(n):
-            return n
-        lo, hi = 0, n  # prefix lo passes, prefix hi fails
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if passes(mid):
-                lo = mid
-            else:
-                hi = mid
+        lo, hi = planning.bisect(len(chain), passes)
+        if not hi:
+            return lo
         culprit = chain[hi - 1][0]
         why, output = tested[hi].why, tested[hi].output
         others = [e.label for e, _, _, _ in chain[: hi - 1]]
@@ -425,17 +407,6 @@ class Leader(Recovery):
         if not left:
             shared.stop_waiting(listing)
         return not any(e.key == key for e in left)
-
-
-def as_judged(tip: str, links: Sequence[Link]) -> bool:
-    """Whether each of ``links`` (from ``tip`` up) lands exactly its attempt's own tree,
-    each one judged here by its own gate: then their top needs no re-test."""
-    head = tip
-    for entry, commit, _tree, kind in links:
-        if entry.foreign or not judged_as_is(head, entry.base, kind):
-            return False
-        head = commit
-    return True
 
 
 @dataclass

@@ -25,11 +25,6 @@ from .early import EarlyRetests
 from .target import Target
 
 MAX_ROUNDS = 20
-#: How much later than a batch's own (as a share of a gate's duration) an attempt's gate may
-#: have begun for the batch's leader to wait for it.
-GATHER_SHARE = 0.3
-#: ... or this many seconds, whichever is more: a loaded machine spreads gates' starts.
-GATHER_FLOOR_S = 0.5
 
 #: How often a machine waiting for another's lease reads the server's queue (seconds).
 SERVER_POLL_S = 0.2

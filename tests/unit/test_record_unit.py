@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_agentgate.land.leader import as_judged
+from pytest_agentgate.land.planning import as_judged
 from pytest_agentgate.land.queue_folder import Entry
 from pytest_agentgate.pytest_plugin import marker
 from pytest_agentgate.store.record import LANDINGS, RETESTS, STATUSES, Record
