@@ -34,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pytest_agentgate.engine import Engine, EngineSettings
+from pytest_agentgate.engine.pool import WorkspacePool
 from pytest_agentgate.git import runner as _git
 from pytest_agentgate.git.repo import Author, BaseRepo
 from pytest_agentgate.judge import gate
@@ -41,7 +42,6 @@ from pytest_agentgate.judge.gate import GateSpec
 from pytest_agentgate.land import promote, target
 from pytest_agentgate.land.queue import LandingQueue
 from pytest_agentgate.land.retest import no_retest
-from pytest_agentgate.pool import WorkspacePool
 from pytest_agentgate.sandbox import containment as sandbox
 from pytest_agentgate.store import oplog
 from pytest_agentgate.workspace import fork as workspace
@@ -708,7 +708,9 @@ class Bench:
             raw_git(self.repo, "read-tree", "--reset", "-u", tree, work_tree=gate, index=gidx)
             command = ["true"]
             if contained and box.active:  # the same command under a bare bwrap, same view
-                command = box.wrap(command, writable=gate, tmp=gate, home=gate, role=sandbox.Role("gate"))
+                command = box.wrap(
+                    command, writable=gate, tmp=gate, home=gate, role=sandbox.Role("gate")
+                )
                 command = bare_bwrap(command)
             subprocess.run(command, cwd=gate, check=True)
             raw_git(self.repo, "merge-tree", "--write-tree", self.base, commit)
@@ -883,7 +885,7 @@ sys.path.insert(0, sys.argv[4])
 from pytest_agentgate.land import target
 from pytest_agentgate.land.queue import LandingQueue
 from pytest_agentgate.land.retest import no_retest
-from pytest_agentgate.pool import WorkspacePool
+from pytest_agentgate.engine.pool import WorkspacePool
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
 repo = BaseRepo(Path(sys.argv[1]), None)

@@ -15,7 +15,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "Engine": "engine",
     "EngineSettings": "engine",
-    "Attempt": "attempt",
+    "Attempt": "engine.attempt",
     "Target": "land.target",
     "LocalBranch": "land.target",
     "DryRunRef": "land.dry_run",
@@ -128,8 +128,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .attempt import Attempt
     from .engine import Engine, EngineSettings
+    from .engine.attempt import Attempt
     from .errors import (
         AgentgateError,
         AttemptNotFound,

@@ -146,8 +146,8 @@ def cmd_land(args: argparse.Namespace) -> int:
 def _onto_the_tip(engine: Engine, earlier: AttemptInfo) -> Workspace:
     """A workspace at the target's tip holding the earlier attempt's change merged onto it
     (a person's fix of the base since is kept); a conflict refuses, nothing written."""
+    from ..engine.resume import ResumeSource
     from ..errors import MergeConflict
-    from ..resume import ResumeSource
 
     ws = engine.fork(task=earlier.task)
     merged = engine.repo.merge_preview(ws.base, earlier.record_commit)
@@ -166,7 +166,7 @@ def _would_land(
 ) -> int:
     """``land --dry-run``: the gate's word and the merge preview, and nothing written (no
     record, no ref moved, no scratch ref; baselines are kept as any gate run keeps them)."""
-    from ..attempt import Attempt
+    from ..engine.attempt import Attempt
     from ..git.repo import Author
 
     attempt = Attempt(task=earlier.task, agent=earlier.agent, workspace=ws)

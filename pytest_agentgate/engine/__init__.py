@@ -11,18 +11,21 @@ drives the same calls::
     print(attempt.verdict.status, attempt.record_ref)
 
 The engine holds the lifecycle only. Where attempts land is its :class:`~..land.target.Target`;
-workspaces come from a :class:`~..pool.WorkspacePool`; what a test is held to from
+workspaces come from a :class:`~.pool.WorkspacePool`; what a test is held to from
 :class:`~..judge.baseline.Baselines`; the verdict from :mod:`..judge.gate`; messages from
 :mod:`..store.records`. Its settings are one frozen :class:`EngineSettings`, given whole.
 
 Its modules, each using only those after it: :mod:`.story` (the one place that tells the
 lifecycle in order: :meth:`Engine.run_attempt`), :mod:`.landing` (records, the queue, the
-batch re-test), :mod:`.base` (its parts and the steps that stand alone), :mod:`.settings`.
+batch re-test), :mod:`.base` (its parts and the steps that stand alone), :mod:`.settings`;
+then the values and parts it holds: :mod:`.attempt` (one attempt, filled in as the story
+goes), :mod:`.pool` (a run's workspaces and gate contexts) and :mod:`.resume` (what a try
+starts from, and the declared state around a test).
 May use every folder below it; nothing below imports it.
 """
 
-from ..attempt import Attempt
 from ..judge.baseline import HarnessBroken
+from .attempt import Attempt
 from .settings import NO_GATE, EngineSettings, make_target
 from .story import Engine
 

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from .._constants import RUN_START
-from ..attempt import Attempt
 from ..errors import ConfigError, DirtyWorktree, RevisionNotFound
 from ..git import runner as _git
 from ..git import worktree as checkout
@@ -30,12 +29,13 @@ from ..land.external import ExternalMoves
 from ..land.queue import LandingQueue
 from ..land.remote_branch import RemoteBranch
 from ..land.target import LocalBranch, Target
-from ..pool import WorkspacePool
 from ..sandbox import containment as sandbox
 from ..store import oplog, schema
 from ..workspace import snapshot as snapshots
 from ..workspace.fork import Workspace
 from ..workspace.snapshot import Snapshot
+from .attempt import Attempt
+from .pool import WorkspacePool
 from .settings import EngineSettings, make_target, program_exists
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from ..attempt import Attempt, posted_checks
 from ..errors import AgentgateError
 from ..judge import results
 from ..judge.baseline import Stored, either_passed
@@ -28,6 +27,7 @@ from ..store import attempts, checkpoints, records
 from ..store.record import Record, Retest, Status
 from ..workspace import snapshot as snapshots
 from ..workspace.fork import Workspace
+from .attempt import Attempt, posted_checks
 from .base import EngineBase
 
 

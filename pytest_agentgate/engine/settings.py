@@ -19,11 +19,11 @@ from ..judge.gate import (
 from ..land.dry_run import DryRunRef
 from ..land.remote_branch import RemoteBranch
 from ..land.target import LocalBranch, Target
-from ..pool import ISOLATIONS
 from ..remote.server_queue import Trust
 from ..sandbox import containment as sandbox
 from ..store import oplog, records
 from ..workspace.snapshot import DEFAULT_EXCLUDE
+from .pool import ISOLATIONS
 
 NO_GATE = (
     "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "

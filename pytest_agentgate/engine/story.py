@@ -12,8 +12,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .. import resume
-from ..attempt import Attempt
 from ..errors import AgentgateError, ConfigError
 from ..git.repo import Author, BaseRepo
 from ..judge import grader
@@ -32,6 +30,8 @@ from ..workspace import recycle as recycling
 from ..workspace import snapshot as snapshots
 from ..workspace import state as state_module
 from ..workspace.fork import Workspace
+from . import resume
+from .attempt import Attempt
 from .landing import Landing
 from .settings import NO_GATE
 

@@ -23,8 +23,8 @@ from .._constants import MARKER, MARKER_HELP, RUN_MARKER, RUN_START
 from .options import AGENT_ENV, OPTIONS, Option, add_options, raw_setting
 
 if TYPE_CHECKING:
-    from ..attempt import Attempt
     from ..engine import Engine
+    from ..engine.attempt import Attempt
     from ..judge.gate import GateSpec
     from ..workspace.fork import Workspace
     from .marker import GatedMarker
@@ -670,7 +670,7 @@ def _write_feedback(ws: Workspace, path: Path | None = None) -> None:
 def _judge(
     item: pytest.Item, ws: Workspace, marker: GatedMarker, failure: BaseException | None
 ) -> Attempt:
-    from ..attempt import Attempt
+    from ..engine.attempt import Attempt
     from ..sandbox.agent_command import AgentSetupError, AgentTimedOut
 
     # The agent ran out of time or never started: an error of the run, which no retry spends.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from ..attempt import Attempt
+    from ..engine.attempt import Attempt
 
 
 @pytest.hookspec

@@ -13,16 +13,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .git.repo import BaseRepo
-from .judge.gate import GateContext
-from .sandbox import containment as sandbox
-from .sandbox.removal import removals_done, remove_tree
-from .store.records import slugify
-from .workspace import fork as workspace
-from .workspace import recycle as recycling
-from .workspace.checkouts import GateCheckouts
-from .workspace.fork import Workspace
-from .workspace.reuse import ReuseCosts
+from ..git.repo import BaseRepo
+from ..judge.gate import GateContext
+from ..sandbox import containment as sandbox
+from ..sandbox.removal import removals_done, remove_tree
+from ..store.records import slugify
+from ..workspace import fork as workspace
+from ..workspace import recycle as recycling
+from ..workspace.checkouts import GateCheckouts
+from ..workspace.fork import Workspace
+from ..workspace.reuse import ReuseCosts
 
 ISOLATIONS = ("shared", "sealed")
 

@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .git.repo import MergePreview
-from .judge.gate import Check, CheckResult, Verdict, run_check
-from .land.promote import Move
-from .sandbox.removal import remove_tree
-from .store.record import Landing
-from .workspace.fork import Workspace, checkout_tree
-from .workspace.snapshot import Snapshot
+from ..git.repo import MergePreview
+from ..judge.gate import Check, CheckResult, Verdict, run_check
+from ..land.promote import Move
+from ..sandbox.removal import remove_tree
+from ..store.record import Landing
+from ..workspace.fork import Workspace, checkout_tree
+from ..workspace.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from .git.repo import BaseRepo
+    from ..git.repo import BaseRepo
 
 
 @dataclass

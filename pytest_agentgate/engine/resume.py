@@ -12,11 +12,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError, RevisionNotFound
-from .git.repo import Author, BaseRepo
-from .store import attempts, checkpoints, locks, records
-from .workspace import state as state_module
-from .workspace.fork import Workspace
+from ..errors import ConfigError, RevisionNotFound
+from ..git.repo import Author, BaseRepo
+from ..store import attempts, checkpoints, locks, records
+from ..workspace import state as state_module
+from ..workspace.fork import Workspace
 
 
 @dataclass(frozen=True)
