@@ -90,6 +90,8 @@ def _encode(value: Any) -> str:
     if isinstance(value, int):
         return str(int(value))
     if isinstance(value, str):
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            return '"' + value + '"'  # a node id, most often: nothing to escape
         out = ['"']
         for ch in value:
             code = ord(ch)
@@ -159,17 +161,30 @@ class _Session:
         self.skip: frozenset[str] = frozenset()
         #: Each collected test's file, relative to the checkout, by its node id.
         self.files: dict[str, str] = {}
+        #: Each path's real path, read once (every test of a module names its file).
+        self._real: dict[str, str] = {}
+        #: A test's result, sent with the next line (the next test's start): one write a
+        #: test, not two. Should the process die between them, the test it was in is named.
+        self.pending = b""
 
     def send(self, **message: Any) -> None:
+        line = self.pending + _encode(message).encode("utf-8", "surrogatepass") + b"\n"
+        self.pending = b""
         # A send that fails leaves a session that never ended: an error, never a pass.
         with contextlib.suppress(OSError):
-            self.sock.sendall(_encode(message).encode("utf-8", "surrogatepass") + b"\n")
+            self.sock.sendall(line)
+
+    def hold(self, **message: Any) -> None:
+        """A line that goes with the next one sent (a test's result with the next start)."""
+        self.pending += _encode(message).encode("utf-8", "surrogatepass") + b"\n"
 
     def relative(self, path: str) -> str:
         """A path as the checkout names it: relative inside it or directly in the folder
         above it (the boundary ``pytest.ini`` lies there, in a folder of each run's own),
         absolute elsewhere."""
-        real = os.path.realpath(path)
+        real = self._real.get(path)
+        if real is None:
+            real = self._real[path] = os.path.realpath(path)
         if real == self.checkout:
             return "."
         if real.startswith(self.checkout + os.sep):
@@ -371,7 +386,7 @@ def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
         return
     found = _SESSION.outcomes.pop(nodeid, None)
     if found is not None:
-        _SESSION.send(kind="test", id=_SESSION.test_id(nodeid), outcome=found[1])
+        _SESSION.hold(kind="test", id=_SESSION.test_id(nodeid), outcome=found[1])
 
 
 def pytest_sessionstart(session: Any) -> None:
