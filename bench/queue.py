@@ -33,6 +33,9 @@ from pathlib import Path  # noqa: E402
 GATE_S = 1.0
 #: "sleep" (the gate waits: gate-bound) or "cpu" (it computes: CPU-bound).
 GATE_KIND = "sleep"
+#: How long each agent works before it writes its change (seconds; a real agent waits on
+#: its model for minutes).
+AGENT_S = 0.0
 #: The smoke run's gate: long enough to overlap, short enough for the test suite.
 QUICK_GATE_S = 0.3
 
@@ -60,6 +63,7 @@ AGENT = textwrap.dedent(
 
     @pytest.mark.gated(task="agent {n}", agent="agent-{n}")
     def test_agent_{n}(agent_workspace):
+        import time; time.sleep({agent_s})  # the agent at work: waiting on its model
         (agent_workspace.path / "agent-{n}.txt").write_text("{n}\\n")
     """
 )
@@ -86,7 +90,7 @@ def setup(root: Path, n: int) -> tuple[Path, Path, Path]:
     suite = root / "suite"
     suite.mkdir()
     for i in range(n):
-        (suite / f"test_agent_{i}.py").write_text(AGENT.format(n=i))
+        (suite / f"test_agent_{i}.py").write_text(AGENT.format(n=i, agent_s=AGENT_S))
     return repo, gate, suite
 
 
@@ -291,14 +295,18 @@ def main(argv: list[str] | None = None) -> int:
         "--gate-kind", choices=("sleep", "cpu"), default="sleep",
         help="a gate that waits (sleep: gate-bound) or computes (cpu: CPU-bound) for its time",
     )  # fmt: skip
+    parser.add_argument(
+        "--agent-s", type=float, default=0.0, help="each agent works this long (seconds)"
+    )
     args = parser.parse_args(argv)
-    global GATE_S, GATE_KIND
-    GATE_KIND = args.gate_kind
+    global GATE_S, GATE_KIND, AGENT_S
+    GATE_KIND, AGENT_S = args.gate_kind, args.agent_s
     if args.quick:
         GATE_S = QUICK_GATE_S
     sizes = [4] if args.quick else [4, 8, 16]
     modes = ["separate", "-n 2"] if args.quick else ["separate", "-n 2", "-n 4"]
-    print(f"merge queue: agents landing distinct passing changes, gate = {GATE_KIND} {GATE_S:g} s; "
+    print(f"merge queue: agents landing distinct passing changes, gate = {GATE_KIND} {GATE_S:g} s, "
+          f"agent = {AGENT_S:g} s; "
           f"{os.cpu_count()} cores")  # fmt: skip
     print(f"{'agents':>6}  {'how':<24} {'wall s':>7} {'in gates':>9} {'gate runs':>10} "
           f"{'re-tests':>9} {'landed':>7} {'rejected':>9} {'lost':>5}")  # fmt: skip

@@ -87,3 +87,16 @@ def test_quick_agent_benchmark_runs() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "claude-code" in proc.stdout and " ms  1  (" in proc.stdout, proc.stdout
+
+
+def test_quick_cost_benchmark_runs() -> None:
+    """bench/cost.py --quick: a suite's command beside its gate (it asserts no timing)."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name("cost.py")), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2,000 tests" in proc.stdout and "median" in proc.stdout
