@@ -48,55 +48,38 @@ def test_quick_benchmark_runs(tmp_path: Path) -> None:
     assert "rows over their target:" in proc.stdout
 
 
+def quick(script: str, *more: str, timeout: float = 300) -> str:
+    """What ``bench/<script> --quick`` printed; its exit status must be 0."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.with_name(script)), "--quick", *more],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
 def test_quick_queue_benchmark_runs() -> None:
     """bench/queue.py --quick: four agents land, nothing is lost (it asserts no timing)."""
-    proc = subprocess.run(
-        [sys.executable, str(BENCH.with_name("queue.py")), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()[2:] if line.strip()]
+    out = quick("queue.py")
+    rows = [line.split() for line in out.splitlines()[2:] if line.strip()]
     assert len(rows) == 2
     for row in rows:
         assert row[0] == "4" and row[-3:] == ["4", "0", "0"]  # landed, rejected, lost
 
 
-def test_the_false_rejection_benchmark_runs_and_refuses_nothing(tmp_path: Path) -> None:
+def test_the_false_rejection_benchmark_runs_and_refuses_nothing() -> None:
     """Its offline run: honest replays under two gate spellings and four at once."""
-    bench = BENCH.parent / "false_rejections.py"
-    proc = subprocess.run(
-        [sys.executable, str(bench), "--quick"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "refused: 0 of 3 honest replays that pass by hand" in proc.stdout
+    assert "refused: 0 of 3 honest replays that pass by hand" in quick("false_rejections.py")
 
 
 def test_quick_agent_benchmark_runs() -> None:
     """bench/agents.py --quick: a real CLI run bare and through the plugin, side by side
     (installed from its registry when missing; it asserts no timing)."""
-    proc = subprocess.run(
-        [sys.executable, str(BENCH.with_name("agents.py")), "--quick", "--install"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "claude-code" in proc.stdout and " ms  1  (" in proc.stdout, proc.stdout
+    out = quick("agents.py", "--install", timeout=900)
+    assert "claude-code" in out and " ms  1  (" in out, out
 
 
 def test_quick_cost_benchmark_runs() -> None:
     """bench/cost.py --quick: a suite's command beside its gate (it asserts no timing)."""
-    proc = subprocess.run(
-        [sys.executable, str(BENCH.with_name("cost.py")), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2,000 tests" in proc.stdout and "median" in proc.stdout
+    out = quick("cost.py")
+    assert "2,000 tests" in out and "median" in out
