@@ -38,7 +38,7 @@ import pytest_agentgate.cli.demo
 # engine here keeps one copy of each module (and of each exception class) for the session.
 import pytest_agentgate.cli.main
 import pytest_agentgate.engine
-import pytest_agentgate.land.prune  # noqa: F401
+import pytest_agentgate.maintenance.prune  # noqa: F401
 
 pytest_plugins = ["pytester"]
 

@@ -720,7 +720,7 @@ def test_prune_never_removes_a_live_run(
 ) -> None:
     import fcntl
 
-    from pytest_agentgate.land.prune import old_runs
+    from pytest_agentgate.maintenance.prune import old_runs
 
     root = tmp_path / "work"
     runs = []
@@ -792,7 +792,7 @@ def test_xdist_workers_share_one_run(pytester: pytest.Pytester, service: Path) -
 
 
 def test_a_run_holds_its_directory_against_prune(tmp_path: Path) -> None:
-    from pytest_agentgate.land.prune import old_runs
+    from pytest_agentgate.maintenance.prune import old_runs
     from pytest_agentgate.pytest_plugin.rundirs import run_dir as _run_dir
 
     held: list[int] = []

@@ -37,7 +37,7 @@ from .judging import add_judging_parsers
 
 if TYPE_CHECKING:
     # Loaded when a subcommand runs, not to print --help.
-    from ..land.prune import PruneReport
+    from ..maintenance.prune import PruneReport
 
 
 def _duration(text: str) -> timedelta:
@@ -521,7 +521,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ..land import prune
+    from ..maintenance import prune
 
     if args.keep_runs is not None and args.workspaces is None:
         raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")

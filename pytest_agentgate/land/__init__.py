@@ -8,7 +8,7 @@ in ``planning``; ``recovery``, what a dead
 waiter or leader left; ``posting``, attempts on a server's queue; ``queue_folder``, the
 queue's files), the re-test of a merged tree (``retest``) and early re-tests (``early``), the
 shape a landing takes (``landings``: merge, squash, rebase), naming what an attempt clashes
-with (``clashes``), moves outside agentgate (``external``) and pruning (``prune``).
+with (``clashes``), and moves outside agentgate (``external``). (Pruning is ``maintenance``'s.)
 May use: every layer below (``remote``, ``judge``, ``store``, ``workspace``, ``sandbox``,
 ``git``).
 """

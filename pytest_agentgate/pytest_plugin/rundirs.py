@@ -36,7 +36,7 @@ def run_dir(root: Path, run_id: str, held: list[int]) -> Path:
 
 def prune_old_runs(root: Path, keep: int) -> None:
     """Remove all but the newest ``keep`` run directories under ``root`` (never a live one)."""
-    from ..land.prune import old_runs
+    from ..maintenance.prune import old_runs
     from ..sandbox.removal import remove_tree
 
     for path in old_runs(root.expanduser().resolve(), keep):

@@ -7,9 +7,9 @@ with a message saying to upgrade, never misread):
 - an attempt record's ``Agentgate-Schema`` trailer: absent in 0.1 and 0.2's records (version
   1), 2 since records may be renumbered on a server and carry ``Max-Changed-Lines``;
 - the JSON report's ``schema_version`` (absent: version 1);
-- the refs layout, a blob at ``refs/agentgate/layout`` (absent: 0.1's layout, version 1, with
-  one scratch ref per branch at ``refs/agentgate/dryrun/<b>``, which ``agentgate prune``
-  removes; version 2 has ``dryruns/<run>/<b>``, ``checkpoints/``, ``servers/``).
+- the refs layout, a blob at ``refs/agentgate/layout`` (absent: the layout before it was
+  versioned, version 1; version 2 has ``dryruns/<run>/<b>``, ``checkpoints/``,
+  ``servers/``).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ def layout(repo: BaseRepo) -> int:
 
 def ensure_layout(repo: BaseRepo) -> None:
     """Before a run writes refs: refuse a newer layout; mark an older one (or none) as this
-    version's. The older layout needs no rewrite: its only difference, the shared scratch
-    refs of dry runs, is read by nothing and removed by ``agentgate prune``."""
+    version's. The older layout needs no rewrite: its only difference, a shared scratch ref
+    of dry runs, is read by nothing."""
     found = layout(repo)
     if found > REFS_LAYOUT:
         raise TooNew(f"the agentgate refs of {repo.label}", found, REFS_LAYOUT)

@@ -238,7 +238,7 @@ def _prune_scratch_refs(
 ) -> None:
     """Remove dry runs' scratch refs last used before ``cutoff`` (and not in the last ten
     minutes): each run's, under ``refs/agentgate/dryruns/``."""
-    from .target import DRYRUN_PREFIX
+    from ..land.target import DRYRUN_PREFIX
 
     last_used: dict[str, datetime] = {}
     for line in oplog.read(repo.common_dir):
