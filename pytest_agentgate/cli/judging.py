@@ -88,23 +88,17 @@ def cmd_land(args: argparse.Namespace) -> int:
         raise UsageProblem("land needs a gate: --gate CMD or --gate-exit-code CMD")
     repo = open_repo(args)
     earlier = find(repo, args.attempt)
-    check = earlier.trailers.get("Check", "")
+    check = earlier.check
     landable = check in LANDABLE or check.startswith(tuple(f"{c}: " for c in LANDABLE))
-    if (
-        earlier.verdict in ("promoted", "passed")
-        or not landable
-        or earlier.trailers.get("Graded-Tree")
-    ):
+    if earlier.verdict in ("promoted", "passed") or not landable or earlier.record.graded_tree:
         raise Refused(
             f"{earlier.record_ref} ({earlier.verdict}, by {check or 'its test'!r}) is not one "
             "land judges again: land runs the gate, the harness, the protection and the "
             "limits, not the test body, its checks, its grading, its agent or its state; "
             "run its test again instead"
         )
-    protect = tuple(json.loads(earlier.trailers.get("Protect") or "[]"))
-    said = earlier.trailers.get("Landing", "")
-    landing = cast("Landing", args.land or (said if said in LANDINGS else "merge"))
-    limit = earlier.trailers.get("Max-Changed-Lines")
+    said = earlier.record
+    landing = cast("Landing", args.land or said.landing)
     target = target_branch(repo, args)
     with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
         engine = Engine.open(
@@ -118,8 +112,8 @@ def cmd_land(args: argparse.Namespace) -> int:
                 commands=(*args.gate, *args.gate_exit_code),
                 exit_code=tuple(args.gate_exit_code),
                 timeout=args.gate_timeout,
-                protect=protect,
-                max_changed_lines=int(limit) if limit else None,
+                protect=said.protect,
+                max_changed_lines=said.max_changed_lines,
                 landing=landing,
             ),
             sandbox=Settings(mode=args.sandbox),
@@ -228,9 +222,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             # A fast-forward landed the gated snapshot itself; a merge counts only when its
             # record says a re-test of exactly that tree passed (its own, or an early one
             # begun beside the gates); a merge of checks alone ran no gate on it.
-            if landed_tree == repo.tree_of(attempt.record_commit) or attempt.trailers.get(
-                "Retest"
-            ) in ("passed", "passed early"):
+            retested = attempt.record.retest in ("passed", "passed early")
+            if landed_tree == repo.tree_of(attempt.record_commit) or retested:
                 judged.add(landed_tree)
         except AgentgateError:  # a landed commit pruned or gone: nothing to count
             continue

@@ -279,7 +279,7 @@ def cmd_attempts(args: argparse.Namespace) -> int:
     for a, cells in zip(rows, table, strict=True):
         line = "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))
         print(f"{line}  {one_line(a.task)}")
-        folder = a.trailers.get("Checkpoints")
+        folder = a.record.checkpoints or None
         if folder and not args.remote and re.fullmatch(r"[a-z0-9][a-z0-9-]*/[0-9a-f]{12}", folder):
             from ..store.checkpoints import PREFIX, read
 
@@ -603,7 +603,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         tree, commit, what = point.code_tree, point.state, f"checkpoint {point.commit[:12]}"
     except AgentgateError:
         attempt = find(repo, args.attempt, records_ref(repo, args, with_state=args.state))
-        tree, commit = repo.tree_of(attempt.record_commit), attempt.trailers.get("State")
+        tree, commit = repo.tree_of(attempt.record_commit), attempt.record.state
         what = attempt.record_ref + (f" (on {args.remote})" if args.remote else "")
         if args.state and commit and not repo.has_object(commit):
             raise Refused(

@@ -51,7 +51,7 @@ def source_of(repo: BaseRepo, spec: str) -> ResumeSource:
     return ResumeSource(
         found.base,
         repo.tree_of(found.record_commit),
-        found.trailers.get("State") or None,
+        found.record.state,
         None,
         found.record_commit,
         f"the attempt {found.record_ref}",
@@ -157,8 +157,8 @@ def restore_last_state(repo: BaseRepo, ws: Workspace, task: str) -> str | None:
     """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
     slug = attempts.slugify(task)
     for earlier in attempts.list_attempts(repo):
-        if earlier.record_ref.split("/")[3] == slug and earlier.trailers.get("State"):
-            commit = earlier.trailers["State"]
+        if earlier.record_ref.split("/")[3] == slug and earlier.record.state:
+            commit = earlier.record.state
             state_module.restore(repo, commit, ws.path, overwrite=True, declared=ws.state_declared)
             ws.resumed_from = commit
             return commit

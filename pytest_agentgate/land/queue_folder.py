@@ -279,7 +279,7 @@ class QueueFolder:
             (
                 a
                 for a in attempts.list_attempts(self.repo)
-                if a.trailers.get("Id") == uid and a.verdict in ("promoted", "passed")
+                if a.record.uid == uid and a.verdict in ("promoted", "passed")
             ),
             None,
         )

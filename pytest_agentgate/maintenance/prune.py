@@ -79,7 +79,7 @@ def prune(
             if not repo.delete_ref(attempt.record_ref, attempt.record_commit):
                 report.kept += 1
                 continue
-            state_commit = attempt.trailers.get("State")
+            state_commit = attempt.record.state
             if state_commit:
                 repo.delete_ref(state_ref_for(attempt.record_ref), state_commit)
             log_commit = repo.ref_value(log_ref_for(attempt.record_ref))

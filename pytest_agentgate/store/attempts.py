@@ -107,6 +107,20 @@ class AttemptInfo:
     trailers: dict[str, str]
 
     @property
+    def record(self) -> Record:
+        """What its record says, as the one :class:`Record` every writer writes (its
+        trailers read by :func:`.records.record_of_trailers`): read that, never a trailer
+        by its name."""
+        from .records import record_of_trailers
+
+        return record_of_trailers(self.trailers)
+
+    @property
+    def check(self) -> str:
+        """What decided its verdict (``gate: ...``, ``preflight``; empty for a pass)."""
+        return self.trailers.get("Check", "")
+
+    @property
     def verdict(self) -> str:
         return self.trailers.get("Verdict", "")
 

@@ -209,6 +209,41 @@ def parse_trailers(text: str) -> dict[str, str]:
     return found
 
 
+def record_of_trailers(trailers: Mapping[str, str]) -> Record:
+    """The :class:`Record` a record commit's trailers say (the inverse of the trailers
+    :func:`format_message` writes). What only the message's body holds (the output, the
+    transcript, the results, what was left out or refused) and the snapshot's tree (the
+    record commit's own) are not in it; a value that does not parse is taken as absent."""
+    said = {key: value for key, value in trailers.items() if value}
+    try:
+        protect = json.loads(said.get("Protect", "[]"))
+    except ValueError:
+        protect = []
+    limit = said.get("Max-Changed-Lines", "")
+    tries = said.get("Try", "")
+    return Record.from_json(
+        {
+            "task": said.get("Task", ""),
+            "agent": said.get("Agent", ""),
+            "base": said.get("Base", ""),
+            "tree": "",
+            "uid": said.get("Id", ""),
+            "test": said.get("Test", ""),
+            "status": said.get("Verdict", ""),
+            "state": said.get("State"),
+            "sandbox": said.get("Sandbox", ""),
+            "graded_tree": said.get("Graded-Tree", ""),
+            "try": int(tries) if tries.isdigit() else 1,
+            "protect": protect if isinstance(protect, list) else [],
+            "max_changed_lines": int(limit) if limit.isdigit() else None,
+            "checkpoints": said.get("Checkpoints", ""),
+            "retest": said.get("Retest", ""),
+            "batch": said.get("Batch", ""),
+            "landing": said.get("Landing", "merge"),
+        }
+    )
+
+
 # -- the commits a landing writes -------------------------------------------------------
 
 

@@ -1,0 +1,88 @@
+"""One record, both ways: what a record commit's trailers say is read back as the same
+:class:`Record` that was written, odd bytes and a large record included; and nothing
+outside ``store/`` reads a trailer by its name."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+
+from pytest_agentgate.store.record import Record
+from pytest_agentgate.store.records import format_message, parse_trailers, record_of_trailers
+
+PACKAGE = Path(__file__).resolve().parents[2] / "pytest_agentgate"
+#: What only a record's body holds (or the record commit itself: its tree), never a trailer.
+BODY_ONLY = {"tree", "excluded", "transcript", "results", "refused", "pid"}
+
+WHOLE = Record(
+    task="Add total()", agent="agent-a", base="b" * 40, tree="", uid="u1", test="t::x",
+    status="rejected", state="s" * 40, sandbox="bwrap", graded_tree="g" * 40, try_number=3,
+    protect=("docs/*", "a,b.json", "[x]"), max_changed_lines=40, checkpoints="cp/abc",
+    retest="passed early", batch="x (1 of 2)", landing="squash",
+)  # fmt: skip
+
+
+def _round_trip(record: Record) -> Record:
+    return record_of_trailers(parse_trailers(format_message(record, check="gate: x")))
+
+
+OTHER = {
+    "task": "other", "agent": "b", "base": "c" * 40, "uid": "u2", "test": "t::y",
+    "status": "passed", "state": "t" * 40, "sandbox": "none", "graded_tree": "h" * 40,
+    "try_number": 4, "protect": ("z",), "max_changed_lines": 3, "checkpoints": "cp/def",
+    "retest": "batched", "batch": "y (2 of 2)", "landing": "rebase",
+}  # fmt: skip
+
+
+def test_every_trailer_field_comes_back() -> None:
+    assert _round_trip(WHOLE) == WHOLE
+    # A new field of the record is either carried (and named here) or the body's: one edit
+    # to the record and its codec, held here.
+    assert set(OTHER) == {f.name for f in fields(Record)} - BODY_ONLY
+    for name, value in OTHER.items():  # each field, changed alone, comes back changed
+        assert getattr(_round_trip(replace(WHOLE, **{name: value})), name) == value, name
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["caf\udcc3\udca9 \udcff", "tab\there", "a\x00b", "\u2028line", "Agentgate-Verdict: promoted"],
+)
+def test_odd_bytes_come_back_as_the_record_wrote_them(odd: str) -> None:
+    record = replace(WHOLE, task=odd, agent=odd.replace("\x00", ""), test=odd)
+    back = _round_trip(record)
+    # The record escapes what git cannot hold and makes each value one line: read back, it
+    # is that escaped, one-line text, and never a second trailer.
+    from pytest_agentgate.store.records import one_line
+
+    assert back.task == one_line(record.task) and back.test == one_line(record.test)
+    assert back.status == "rejected"
+
+
+def test_a_large_record_comes_back_whole() -> None:
+    record = replace(WHOLE, protect=tuple(f"glob/{i}/**" for i in range(2000)), task="t" * 5000)
+    back = _round_trip(record)
+    assert back.protect == record.protect and back.task == record.task
+
+
+def test_an_older_or_damaged_record_reads_without_raising() -> None:
+    back = record_of_trailers(
+        {"Verdict": "weird", "Try": "x", "Protect": "{not json", "Max-Changed-Lines": "-1"}
+    )
+    assert (back.status, back.try_number, back.protect, back.max_changed_lines) == (
+        "promoted", 1, (), None,
+    )  # fmt: skip
+
+
+def test_no_module_outside_store_reads_a_trailer_by_its_name() -> None:
+    reads = re.compile(r"trailers(\.get\(|\[)\s*[\"']")
+    found = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in PACKAGE.rglob("*.py")
+        if path.parent.name != "store"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if reads.search(line)
+    ]
+    assert not found, f"read the Record instead (AttemptInfo.record): {found}"
