@@ -210,3 +210,12 @@ class PushRefused(AgentgateError):
 class NotNeeded(Exception):
     """While it waited for the server's lease, whoever waited found it need not hold it
     (nothing left to lead, or a fast-forward that is better queued)."""
+
+
+class StateError(AgentgateError):
+    """A declared state path that cannot be captured or restored."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"state {str(path)!r}: {reason}")

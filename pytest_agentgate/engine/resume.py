@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import ConfigError, RevisionNotFound
 from ..git.repo import Author, BaseRepo
 from ..store import attempts, checkpoints, locks, records
+from ..workspace import fork
 from ..workspace import state as state_module
 from ..workspace.fork import Workspace
 
@@ -82,7 +83,7 @@ def write_into(repo: BaseRepo, ws: Workspace, source: ResumeSource | None, mode:
     else:
         said += ", with the base state"
     if mode == "full" and source.agent_git:
-        checkpoints.restore_agent_git(repo, source.agent_git, ws.path)
+        fork.restore_agent_git(repo, source.agent_git, ws.path)
         said += " and the agent's git state"
     return said
 

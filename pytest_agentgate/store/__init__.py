@@ -4,7 +4,7 @@ Owns locks (``locks``), the operations log (``oplog``), pending lines of a move
 (``pending``), whole-file writes (``files``), layout and format versions (``schema``),
 attempt records (``record``, the one value; ``records``, their messages; ``attempts``,
 reading them back), the whole gate log beside a record (``logs``), which landings a later
-move undid (``undone``) and checkpoints (``checkpoints``). May use: ``git``, ``sandbox``,
-``workspace`` (an attempt record carries the declared state captured from its workspace) and
-the shared modules.
+move undid (``undone``), checkpoints (``checkpoints``) and the name of an attempt's declared
+state (``state_refs``; capturing and restoring it is the workspace's). It stands below the
+workspace it persists: May use: ``git``, ``sandbox`` and the shared modules.
 """

@@ -251,8 +251,7 @@ def write_record(
     import time
 
     from ..git.repo import Author
-    from ..workspace import state
-    from . import oplog
+    from . import oplog, state_refs
 
     message = format_message(record, reason=reason, check=check, output=output, landed=landed)
     begin = time.perf_counter()
@@ -264,7 +263,7 @@ def write_record(
     objects, size = repo.measure([commit, *known_objects])
     ref = write_ref(repo, slugify(record.task), commit, record_reflog(record))
     if record.state:
-        state.write_ref(repo, ref, record.state)
+        state_refs.write_ref(repo, ref, record.state)
     # The record itself is written; its log line is a convenience.
     with contextlib.suppress(OSError):
         oplog.append(

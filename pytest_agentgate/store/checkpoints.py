@@ -27,7 +27,6 @@ from ..git import objects, trees
 from ..git import runner as _git
 from ..git.index import IndexEntry
 from ..git.repo import Author, BaseRepo
-from ..sandbox.removal import remove_under
 from .records import one_line, parse_trailers
 
 PREFIX = "refs/agentgate/checkpoints/"
@@ -140,33 +139,6 @@ def _tree_here(
     if blobs is None or any(blobs[rel[4:]][0] != mode for mode, rel, _ in found):
         return None
     return repo.edited_tree(None, {rel: blobs[rel[4:]] for _, rel, _ in found})
-
-
-def restore_agent_git(repo: BaseRepo, commit: str, workspace: Path) -> None:
-    """Replace the agent's ``.git`` by the files ``commit`` holds, written as files."""
-    remove_under(workspace, ".git")
-    root = workspace / ".git"
-    root.mkdir(mode=0o755)
-    for entry in repo.ls_tree(commit):
-        if not entry.path.startswith("git/"):
-            continue
-        path = root / entry.path[4:]
-        parent = path.parent
-        for folder in [parent, *parent.parents]:
-            if folder == root:
-                break
-            if folder.is_symlink():
-                raise CheckpointError(commit[:12], f"{folder} is a link: nothing is written there")
-        parent.mkdir(parents=True, exist_ok=True)
-        data = repo.blob(entry.oid)
-        if entry.mode == "120000":
-            os.symlink(data.decode("utf-8", "surrogateescape"), path)
-            continue
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        if entry.mode == "100755":
-            os.chmod(path, 0o755)
 
 
 def write(

@@ -4,5 +4,6 @@ Owns forking a workspace (``fork``), snapshotting what the agent left (``snapsho
 recycling a workspace for the next task (``recycle``) and whether reuse pays here
 (``reuse``), the gate's reused checkouts
 (``checkouts``) and the declared state outside git that travels with an attempt (``state``).
-May use: ``git``, ``sandbox`` and the shared modules.
+May use: ``store`` (where a state or a checkpoint is named and read back), ``git``,
+``sandbox`` and the shared modules.
 """

@@ -27,7 +27,8 @@ from ..git.index import Index
 from ..git.repo import BaseRepo
 from ..sandbox import process as _proc
 from ..sandbox.containment import UNCONTAINED, Role, Sandbox, run_contained
-from ..sandbox.removal import remove_later, remove_tree
+from ..sandbox.removal import remove_later, remove_tree, remove_under
+from ..store.checkpoints import CheckpointError
 
 if TYPE_CHECKING:
     from ..sandbox.agent_command import AgentCommand
@@ -466,3 +467,30 @@ def discard_index(ws: Workspace) -> None:
 def _index(ws: Workspace) -> Index:
     """The workspace's files with its private index (outside the workspace)."""
     return ws.repo.index(ws.path, ws.index)
+
+
+def restore_agent_git(repo: BaseRepo, commit: str, workspace: Path) -> None:
+    """Replace the agent's ``.git`` by the files ``commit`` holds, written as files."""
+    remove_under(workspace, ".git")
+    root = workspace / ".git"
+    root.mkdir(mode=0o755)
+    for entry in repo.ls_tree(commit):
+        if not entry.path.startswith("git/"):
+            continue
+        path = root / entry.path[4:]
+        parent = path.parent
+        for folder in [parent, *parent.parents]:
+            if folder == root:
+                break
+            if folder.is_symlink():
+                raise CheckpointError(commit[:12], f"{folder} is a link: nothing is written there")
+        parent.mkdir(parents=True, exist_ok=True)
+        data = repo.blob(entry.oid)
+        if entry.mode == "120000":
+            os.symlink(data.decode("utf-8", "surrogateescape"), path)
+            continue
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        if entry.mode == "100755":
+            os.chmod(path, 0o755)

@@ -18,21 +18,14 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..errors import AgentgateError
+from ..errors import AgentgateError, StateError
 from ..git.index import IndexEntry
 from ..git.repo import Author, BaseRepo
+from ..store.state_refs import PREFIX, ref_for, write_ref
 
-PREFIX = "refs/agentgate/state/"
+__all__ = ["PREFIX", "StateError", "StateTooLarge", "ref_for", "write_ref"]
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-class StateError(AgentgateError):
-    """A declared state path that cannot be captured or restored."""
-
-    def __init__(self, path: object, reason: str) -> None:
-        self.path = path
-        self.reason = reason
-        super().__init__(f"state {str(path)!r}: {reason}")
 
 
 class StateTooLarge(StateError):
@@ -349,16 +342,3 @@ def overlapping(declared: Sequence[str]) -> tuple[str, str] | None:
             if inner != outer and inner.startswith(outer + "/"):
                 return outer, inner
     return None
-
-
-def ref_for(attempt_ref: str) -> str:
-    """``refs/agentgate/attempts/<slug>/<n>`` -> ``refs/agentgate/state/<slug>/<n>``."""
-    return PREFIX + attempt_ref.split("/", 3)[3]
-
-
-def write_ref(repo: BaseRepo, attempt_ref: str, commit: str) -> str:
-    """Name the state commit beside its attempt (created once, by compare-and-swap)."""
-    ref = ref_for(attempt_ref)
-    if not repo.update_ref(ref, commit, None, "agentgate state"):
-        raise StateError(ref, "already exists")
-    return ref
