@@ -595,11 +595,10 @@ class Bench:
                 to = target.for_ref(self.repo, s["ref"])
                 if kind == "merge":  # every merge lands through the queue: a batch of one
                     uid = uuid.uuid4().hex[:12]
+                    record = {**s["record"], "uid": uid, "base": self.base}
                     landed = LandingQueue(self.repo, to).land(
-                        uid=uid, key="bench", change_commit=s["attempt"], base=self.base,
-                        agent="bench", task="bench", record={**s["record"], "uid": uid},
-                        retest=no_retest,
-                    )  # fmt: skip
+                        record, s["attempt"], "bench", no_retest
+                    )
                     assert landed.status in ("promoted", "passed"), landed
                     return
                 out = promote.promote(
@@ -900,9 +899,8 @@ for k in range(5):
     commit = repo.commit_tree(tree, [base], "w", Author("a", "a@e"))
     uid = f"{me}-{k}"  # every merge lands through the queue
     out = LandingQueue(repo, target.for_ref(repo, ref)).land(
-        uid=uid, key="lock", change_commit=commit, base=base, agent="a", task="lock bench",
-        record={"uid": uid, "task": "lock bench", "agent": "a", "base": base, "tree": tree},
-        retest=no_retest)
+        {"uid": uid, "task": "lock bench", "agent": "a", "base": base, "tree": tree}, commit,
+        "lock", no_retest)
     waits.append(out.lock_wait_ms)
 print(json.dumps(waits))
 """

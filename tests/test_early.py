@@ -132,9 +132,7 @@ def test_a_waiter_reads_its_verdict_while_the_leader_leads_the_next_batch(
     def waiter() -> None:
         found.append(
             b.queue.land(
-                uid=mine.uid, key=KEY, change_commit=mine.change_commit, base=mine.base,
-                agent=mine.agent, task=mine.task, record=mine.record,
-                retest=retest,  # type: ignore[arg-type]
+                mine.record, mine.change_commit, KEY, retest,  # type: ignore[arg-type]
             )
         )  # fmt: skip
 
@@ -536,9 +534,7 @@ def test_a_verdict_no_version_here_can_read_is_an_error_not_a_spin(
 
     with _pytest.raises(AgentgateError, match="gave no verdict"):
         b.queue.land(
-            uid=mine.uid, key=KEY, change_commit=mine.change_commit, base=mine.base,
-            agent=mine.agent, task=mine.task, record=mine.record,
-            retest=Retests(b),  # type: ignore[arg-type]
+            mine.record, mine.change_commit, KEY, Retests(b),  # type: ignore[arg-type]
         )  # fmt: skip
 
 

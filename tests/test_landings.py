@@ -251,8 +251,8 @@ def test_a_squash_already_landed_is_not_landed_twice(service: Path, tmp_path: Pa
 
     repo = BaseRepo(service / ".git", service)
     record = Record("task k0", "k0", start, repo.tree_of(change), uid="uid-k0", landing="squash")
-    entry = Entry(seq=0, uid="uid-k0", key="k", change_commit=change, base=start, agent="k0",
-                  task="task k0", record=record, pid=os.getpid())  # fmt: skip
+    entry = Entry(seq=0, uid="uid-k0", key="k", change_commit=change, record=record,
+                  pid=os.getpid())  # fmt: skip
     target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
     from pytest_agentgate.land.landings import landing_commit
 

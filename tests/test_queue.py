@@ -50,8 +50,7 @@ class Bench:
         )
         commit = self.repo.commit_tree(index.write_tree(), [self.base], f"{name}\n", AUTHOR)
         return Entry(
-            seq=0, uid=f"uid-{name}", key=KEY, change_commit=commit, base=self.base, agent=name,
-            task=f"task {name}",
+            seq=0, uid=f"uid-{name}", key=KEY, change_commit=commit,
             record=Record(f"task {name}", name, self.base, self.repo.tree_of(commit),
                           uid=f"uid-{name}"),
             pid=os.getpid(),
@@ -266,9 +265,8 @@ repo = BaseRepo(Path(sys.argv[1]), None)
 target = LocalBranch(repo, "main", oplog.OpLog(repo.common_dir))
 queue = LandingQueue(repo, target)
 try:
-    queue.land(uid="w", key="same-gate", change_commit=sys.argv[2], base=sys.argv[3], agent="w",
-               task="waiter", record={"uid": "w", "task": "waiter", "agent": "w"},
-               retest=lambda tree, tip, bases, **_: Retested(True))
+    queue.land({"uid": "w", "task": "waiter", "agent": "w", "base": sys.argv[3]}, sys.argv[2],
+               "same-gate", lambda tree, tip, bases, **_: Retested(True))
 except KeyboardInterrupt:
     sys.exit(42)
 """

@@ -242,17 +242,13 @@ class Landing(EngineBase):
     ) -> Outcome:
         assert attempt.change_commit is not None
         return self.queue.land(
+            self.record_of(attempt, status),
+            attempt.change_commit,
+            key,
+            batch_retest,
+            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
             gate_s=gate_s,
             began=attempt.gate_began,
-            uid=attempt.uid,
-            key=key,
-            change_commit=attempt.change_commit,
-            base=attempt.base,
-            agent=attempt.agent,
-            task=attempt.task,
-            record=self.record_of(attempt, status),
-            known_objects=attempt.snapshot.new_objects if attempt.snapshot else (),
-            retest=batch_retest,
             judge=lambda change, base, declared: self.judge_posted(spec, change, base, declared),
         )
 

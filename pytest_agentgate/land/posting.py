@@ -205,9 +205,6 @@ class ServerPosting(QueueFolder):
             uid=posted.uid,
             key=key,
             change_commit=posted.change_commit,
-            base=base,
-            agent=agent,
-            task=task,
             # Recorded by the machine that posted it: this one writes no record of it.
             record=Record(task, agent, base, "", uid=posted.uid, status=status, landing=landing),
             pid=0,

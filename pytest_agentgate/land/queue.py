@@ -52,39 +52,34 @@ class LandingQueue(Leader):
 
     def land(
         self,
-        *,
-        uid: str,
-        key: str,
-        change_commit: str,
-        base: str,
-        agent: str,
-        task: str,
         record: Record | Mapping[str, object],
-        known_objects: Sequence[str] = (),
+        change_commit: str,
+        key: str,
         retest: BatchRetest,
+        *,
+        known_objects: Sequence[str] = (),
         gate_s: float = 0.0,
         began: float = 0.0,
         judge: Judge | None = None,
     ) -> Outcome:
         """Queue one attempt and wait for its verdict (leading when nobody else does).
 
-        ``key`` says which attempts share a re-test (and so a batch); ``record`` is what its
-        record will say (a :class:`~..store.record.Record`, or its JSON); ``retest`` is the
-        gate this process runs when it leads.
+        ``record`` is what its record will say (a :class:`~..store.record.Record`, or its
+        JSON: its id, task, agent and base with it); ``key`` says which attempts share a
+        re-test (and so a batch); ``retest`` is the gate this process runs when it leads.
         """
+        said = record if isinstance(record, Record) else Record.from_json(record)
         entry = Entry(
             seq=0,
-            uid=uid,
+            uid=said.uid,
             key=key,
             change_commit=change_commit,
-            base=base,
-            agent=agent,
-            task=task,
-            record=record if isinstance(record, Record) else Record.from_json(record),
+            record=said,
             pid=os.getpid(),
             known_objects=tuple(known_objects),
             began=began,
         )
+        uid = said.uid
         try:
             # Inside the try: an interrupt just after the entry is written still withdraws it.
             entry = self.enqueue(entry)

@@ -11,7 +11,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,10 +42,8 @@ class Entry:
     uid: str
     key: str
     change_commit: str
-    base: str
-    agent: str
-    task: str
-    #: What the attempt's record says, its status included.
+    #: What the attempt's record says, its status included (its task, agent and base: the
+    #: entry's own fields are the queue's).
     record: Record
     pid: int
     known_objects: tuple[str, ...] = ()
@@ -56,6 +54,18 @@ class Entry:
     machine: str = ""
 
     @property
+    def base(self) -> str:
+        return self.record.base
+
+    @property
+    def agent(self) -> str:
+        return self.record.agent
+
+    @property
+    def task(self) -> str:
+        return self.record.task
+
+    @property
     def label(self) -> str:
         return f"{self.task!r} by {self.agent}"
 
@@ -64,9 +74,12 @@ class Entry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:
-        """The entry an entry file holds (``KeyError``, ``TypeError`` when it is not one)."""
+        """The entry an entry file holds (``KeyError``, ``TypeError`` when it is not one;
+        keys of no field, such as an older writer's, are left out)."""
         record = Record.from_json(data["record"])
-        return cls(**{**data, "known_objects": tuple(data["known_objects"]), "record": record})
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in data.items() if k in known}
+        return cls(**{**kept, "known_objects": tuple(data["known_objects"]), "record": record})
 
     @property
     def foreign(self) -> bool:

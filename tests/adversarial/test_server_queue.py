@@ -138,9 +138,8 @@ class Leader:
         queue = self.engine.queue
         uid = uuid.uuid4().hex
         return queue.land(
-            uid=uid, key=key, change_commit=change, base=base, agent="leader",
-            task=name, record=_record(uid, name, base, git(self.work, "rev-parse", f"{change}^{{tree}}")),
-            retest=self.retest,
+            _record(uid, name, base, git(self.work, "rev-parse", f"{change}^{{tree}}")), change,
+            key, self.retest,
             judge=lambda c, b, d: self.engine.judge_posted(self.engine.gate, c, b, d),
         )  # fmt: skip
 
@@ -158,8 +157,8 @@ def _queued_and_posted(
     uid = uuid.uuid4().hex
     tree = git(machine.work, "rev-parse", f"{change}^{{tree}}")
     entry = queue.enqueue(
-        Entry(seq=0, uid=uid, key=KEY, change_commit=change, base=base, agent="leader",
-              task=task, record=_record(uid, task, base, tree), pid=pid or os.getpid())
+        Entry(seq=0, uid=uid, key=KEY, change_commit=change, record=_record(uid, task, base, tree),
+              pid=pid or os.getpid())
     )  # fmt: skip
     posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
     assert posted is not None

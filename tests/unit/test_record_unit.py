@@ -75,8 +75,7 @@ def test_the_landings_the_marker_checks_are_the_record_s() -> None:
 
 def _entry(name: str, base: str, foreign: bool = False) -> Entry:
     record = Record(name, name, base, "t")
-    return Entry(0, name, "k", "c-" + name, base, name, name, record, 1,
-                 machine="m2" if foreign else "")  # fmt: skip
+    return Entry(0, name, "k", "c-" + name, record, 1, machine="m2" if foreign else "")
 
 
 @pytest.mark.parametrize(
