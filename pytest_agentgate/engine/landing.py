@@ -80,8 +80,6 @@ class Landing(EngineBase):
             reflog_message=records.landing_reflog(
                 attempt.task, attempt.agent, dry_run=not promotes
             ),
-            agent=attempt.agent,
-            task=attempt.task,
             expected_tip=attempt.target_before,
             known_objects=attempt.snapshot.new_objects if attempt.snapshot else None,
             pending=pending,

@@ -75,8 +75,6 @@ def promote(
     base: str,
     *,
     reflog_message: str,
-    agent: str = "",
-    task: str = "",
     expected_tip: str | None = None,
     known_objects: Sequence[str] | None = None,
     pending: Record | None = None,
@@ -93,7 +91,8 @@ def promote(
     preflight just read) is tried first as the old value. ``known_objects`` (what the
     snapshot added over ``base``) spares the log's object count a git process.
 
-    Records first: with ``pending`` (what the record will say) the target writes a
+    Records first: with ``pending`` (what the record will say, its task and agent the
+    move's in the operations log) the target writes a
     ``pending`` line before the compare-and-swap; right after the move ``on_moved`` writes
     the attempt record, then the files follow and the move's log line is written (see
     :class:`~pytest_agentgate.land.target.Target`).
@@ -116,7 +115,8 @@ def promote(
                 return on_moved(landed) if on_moved is not None else True
 
             note = MoveNote(
-                "promote", agent=agent, task=task, kind=kind, record=pending,
+                "promote", agent=pending.agent if pending else "",
+                task=pending.task if pending else "", kind=kind, record=pending,
                 known_objects=known_objects, begin=begin,
             )  # fmt: skip
             try:
