@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from ..errors import AgentgateError
-from ..git.repo import BaseRepo
+from ..git.repo import BaseRepo, LogEntry
 from ..store import records
 
 #: How many commits since the base are looked at (a base far behind names the newest).
@@ -48,26 +48,21 @@ _COMMON = frozenset(
 def named(repo: BaseRepo, commit: str, subject: str, author: str) -> str:
     """``<commit> 'task' by agent`` of a landing (a person's commit: its subject and author)."""
     try:
-        said = records.parse_trailers(repo.commit_message(commit))
+        said = records.landing_said(repo.commit_message(commit))
     except AgentgateError:
-        said = {}
-    task = said.get("Task") or subject
-    agent = said.get("Agent") or author
+        said = records.LandingSaid("", "", "")
+    task, agent = said.task or subject, said.agent or author
     return f"{commit[:12]} {records.one_line(task)[:80]!r} by {records.one_line(agent)[:40]}"
 
 
 def conflicting(repo: BaseRepo, base: str, tip: str, paths: Sequence[str]) -> str:
     """What landed since ``base`` that changed the conflicting ``paths`` ("" when nothing
     says: a base not in the tip's history)."""
-    try:
-        history = repo.first_parent_log(f"{base}..{tip}")[:MOST]
-    except AgentgateError:
-        return ""
     wanted = set(paths)
-    for entry in history:  # newest first: the change the attempt now meets
-        changed = _changed(repo, entry.commit)
-        if changed & wanted:
-            hit = ", ".join(sorted(changed & wanted)[:3])
+    for entry in _since(repo, base, tip):  # newest first: the change the attempt now meets
+        hits = _changed(repo, entry.commit, _first_parent(repo, entry.commit)) & wanted
+        if hits:
+            hit = ", ".join(sorted(hits)[:3])
             return f"it clashes with {named(repo, entry.commit, entry.subject, entry.author)}, which changed {hit}"
     return ""
 
@@ -78,21 +73,19 @@ def retest_suspects(
     """What most likely broke the merge whose re-test printed ``output``: a commit landed
     since ``base`` (up to ``tip``), or one of ``before`` (the commits merged before it in
     its batch); "" when there is none to name."""
-    try:
-        history = repo.first_parent_log(f"{base}..{tip}")[:MOST]
-    except AgentgateError:
-        history = []
     candidates = [(c, "", "", "was merged before it in its batch") for c in reversed(before)]
-    candidates += [(e.commit, e.subject, e.author, "landed after its base") for e in history]
+    candidates += [
+        (e.commit, e.subject, e.author, "landed after its base") for e in _since(repo, base, tip)
+    ]
     if not candidates:
         return ""
     files = set(_PATH.findall(output))
     words = _words(line for line in output.splitlines() if line.startswith("E "))
     best, score, why = candidates[0], 0, ""
     for candidate in candidates:
-        changed = _changed(repo, candidate[0])
-        shared_files = changed & files
-        shared_words = words & _patch_words(repo, candidate[0]) if words else set()
+        parent = _first_parent(repo, candidate[0])
+        shared_files = _changed(repo, candidate[0], parent) & files
+        shared_words = words & _patch_words(repo, candidate[0], parent) if words else set()
         found = 2 * len(shared_files) + len(shared_words)
         if found > score:
             best, score = candidate, found
@@ -109,15 +102,29 @@ def retest_suspects(
     return f"it most likely clashes with {who}, which {where} ({why})"
 
 
+def _since(repo: BaseRepo, base: str, tip: str) -> list[LogEntry]:
+    """The newest ``MOST`` commits of ``base..tip`` along first parents (none when that
+    cannot be read: a base not in the history here)."""
+    try:
+        return repo.first_parent_log(f"{base}..{tip}")[:MOST]
+    except AgentgateError:
+        return []
+
+
 def _first_parent(repo: BaseRepo, commit: str) -> str:
-    parents = repo.parents(commit)
+    """What ``commit`` changed is read against: its first parent (for a merge, the tip it
+    merged onto), or the empty tree ("" when it cannot be read)."""
+    try:
+        parents = repo.parents(commit)
+    except AgentgateError:
+        return ""
     return parents[0] if parents else repo.empty_tree()
 
 
-def _changed(repo: BaseRepo, commit: str) -> set[str]:
-    """The paths ``commit`` changed against its first parent."""
+def _changed(repo: BaseRepo, commit: str, parent: str) -> set[str]:
+    """The paths ``commit`` changed against ``parent``."""
     try:
-        return {change.path for change in repo.diff_tree(_first_parent(repo, commit), commit)}
+        return {change.path for change in repo.diff_tree(parent, commit)} if parent else set()
     except AgentgateError:
         return set()
 
@@ -126,11 +133,11 @@ def _words(lines: Iterable[str]) -> set[str]:
     return {w for line in lines for w in _WORD.findall(line) if w.lower() not in _COMMON}
 
 
-def _patch_words(repo: BaseRepo, commit: str) -> set[str]:
-    """The words of the lines ``commit``'s patch (against its first parent: for a merge,
-    what it brought) added or removed, of its first 2,000 lines."""
+def _patch_words(repo: BaseRepo, commit: str, parent: str) -> set[str]:
+    """The words of the lines ``commit``'s patch against ``parent`` (for a merge, what it
+    brought) added or removed, of its first 2,000 lines."""
     try:
-        shown = repo.patch(_first_parent(repo, commit), commit)
+        shown = repo.patch(parent, commit) if parent else ""
     except AgentgateError:
         return set()
     lines = shown.splitlines()[:2000]

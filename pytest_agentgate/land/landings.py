@@ -75,8 +75,7 @@ def lands(repo: BaseRepo, commit: str, change_commit: str) -> bool:
     tree)."""
     if repo.is_ancestor(change_commit, commit):
         return True
-    said = records.parse_trailers(repo.commit_message(commit))
-    if change_commit not in (said.get("Squashed"), said.get("Rebased")):
+    if records.landing_said(repo.commit_message(commit)).replays != change_commit:
         return False
     parents = repo.parents(commit)
     if len(parents) != 1:

@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,7 +107,7 @@ class AttemptInfo:
     subject: str
     trailers: dict[str, str]
 
-    @property
+    @cached_property
     def record(self) -> Record:
         """What its record says, as the one :class:`Record` every writer writes (its
         trailers read by :func:`.records.record_of_trailers`): read that, never a trailer

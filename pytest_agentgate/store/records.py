@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .record import Record, printable
 from .schema import RECORD_VERSION
@@ -207,6 +207,23 @@ def parse_trailers(text: str) -> dict[str, str]:
         if sep and key.startswith("Agentgate-"):
             found.setdefault(key[len("Agentgate-") :], value.strip())
     return found
+
+
+class LandingSaid(NamedTuple):
+    """What a commit on a target says of itself: its task and agent (a landing's; empty for
+    a person's commit), and the attempt's commit it squashes or replays (empty otherwise)."""
+
+    task: str
+    agent: str
+    replays: str
+
+
+def landing_said(message: str) -> LandingSaid:
+    """The :class:`LandingSaid` of a commit's ``message`` (see :func:`squash_message`,
+    :func:`rebased_message`, :func:`merge_message`)."""
+    said = parse_trailers(message)
+    replays = said.get("Squashed") or said.get("Rebased") or ""
+    return LandingSaid(said.get("Task", ""), said.get("Agent", ""), replays)
 
 
 def record_of_trailers(trailers: Mapping[str, str]) -> Record:

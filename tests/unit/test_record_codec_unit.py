@@ -77,7 +77,9 @@ def test_an_older_or_damaged_record_reads_without_raising() -> None:
 
 
 def test_no_module_outside_store_reads_a_trailer_by_its_name() -> None:
-    reads = re.compile(r"trailers(\.get\(|\[)\s*[\"']")
+    # A trailer read by its name (``trailers.get("X")``), or trailers parsed to be read so
+    # (``parse_trailers(...)``): the store's readers say what a message means instead.
+    reads = re.compile(r"trailers(\.get\(|\[)\s*[\"']|parse_trailers\(")
     found = [
         f"{path.relative_to(PACKAGE)}:{n}"
         for path in PACKAGE.rglob("*.py")
@@ -85,4 +87,24 @@ def test_no_module_outside_store_reads_a_trailer_by_its_name() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if reads.search(line)
     ]
-    assert not found, f"read the Record instead (AttemptInfo.record): {found}"
+    assert not found, f"read the Record (AttemptInfo.record) or landing_said instead: {found}"
+
+
+def test_a_landing_commit_says_its_task_its_agent_and_what_it_replays() -> None:
+    from pytest_agentgate.store.records import (
+        change_message,
+        landing_said,
+        merge_message,
+        rebased_message,
+        squash_message,
+    )
+
+    change = "c" * 40
+    rebased = rebased_message(change_message(WHOLE.task, WHOLE.agent), change)
+    for message, replays in (
+        (squash_message(WHOLE, change), change),
+        (rebased, change),
+        (merge_message(WHOLE.task, WHOLE.agent), ""),
+    ):
+        assert landing_said(message) == (WHOLE.task, WHOLE.agent, replays), message
+    assert landing_said("a person's commit\n\nSigned-off-by: p\n") == ("", "", "")
