@@ -332,7 +332,7 @@ class AgentgateRun:
             self.progress = None
         if self.engine_ is not None:
             self.engine_.close()
-        if hasattr(self.config, "workerinput"):
+        if self._is_worker():
             return
         if session.exitstatus == pytest.ExitCode.TESTS_FAILED and any(
             row.get("verdict") == "error" for row in self.rows

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 
 from .. import _constants
+from .marker import LANDINGS
 from .options import BY_NAME, MODES, OPTIONS, raw_setting, usage
 
 if TYPE_CHECKING:
@@ -266,7 +267,7 @@ class Settings:
             rerun_gate=int(values["rerun_gate"]),
             flaky=choice("flaky", ("reject", "accept")),
             tests_of=choice("tests_of", ("base", "attempt")),
-            land=choice("land", _landings()),
+            land=choice("land", LANDINGS),
             allow_changed=_words(values["allow_changed"]),
             gate_results=values["gate_results"] or None,
             report=Path(values["report"]) if values["report"] else None,
@@ -414,12 +415,6 @@ class Settings:
             allow_changed=(*gate.allow_changed, *marker.allow_changed),
             grading=_grading_for(marker, repo),
         )
-
-
-def _landings() -> tuple[str, ...]:
-    from .marker import LANDINGS
-
-    return LANDINGS
 
 
 def _grading_for(marker: GatedMarker, repo: BaseRepo) -> Any:
