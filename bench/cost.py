@@ -8,9 +8,9 @@ moment of the machine falls on both.
     python bench/cost.py --quick         # 2,000 tests, 1 round (the smoke run)
 
 It prints each round and the medians, gated against plain with no bytecode yet (cold: a
-fresh clone, as every gate run is) and with the bytecode of the run before (warm). The gate runs in the
-sandbox the machine has (``--sandbox none`` to leave it out); the plain run has none. No test
-asserts any of it.
+fresh clone, as the first gate on a base is) and with the bytecode of the run before
+(warm). The gate runs in the sandbox the machine has (``--sandbox none`` to leave it out);
+the plain run has none. No test asserts any of it.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def suite(root: Path, tests: int) -> Path:
 
 def plain(checkout: Path, cold: bool) -> float:
     """The command run by hand in a checkout of the same commit (seconds): ``cold`` with no
-    bytecode yet (a fresh clone, as a CI job has it, and as every gate run has it: the gate
-    never reads bytecode a run of the tree could have written), else with the bytecode
-    of the run before (a person's second run)."""
+    bytecode yet (a fresh clone, as a CI job has it, and as the first gate on a base has
+    it), else with the bytecode of the run before (a person's second run; a later gate is
+    given bytecode the plugin compiled from the base, see ``judge/bytecode.py``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "AGENTGATE_"))}
     if cold:
         env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="agentgate-cost-pyc-")

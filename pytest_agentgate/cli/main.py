@@ -446,7 +446,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 def cmd_revert(args: argparse.Namespace) -> int:
     import tempfile
 
-    from ..judge.gate import GateSpec, run_commands
+    from ..judge.gate import GateSpec, Judging, run_commands
     from ..land import promote
     from ..store.attempts import find
 
@@ -479,7 +479,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
             )
             with tempfile.TemporaryDirectory(prefix="agentgate-revert-") as tmp:
                 context = GateContext(Path(tmp), contained)
-                result = run_commands(repo, tree, spec, context, label="revert")
+                result = run_commands(repo, tree, spec, context, Judging("revert"))
             return result.ok, result.message, result.output
 
     from ..errors import GateFailed

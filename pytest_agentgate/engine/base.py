@@ -22,6 +22,7 @@ from ..judge.gate import (
     CheckResult,
     GateContext,
     GateSpec,
+    Judging,
     judge,
 )
 from ..judge.notes import no_results
@@ -254,8 +255,10 @@ class EngineBase:
             attempt,
             self.gate_context(),
             extra_checks,
-            base.tests if base is not None else None,
-            expected=base.fingerprint if base is not None and base.fingerprint else None,
+            Judging(
+                baseline=base.tests if base is not None else None,
+                expected=base.fingerprint if base is not None and base.fingerprint else None,
+            ),
             allow_symlinks=self.settings.allow_symlinks,
         )
 

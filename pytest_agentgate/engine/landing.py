@@ -13,6 +13,7 @@ from ..judge.baseline import Stored, either_passed
 from ..judge.channel import unexpected
 from ..judge.gate import (
     GateSpec,
+    Judging,
     Verdict,
     check_limits,
     run_commands,
@@ -136,7 +137,8 @@ class Landing(EngineBase):
             on_tip = self.baselines.of_tip(tip, spec)
             held = either_passed(base_results, on_tip.tests if on_tip else None)
             expected = self._expected(spec, on_tip, [attempt.base])
-            return self._retest_tree(tree, spec, held, expected, running)
+            trusted = self.repo.tree_of(attempt.base)
+            return self._retest_tree(tree, spec, held, expected, running, trusted)
 
         return graded_retest
 
@@ -191,7 +193,9 @@ class Landing(EngineBase):
             expected = self._expected(spec, on_tip, bases)
             if reuse is not None and _reusable(reuse, held, expected, spec):
                 return reuse  # run early, on exactly this tree: as good as running it now
-            return self._retest_tree(tree, spec, held, expected, running)
+            # The bases are on the target's history (landed); a tip run ahead is not yet.
+            trusted = self.repo.tree_of(bases[0]) if bases else None
+            return self._retest_tree(tree, spec, held, expected, running, trusted)
 
         return batch_retest
 
@@ -202,13 +206,12 @@ class Landing(EngineBase):
         held: Mapping[str, str] | None,
         expected: frozenset[str] | None,
         running: Running | None,
+        trusted: str | None,
     ) -> Retested:
         """Run the gate on a merged tree, held to ``held``; a pass is kept as that tree's
-        baseline (it comes for free)."""
-        result = run_commands(
-            self.repo, tree, spec, self.gate_context(), "retest", baseline=held,
-            running=running, expected=expected,
-        )  # fmt: skip
+        baseline (it comes for free). Bytecode is compiled from ``trusted``'s bytes only."""
+        how = Judging("retest", held, expected, trusted=trusted)
+        result = run_commands(self.repo, tree, spec, self.gate_context(), how, running)
         if result.ok and result.tests:
             self.baselines.keep(tree, spec, result)
         return Retested(

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..git.repo import BaseRepo
+from ..judge.bytecode import Bytecode
 from ..judge.gate import GateContext
 from ..sandbox import containment as sandbox
 from ..sandbox.removal import removals_done, remove_tree
@@ -57,6 +58,8 @@ class WorkspacePool:
         self._private: Path | None = None
         self._free: list[Workspace] = []
         self._checkouts: GateCheckouts | None = None
+        #: Bytecode compiled once for the run's gate commands (see :mod:`~.judge.bytecode`).
+        self._bytecode: Bytecode | None = None
         self._worktrees: list[Path] | None = None
         self._costs = ReuseCosts()
 
@@ -125,9 +128,12 @@ class WorkspacePool:
         root = self.private_root()
         if self.recycle and self._checkouts is None:
             self._checkouts = GateCheckouts(self.repo, root, costs=ReuseCosts())
+        if self._bytecode is None:
+            self._bytecode = Bytecode(self.repo)
         return GateContext(
-            root, self.sandbox_now(), self.gate_role, self._checkouts, self.require_results
-        )
+            root, self.sandbox_now(), self.gate_role, self._checkouts, self.require_results,
+            self._bytecode,
+        )  # fmt: skip
 
     def release(self, ws: Workspace) -> None:
         """Take a workspace back once its attempt is recorded: kept for reuse where

@@ -206,7 +206,7 @@ class Baselines:
             return found
 
         def compute() -> Stored:
-            from .gate import run_commands
+            from .gate import Judging, run_commands
 
             if self.on_compute is not None:
                 shown = "; ".join(str(c) for c in spec.commands)
@@ -214,7 +214,9 @@ class Baselines:
                     f"computing the base's results once ({base[:12]}, tree {tree[:12]}): "
                     f"{shown}; every attempt on this tree reuses them"
                 )
-            run = run_commands(self.repo, tree, spec, self.context(), "baseline", collect=True)
+            # The base is landed: its own bytes are the trusted ones.
+            how = Judging("baseline", collect=True, trusted=tree)
+            run = run_commands(self.repo, tree, spec, self.context(), how)
             if not run.ok:
                 raise HarnessBroken(base, run.message, run.output)
             if run.tests is not None and not run.tests:

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..sandbox.containment import ALLOWED_ENV, Role, run_contained
+from ..sandbox.containment import ALLOWED_ENV, Role, python_paths, run_contained
 from ..sandbox.process import CommandResult, Running
 from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
 from . import boundary, harness, notes, results, tamper
 from .base_tests import gone, split_tests
+from .bytecode import env_roots
 from .channel import INSIDE, Channel, Report, unexpected
-from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Verdict
+from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Judging, Verdict
 
 if TYPE_CHECKING:
     from ..git.repo import BaseRepo
@@ -39,12 +40,17 @@ __all__ = [
     "CheckResult",
     "GateContext",
     "GateSpec",
+    "Judging",
     "Verdict",
     "check_limits",
     "judge",
     "run_check",
     "run_commands",
 ]
+
+
+#: A gate run with nothing to hold it to (the default of :func:`run_commands`).
+_GATE = Judging()
 
 
 def check_limits(
@@ -155,12 +161,8 @@ def run_commands(
     tree: str,
     spec: GateSpec,
     context: GateContext | Path,
-    label: str = "gate",
-    baseline: Mapping[str, str] | None = None,
-    collect: bool = False,
-    harness_fault: bool | None = None,
+    how: Judging = _GATE,
     running: Running | None = None,
-    expected: frozenset[str] | None = None,
 ) -> CheckResult:
     """Run each gate command in its own clean checkout of ``tree``; the first failure decides.
 
@@ -168,14 +170,15 @@ def run_commands(
     nothing it started outlives it. A simple command is exec'd by the plugin, so a program
     that cannot start (or an exit status that was lost) is a harness error, never the agent's
     failure. Every pytest a command starts, however it is wrapped, reports per-test results
-    on the command's channel (:mod:`.channel`), which decide with ``baseline``: exit 1 with
-    only the base's own failures still passes; exit 0 with a test lost does not; and what
-    pytest loaded must be what it loaded on the base (``expected``, the base's
+    on the command's channel (:mod:`.channel`), which decide with ``how.baseline``: exit 1
+    with only the base's own failures still passes; exit 0 with a test lost does not; and
+    what pytest loaded must be what it loaded on the base (``how.expected``, the base's
     fingerprint). A command from which no results came back is judged by its exit code:
     under ``context.require_results`` that is an error unless the command was declared so
-    (:meth:`GateSpec.by_exit_code`). ``collect`` runs every command to the end and returns
-    what they reported (for a baseline, or a graded run); a command that fails is then the
-    harness's fault unless ``harness_fault`` says otherwise (an attempt's graded run).
+    (:meth:`GateSpec.by_exit_code`). ``how.collect`` runs every command to the end and
+    returns what they reported (for a baseline, or a graded run); a command that fails is
+    then the harness's fault unless ``how.harness_fault`` says otherwise (an attempt's
+    graded run).
 
     A failing command runs again on the same tree up to ``spec.rerun`` times. A test that
     failed and then passed is flaky: under ``spec.flaky == "reject"`` that rejects, under
@@ -187,8 +190,8 @@ def run_commands(
     """
     if isinstance(context, Path):
         context = GateContext(context)
-    fault = collect if harness_fault is None else harness_fault
-    run = _Run(repo, tree, spec, context, label, baseline, collect, fault, expected)
+    run = _Run(repo, tree, spec, context, how)
+    label, baseline, collect = how.label, how.baseline, how.collect
 
     def judge_command(command: results.Command, running: Running | None = None) -> _Judged:
         """One command, run again while it fails (``spec.rerun``)."""
@@ -341,6 +344,23 @@ def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) ->
         remove_later(path)  # its command has ended: the verdict need not wait for it
 
 
+def _bytecode_folder(private: Path, contained: bool) -> tuple[Path, Path]:
+    """A new folder for one command's bytecode: where it is here, and where the command
+    sees it. Bytecode is read and written there, never in a ``__pycache__`` of the checkout,
+    and the folder is made after the setup steps ended, under a name they could not guess: a
+    ``.pyc`` one of them wrote (stamped with the source's time and size, or one that is
+    never checked) would run in place of the source that lands."""
+    name = f".agentgate-pycache-{secrets.token_hex(8)}"
+    if not contained:
+        here = private / name
+        here.mkdir(mode=0o700)
+        return here, here
+    tmp = private / "tmp"  # the command's /tmp
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    (tmp / name).mkdir(mode=0o700)
+    return tmp / name, Path("/tmp") / name
+
+
 def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
     """A pytest the plugin starts itself: only this environment's plugins (an entry point
     planted in the checkout loads nothing), no colour, kept to its checkout."""
@@ -373,11 +393,7 @@ class _Run:
     tree: str
     spec: GateSpec
     context: GateContext
-    label: str
-    baseline: Mapping[str, str] | None
-    collect: bool
-    fault: bool
-    expected: frozenset[str] | None
+    how: Judging
 
     @functools.cached_property
     def tracked(self) -> frozenset[str]:
@@ -415,7 +431,12 @@ class _Run:
                         context.checkouts.spoil(checkout)
                 if failed_setup is not None:
                     return _Ran(failed_setup, None)
-                env = self._environment(checkout, channel, assigned, contained)
+                pycache, pycache_inside = _bytecode_folder(private, contained)
+                if context.bytecode is not None:
+                    context.bytecode.fill(
+                        pycache, checkout, self.tree, self.how.trusted, self.env_roots
+                    )
+                env = self._environment(checkout, channel, assigned, pycache_inside)
                 result = run_contained(
                     context.sandbox,
                     context.role,
@@ -430,6 +451,8 @@ class _Run:
                 )
                 touched = tamper.changed(checkout, before)
                 report = channel.close()
+                if context.bytecode is not None:
+                    context.bytecode.learn(pycache, checkout)
                 declared = self._read_declared(checkout)
                 if touched:
                     if context.checkouts is not None:
@@ -449,8 +472,15 @@ class _Run:
         shown = results.display(command)
         return dataclasses.replace(ran, log=(shown, result.output, result.output_bytes))
 
+    @functools.cached_property
+    def env_roots(self) -> list[str]:
+        """Where the environment's modules may get bytecode (see :mod:`.bytecode`)."""
+        sandbox = self.context.sandbox
+        hidden = [*sandbox.hidden, *([sandbox.base_tree] if sandbox.base_tree else [])]
+        return env_roots(python_paths(sandbox.base_tree), hidden)
+
     def _environment(
-        self, checkout: Path, channel: Channel, assigned: Mapping[str, str], contained: bool
+        self, checkout: Path, channel: Channel, assigned: Mapping[str, str], pycache: Path
     ) -> dict[str, str]:
         """The command's environment: the gate's, what the command assigns itself, the
         results channel, and what keeps its git and its pytest to the checkout."""
@@ -458,7 +488,7 @@ class _Run:
         env.update(
             channel.environment(
                 _would_have(env, self.context.role),
-                INSIDE if contained else None,
+                INSIDE if self.context.sandbox.active else None,
                 only=self.spec.select,
                 skip=self.spec.skip,
             )
@@ -469,11 +499,7 @@ class _Run:
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
         env.setdefault("NO_COLOR", "1")
-        # Bytecode is read and written in a folder of the command's own, never from a
-        # __pycache__ of the checkout: one a setup step wrote (stamped with the source's time
-        # and size) would run in place of the source that lands.
-        pycache = Path("/tmp") if contained else self.context.private_root / f"{checkout.name}.pyc"
-        env.setdefault("PYTHONPYCACHEPREFIX", str(pycache / ".agentgate-pycache"))
+        env.setdefault("PYTHONPYCACHEPREFIX", str(pycache))
         return env
 
     def _tampered(self, paths: Sequence[str], what: str, where: str) -> CheckResult:
@@ -482,8 +508,8 @@ class _Run:
         return CheckResult(
             False,
             tamper.reason(paths, what),
-            name=f"{self.label}: {where}",
-            harness_error=self.fault,
+            name=f"{self.how.label}: {where}",
+            harness_error=self.how.fault,
         )
 
     def _setup(
@@ -502,7 +528,7 @@ class _Run:
                 how = "timed out" if result.timed_out else f"exited {result.returncode}"
                 why = result.launch_error or how
                 return CheckResult(
-                    False, f"gate setup {why}: {command}", name=f"{self.label}: setup: {command}",
+                    False, f"gate setup {why}: {command}", name=f"{self.how.label}: setup: {command}",
                     output=result.tail(), harness_error=bool(result.launch_error),
                 )  # fmt: skip
         return None
@@ -528,7 +554,7 @@ class _Run:
         declared: dict[str, str] | str | None,
     ) -> _Ran:
         spec, shown = self.spec, results.display(command)
-        where = f"{self.label}: {shown}"
+        where = f"{self.how.label}: {shown}"
         fail = functools.partial(CheckResult, False, name=where, output=result.tail())
         if result.launch_error:
             message = f"{result.launch_error} ({shown})" + notes.outside_view(self.context, result)
@@ -542,10 +568,12 @@ class _Run:
         if result.timed_out:
             return _Ran(fail(f"gate timed out after {spec.timeout:g} s: {shown}"), found)
         if report.problem:
-            failure = fail(report.problem, harness_error=self.fault)
+            failure = fail(report.problem, harness_error=self.how.fault)
             return _Ran(failure, None, fingerprint, refused=True)
         if isinstance(declared, str) and not report.sessions:
-            return _Ran(fail(f"gate command {declared}: {shown}", harness_error=self.fault), None)
+            return _Ran(
+                fail(f"gate command {declared}: {shown}", harness_error=self.how.fault), None
+            )
         if found is None:
             return self._by_exit_code(command, result, fail)
         strays = _strays(found, self.tracked)
@@ -555,8 +583,8 @@ class _Run:
                 f"its setup, or by the gate itself): {', '.join(strays[:5])}"
             )
             return _Ran(fail(why), found, fingerprint)
-        if self.expected is not None:
-            odd = unexpected(fingerprint, self.expected, spec.harness)
+        if self.how.expected is not None:
+            odd = unexpected(fingerprint, self.how.expected, spec.harness)
             if odd:
                 why = "the gate's pytest loaded what the base's run of it did not: "
                 why += "; ".join(odd) + " (the test harness is the base's)"
@@ -579,20 +607,22 @@ class _Run:
         # whatever the results say. A wrapper that fails while its pytest passed failed.
         odd_status = next((c for c in statuses if c not in (0, 1)), None)
         wrapper_failed = result.returncode != 0 and all(c == 0 for c in statuses)
-        if self.collect and odd_status is None and not wrapper_failed:
+        if self.how.collect and odd_status is None and not wrapper_failed:
             return _Ran(None, found, fingerprint)
-        verdict = _compare(self.spec, found, self.baseline)
+        verdict = _compare(self.spec, found, self.how.baseline)
         if self.spec.additions and 5 in statuses and not found and verdict.ok:
             odd_status = None  # its changed test modules hold no test now: none can fail
         accepted = odd_status is None and not wrapper_failed
         if accepted and 1 in statuses:
-            accepted = _only_old_failures(found, self.baseline, self.spec.unrequired)
+            accepted = _only_old_failures(found, self.how.baseline, self.spec.unrequired)
         if verdict.ok and accepted:
             return _Ran(None, found, fingerprint)
         # A re-test holds the merge to what passed on the attempt's base or on the tip it
         # merges onto: a test the tip alone has is not "a test of the base".
-        before = "before the merge (on its base or on the tip)" if self.label == "retest" else ""
-        reason = "" if self.collect else verdict.reason(before=before)
+        before = (
+            "before the merge (on its base or on the tip)" if self.how.label == "retest" else ""
+        )
+        reason = "" if self.how.collect else verdict.reason(before=before)
         if reason and self.spec.additions:
             reason = f"the attempt's own test files: {reason}"
         broken = report.collect_errors if report.sessions else {}
@@ -609,7 +639,7 @@ class _Run:
             why = f"gate command exited {result.returncode} after its pytest passed: {shown}"
         else:
             why = reason or f"gate command exited {result.returncode}: {shown}"
-        failure = fail(why, comparison=verdict, harness_error=self.collect and self.fault)
+        failure = fail(why, comparison=verdict, harness_error=self.how.collect and self.how.fault)
         return _Ran(failure, found, fingerprint)
 
     def _by_exit_code(
@@ -624,7 +654,7 @@ class _Run:
             note = notes.hidden_editable(self.context.sandbox)
             note += notes.outside_view(self.context, result)
             why = f"gate command exited {result.returncode}: {shown}{note}"
-            return _Ran(fail(why, harness_error=self.fault), None)
+            return _Ran(fail(why, harness_error=self.how.fault), None)
         return _Ran(None, None)
 
 
@@ -672,12 +702,14 @@ def judge(
     attempt: Any,
     context: GateContext | Path,
     extra_checks: Sequence[Check] = (),
-    baseline: Mapping[str, str] | None = None,
+    how: Judging = _GATE,
     *,
-    expected: frozenset[str] | None = None,
     allow_symlinks: Sequence[str] = (),
 ) -> list[CheckResult]:
-    """Run the checks in order and return them up to and including the first failure."""
+    """Run the checks in order and return them up to and including the first failure.
+
+    The gate commands are held to ``how.baseline`` and ``how.expected``; the snapshot's base
+    is the tree whose bytes are trusted for bytecode."""
     found: list[CheckResult] = []
     limits = check_limits(repo, snap, spec, allow_symlinks)
     found.append(limits)
@@ -689,7 +721,10 @@ def judge(
         if not outcome.ok:
             return found
     if spec.commands:
-        found.append(_sessions(repo, snap, spec, context, baseline, expected))
+        trusted = how.trusted or snap.base_tree
+        found.append(
+            _sessions(repo, snap, spec, context, dataclasses.replace(how, trusted=trusted))
+        )
     return found
 
 
@@ -698,28 +733,26 @@ def _sessions(
     snap: Snapshot,
     spec: GateSpec,
     context: GateContext | Path,
-    baseline: Mapping[str, str] | None,
-    expected: frozenset[str] | None,
+    how: Judging,
 ) -> CheckResult:
     """The gate commands on an attempt: the base's tests on its code, then its own added
     and changed test modules (see :mod:`.base_tests`); one session when it changed no test
     file, or when the spec says the attempt's tests judge (``tests_of="attempt"``)."""
+    baseline = how.baseline
     if spec.tests_of != "base" or baseline is None:  # no per-test results to hold it to
-        return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
+        return run_commands(repo, snap.tree, spec, context, how)
     split = split_tests(repo, snap.base_tree, snap.tree, baseline, spec.allow_changed)
     if not split.split:
-        return run_commands(repo, snap.tree, spec, context, baseline=baseline, expected=expected)
+        return run_commands(repo, snap.tree, spec, context, how)
     first_spec = dataclasses.replace(spec, unrequired=split.not_required, skip=split.skipped)
-    first = run_commands(
-        repo, split.judged_tree, first_spec, context, baseline=baseline, expected=expected
-    )
+    first = run_commands(repo, split.judged_tree, first_spec, context, how)
     first = dataclasses.replace(first, results_tree=split.judged_tree, changed_tests=split.changed)
     if not first.ok:
         return first
     second = CheckResult(True, name="gate", tests={})
     if split.modules:
         only = dataclasses.replace(spec, select=split.modules, additions=True)
-        second = run_commands(repo, snap.tree, only, context, baseline=baseline, expected=expected)
+        second = run_commands(repo, snap.tree, only, context, how)
     missing = gone(
         baseline, split.held, second.tests or {}, (*spec.allow_removed, *split.not_required)
     )

@@ -16,7 +16,7 @@ from ..git.repo import BaseRepo
 from ..workspace.snapshot import Snapshot
 from . import grading, results
 from .baseline import Baselines
-from .gate import GateContext, GateSpec, Verdict, run_commands
+from .gate import GateContext, GateSpec, Judging, Verdict, run_commands
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,9 @@ def grade(
     tests_from = g.tests_from or base
     files = grading.test_files(repo, base, tests_from, g, snapshot.changed_paths)
     tree = grading.graded_tree(repo, snapshot.tree, tests_from, files)
-    run = run_commands(repo, tree, found.spec, context, "grade", collect=True, harness_fault=False)
+    run = run_commands(
+        repo, tree, found.spec, context, Judging("grade", collect=True, harness_fault=False)
+    )
     if not run.ok and not run.harness_error:
         return Graded(Verdict("rejected", run.message, "grade", run.output), None, found, {})
     if run.flaky and spec.flaky == "reject":

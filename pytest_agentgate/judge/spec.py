@@ -19,6 +19,7 @@ from .grading import Grading
 
 if TYPE_CHECKING:
     from ..workspace.checkouts import GateCheckouts
+    from .bytecode import Bytecode
 
 DEFAULT_GATE_TIMEOUT = DEFAULT_GATE_TIMEOUT_S
 
@@ -168,3 +169,31 @@ class GateContext:
     #: A command from which no per-test results come back is an error unless declared so
     #: (a promoting run); else it is judged by its exit code, and the record says so.
     require_results: bool = False
+    #: Bytecode the plugin compiles once for the modules of a trusted tree, given to each
+    #: command that runs them unchanged (None: every command compiles its own).
+    bytecode: Bytecode | None = None
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What one gate run of a tree is held to, and whose fault a failure is: the values that
+    travel together from the caller to every command of the run (see
+    :func:`~.gate.run_commands`)."""
+
+    #: What the run is called in its checks' names ("gate", "baseline", "retest", ...).
+    label: str = "gate"
+    #: The base's per-test results the run is compared with.
+    baseline: Mapping[str, str] | None = None
+    #: What the gate's pytest must load (the base's fingerprint).
+    expected: frozenset[str] | None = None
+    #: Run every command to the end and return what they reported (a baseline, a graded run).
+    collect: bool = False
+    #: Whether a failing command is the harness's fault (None: when ``collect``).
+    harness_fault: bool | None = None
+    #: The tree whose bytes are trusted to compile bytecode from: the base's, already landed
+    #: (None: nothing is compiled for the run's commands).
+    trusted: str | None = None
+
+    @property
+    def fault(self) -> bool:
+        return self.collect if self.harness_fault is None else self.harness_fault

@@ -174,3 +174,50 @@ def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
     assert verdict.status == "rejected", verdict
     assert "no longer pass" in verdict.reason, verdict.reason
     e.close()
+
+
+WRITES_CACHED_BYTECODE = """
+import importlib.util, marshal, os, sys
+
+GOOD = {good!r}
+open("ledger/_generated.py", "w").write("X = 1\\n")
+source = os.path.abspath("ledger/store.py")
+# An unchecked-hash pyc: Python runs it without looking at the source. Written where the
+# gate's command reads bytecode from: its private /tmp when contained, the folder beside
+# the checkout when not.
+checkout = os.getcwd()
+prefixes = [
+    os.path.join(os.environ.get("TMPDIR", "/tmp"), ".agentgate-pycache"),
+    os.path.join(os.path.dirname(checkout), os.path.basename(checkout) + ".pyc", ".agentgate-pycache"),
+]
+body = marshal.dumps(compile(GOOD, source, "exec"))
+for prefix in prefixes:
+    folder = prefix + os.path.dirname(source)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"store.{{sys.implementation.cache_tag}}.pyc"), "wb") as out:
+            out.write(importlib.util.MAGIC_NUMBER + b"\\x01\\x00\\x00\\x00" + b"\\x00" * 8 + body)
+    except OSError:
+        pass  # not writable from where this one runs
+"""
+
+
+def test_bytecode_a_setup_step_plants_in_the_commands_cache_never_runs(
+    service: Path, sandbox_mode: str
+) -> None:
+    """The gate's command reads bytecode from a folder of its own, but the setup step ran
+    in the same private folder: an unchecked-hash pyc it wrote there, where the command's
+    cache maps the broken module, ran in place of the source that lands. The command's
+    bytecode folder is emptied after the setup steps."""
+    write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "a generated file")
+    e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen")
+    files = {
+        "ledger/store.py": BROKEN_STORE,
+        "ledger/gen.py": WRITES_CACHED_BYTECODE.format(good=GOOD_STORE),
+    }
+    verdict = attempt(e, files, "cached bytecode").verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+    assert "no longer pass" in verdict.reason, verdict.reason
+    e.close()
