@@ -353,8 +353,10 @@ class Bench:
             p, f = pair(self.runs, lambda i: {}, agent_run, floor)
             self.add(f"agent run(), {label}", p, f, "floor: subprocess.run(['true'])")
             if box.active:
-                line = box.wrap(["true"], writable=ws.path, tmp=ws.private, home=ws.private,
-                                role=sandbox.Role("agent"))  # fmt: skip
+                mounts = sandbox.Mounts(ws.path, ws.private)
+                for folder in (mounts.tmp, mounts.home):
+                    folder.mkdir(parents=True, exist_ok=True)
+                line = box.wrap(["true"], mounts, role=sandbox.Role("agent"))
                 line = bare_bwrap(line)
 
                 def bwrap_alone(_s: dict, line: list[str] = line) -> None:
@@ -534,8 +536,9 @@ class Bench:
             snap = snapshots.snapshot(ws)
             checkpoints.write(
                 self.repo, slug="bench", try_id=f"t{self.counter}", base=self.base,
-                code_tree=snap.tree, state=None,
-                agent_git=checkpoints.capture_agent_git(self.repo, ws.path, AGENT),
+                contents=checkpoints.Contents(
+                    snap.tree, None, checkpoints.capture_agent_git(self.repo, ws.path, AGENT)
+                ),
                 message="step", author=AGENT,
             )  # fmt: skip
 
@@ -707,9 +710,10 @@ class Bench:
             raw_git(self.repo, "read-tree", "--reset", "-u", tree, work_tree=gate, index=gidx)
             command = ["true"]
             if contained and box.active:  # the same command under a bare bwrap, same view
-                command = box.wrap(
-                    command, writable=gate, tmp=gate, home=gate, role=sandbox.Role("gate")
-                )
+                mounts = sandbox.Mounts(gate, gate)
+                for folder in (mounts.tmp, mounts.home):
+                    folder.mkdir(parents=True, exist_ok=True)
+                command = box.wrap(command, mounts, role=sandbox.Role("gate"))
                 command = bare_bwrap(command)
             subprocess.run(command, cwd=gate, check=True)
             raw_git(self.repo, "merge-tree", "--write-tree", self.base, commit)

@@ -23,6 +23,7 @@ _EXPORTS = {
     "MoveNote": "land.target",
     "MoveResult": "land.target",
     "Move": "land.promote",
+    "Undo": "land.promote",
     "OpLog": "store.oplog",
     "TreeEntry": "git.repo",
     "TreeChange": "git.repo",
@@ -99,6 +100,7 @@ __all__ = [
     "Target",
     "TreeChange",
     "TreeEntry",
+    "Undo",
     "Verdict",
     "Workspace",
     "WorktreeBlocked",
@@ -153,7 +155,7 @@ if TYPE_CHECKING:
     from .git.transport import PushResult
     from .judge.gate import CheckResult, GateSpec, Verdict
     from .land.dry_run import DryRunRef
-    from .land.promote import Move, revert, rollback
+    from .land.promote import Move, Undo, revert, rollback
     from .land.remote_branch import RemoteBranch
     from .land.target import LocalBranch, MoveNote, MoveResult, Target
     from .store.attempts import list_attempts

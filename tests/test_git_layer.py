@@ -325,7 +325,9 @@ def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
 
     ran: list[str] = []
     real = runner.run
-    monkeypatch.setattr(runner, "run", lambda args, **kw: ran.append(args[0]) or real(args, **kw))
+    monkeypatch.setattr(
+        runner, "run", lambda args, *a, **kw: ran.append(args[0]) or real(args, *a, **kw)
+    )
     repo.commit_tree(tree, [base], "plain\n", author)
     assert "commit-tree" not in ran  # written without git...
     config = repo.common_dir / "config"

@@ -485,15 +485,15 @@ def cmd_revert(args: argparse.Namespace) -> int:
     from ..errors import GateFailed
 
     try:
+        undo = promote.Undo(
+            attempt.record_commit, attempt.base, args.agent, f"revert {attempt.task}"
+        )
         move = promote.revert(
             repo,
             f"refs/heads/{branch}",
-            attempt.record_commit,
-            attempt.base,
+            undo,
             expect=expect,
             author=author_of(args.agent),
-            agent=args.agent,
-            task=f"revert {attempt.task}",
             retest=retest,
             dry_run=args.dry_run,
             target=target,

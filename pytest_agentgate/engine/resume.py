@@ -120,7 +120,7 @@ def state_held(
                 outside,
                 message=records.state_message(ws.task or "base state"),
                 author=Author.for_agent(ws.agent),
-                exclude=exclude,
+                keep=state_module.Keep(exclude),
             )
             if outside
             else None

@@ -87,9 +87,8 @@ class Engine(Landing):
                 message=records.state_message(attempt.task),
                 author=Author.for_agent(attempt.agent),
                 parent=attempt.resumed_from,
-                exclude=self.settings.exclude,
+                keep=state_module.Keep(self.settings.exclude, self.settings.max_state_bytes),
                 skipped=attempt.state_excluded,
-                max_bytes=self.settings.max_state_bytes,
             )
         except state_module.StateTooLarge as exc:
             attempt.state_refused = str(exc)
@@ -161,7 +160,7 @@ class Engine(Landing):
                 ws.state_declared,
                 message=records.state_message(ws.task),
                 author=author,
-                exclude=self.settings.exclude,
+                keep=state_module.Keep(self.settings.exclude),
             )
             if ws.state_declared
             else None
@@ -171,14 +170,16 @@ class Engine(Landing):
             slug=attempts.slugify(ws.task or "task"),
             try_id=ws.try_id,
             base=ws.base,
-            code_tree=snap.tree,
-            state=state,
-            agent_git=checkpoints.capture_agent_git(
-                self.repo,
-                ws.path,
-                author,
-                max_files=self.settings.max_files,
-                max_bytes=self.settings.max_bytes,
+            contents=checkpoints.Contents(
+                snap.tree,
+                state,
+                checkpoints.capture_agent_git(
+                    self.repo,
+                    ws.path,
+                    author,
+                    max_files=self.settings.max_files,
+                    max_bytes=self.settings.max_bytes,
+                ),
             ),
             message=message,
             author=author,

@@ -590,7 +590,9 @@ class BaseRepo(RepoRefs):
 def init(path: Path, branch: str) -> BaseRepo:
     """A new repository with a working tree at ``path``, on ``branch`` (no commits yet)."""
     _git.run(
-        ["init", "-q", "-b", branch, "--end-of-options", str(path)], git_dir=None, cwd=path.parent
+        ["init", "-q", "-b", branch, "--end-of-options", str(path)],
+        _git.NO_REPOSITORY,
+        cwd=path.parent,
     )
     return BaseRepo(path / ".git", path)
 

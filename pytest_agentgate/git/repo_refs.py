@@ -47,7 +47,7 @@ def check_branch_name(name: str, source: str = "") -> str:
     ):
         raise BadRefName(name, source)
     result = _git.run(
-        ["check-ref-format", "--branch", name], git_dir=None, ok=(0, 1, 128), cwd=Path("/")
+        ["check-ref-format", "--branch", name], _git.NO_REPOSITORY, ok=(0, 1, 128), cwd=Path("/")
     )
     if result.returncode != 0:
         raise BadRefName(name, source)
@@ -169,17 +169,10 @@ class RepoRefs:
         """Run git against this repository: for the git layer's own modules only."""
         # The user's own checkout keeps the user's filters; everything else runs none.
         filters = () if work_tree is not None and work_tree == self.worktree else self.no_filters()
-        return _git.run(
-            args,
-            git_dir=self.git_dir,
-            work_tree=work_tree,
-            index=index,
-            env=env,
-            input=input,
-            ok=ok,
-            safe_directory=self.worktree or self.git_dir,
-            config=(*filters, *config),
+        on = _git.Repository(
+            self.git_dir, work_tree, index, self.worktree or self.git_dir, (*filters, *config)
         )
+        return _git.run(args, on, env=env, input=input, ok=ok)
 
     def no_filters(self) -> tuple[str, ...]:
         """``-c`` settings that switch off every configured filter and merge driver.
@@ -199,9 +192,8 @@ class RepoRefs:
                     "--get-regexp",
                     r"^(filter|merge)\..*\.(clean|smudge|process|required|driver)$",
                 ],
-                git_dir=self.git_dir,
+                _git.Repository(self.git_dir, safe_directory=self.worktree or self.git_dir),
                 ok=(0, 1),
-                safe_directory=self.worktree or self.git_dir,
             ).out
             keys = {item.split("\n", 1)[0] for item in out.split("\0") if item}
             filters = sorted(

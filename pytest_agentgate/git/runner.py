@@ -134,24 +134,43 @@ class GitResult:
         return self.stdout.decode("utf-8", "surrogateescape")
 
 
+@dataclass(frozen=True)
+class Repository:
+    """Which repository a git command works on, named explicitly: its git directory (None
+    for the few commands that need none: ``version``, ``check-ref-format``, ``init``), and
+    the working tree, index, directory git may trust and ``-c`` settings it runs with."""
+
+    git_dir: Path | None
+    work_tree: Path | None = None
+    index: Path | None = None
+    safe_directory: Path | None = None
+    config: Sequence[str] = ()
+
+
+#: A command that needs no repository (and must not find one above its working directory).
+NO_REPOSITORY = Repository(None)
+
+
 def run(
     args: Sequence[str],
+    on: Repository,
     *,
-    git_dir: Path | None,
-    work_tree: Path | None = None,
-    index: Path | None = None,
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
     ok: Sequence[int] = (0,),
-    safe_directory: Path | None = None,
     cwd: Path | None = None,
-    config: Sequence[str] = (),
 ) -> GitResult:
-    """Run ``git <args>`` against an explicit git directory and return what it printed.
+    """Run ``git <args>`` against the repository ``on`` names and return what it printed.
 
-    ``git_dir`` None is for the few commands that need no repository (``version``,
-    ``check-ref-format``, ``init``). Raises :class:`GitError` when the exit code is not in ``ok``.
+    Raises :class:`GitError` when the exit code is not in ``ok``.
     """
+    git_dir, work_tree, index, safe_directory = (
+        on.git_dir,
+        on.work_tree,
+        on.index,
+        on.safe_directory,
+    )
+    config = on.config
     cmd: list[str] = ["git", *_SAFETY]
     for setting in config:
         cmd += ["-c", setting]
@@ -205,8 +224,8 @@ def sysconfdir() -> Path | None:
         found = None
         if "GIT_CONFIG_SYSTEM" not in os.environ:
             with contextlib.suppress(GitError, OSError):
-                out = run(["config", "--system", "--edit"], git_dir=None,
-                          config=("core.editor=echo",)).out.strip()  # fmt: skip
+                asked = Repository(None, config=("core.editor=echo",))
+                out = run(["config", "--system", "--edit"], asked).out.strip()
                 if out.startswith("/") and out.endswith("/gitconfig") and "\n" not in out:
                     found = Path(out).parent
         _SYSCONFDIR.append(found)
@@ -257,7 +276,7 @@ def version() -> tuple[int, ...]:
     """The installed git's version as a tuple, read once per process."""
     global _version_cache
     if _version_cache is None:
-        text = run(["version"], git_dir=None, cwd=Path(os.sep)).out
+        text = run(["version"], NO_REPOSITORY, cwd=Path(os.sep)).out
         match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
         if not match:
             raise GitError(["version"], 0, f"cannot read a version from {text!r}")

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..sandbox.containment import ALLOWED_ENV, Role, python_paths, run_contained
-from ..sandbox.process import CommandResult, Running
+from ..sandbox.containment import ALLOWED_ENV, Mounts, Role, python_paths, run_contained
+from ..sandbox.process import CommandResult, Running, Watch
 from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
 from . import boundary, harness, notes, results, tamper
@@ -431,23 +431,17 @@ class _Run:
                         context.checkouts.spoil(checkout)
                 if failed_setup is not None:
                     return _Ran(failed_setup, None)
-                pycache, pycache_inside = _bytecode_folder(private, contained)
-                if context.bytecode is not None:
-                    context.bytecode.fill(
-                        pycache, checkout, self.tree, self.how.trusted, self.env_roots
-                    )
+                pycache, pycache_inside = self._bytecode(checkout, private)
                 env = self._environment(checkout, channel, assigned, pycache_inside)
+                seen = ((channel.folder, INSIDE),) if contained else ()
                 result = run_contained(
                     context.sandbox,
                     context.role,
                     argv if argv else results.display(command),
-                    cwd=checkout,
-                    private=private,
+                    Mounts(checkout, private, ro_at=seen, above=above),
                     timeout=spec.timeout,
                     env=env,
-                    running=running,
-                    extra_ro_at=((channel.folder, INSIDE),) if contained else (),
-                    above=above,
+                    watch=Watch(running=running),
                 )
                 touched = tamper.changed(checkout, before)
                 report = channel.close()
@@ -471,6 +465,14 @@ class _Run:
         ran = self._judge(index, command, result, report, declared)
         shown = results.display(command)
         return dataclasses.replace(ran, log=(shown, result.output, result.output_bytes))
+
+    def _bytecode(self, checkout: Path, private: Path) -> tuple[Path, Path]:
+        """The command's bytecode folder, made now (after its setup steps), with what the
+        plugin gives it written in: where it is here, and where the command sees it."""
+        here, inside = _bytecode_folder(private, self.context.sandbox.active)
+        if self.context.bytecode is not None:
+            self.context.bytecode.fill(here, checkout, self.tree, self.how.trusted, self.env_roots)
+        return here, inside
 
     @functools.cached_property
     def env_roots(self) -> list[str]:
@@ -521,8 +523,9 @@ class _Run:
             env = {**self.spec.env, "AGENTGATE_CHECKOUT": str(checkout), "NO_COLOR": "1"}
             env["GIT_CEILING_DIRECTORIES"] = str(checkout.parent)
             result = run_contained(
-                self.context.sandbox, self.context.role, command, cwd=checkout,
-                private=private, timeout=self.spec.timeout, env=env, running=running, above=above,
+                self.context.sandbox, self.context.role, command,
+                Mounts(checkout, private, above=above),
+                timeout=self.spec.timeout, env=env, watch=Watch(running=running),
             )  # fmt: skip
             if not result.ok:
                 how = "timed out" if result.timed_out else f"exited {result.returncode}"

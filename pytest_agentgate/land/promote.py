@@ -198,16 +198,24 @@ def _tip(repo: BaseRepo, target: LocalBranch | RemoteBranch) -> str | None:
     return repo.ref_value(target.ref)
 
 
+@dataclass(frozen=True)
+class Undo:
+    """What a revert undoes (an attempt's landed ``commit`` and its ``base``), and the
+    ``agent`` and ``task`` the revert is recorded under."""
+
+    commit: str
+    base: str
+    agent: str
+    task: str
+
+
 def revert(
     repo: BaseRepo,
     ref: str,
-    attempt_commit: str,
-    attempt_base: str,
+    undo: Undo,
     *,
     expect: str | None,
     author: Author,
-    agent: str,
-    task: str,
     retest: Retest | None = None,
     dry_run: bool = False,
     target: LocalBranch | RemoteBranch | None = None,
@@ -218,6 +226,7 @@ def revert(
     whose merge base is the attempt's own tree, so the result is "tip + (base - attempt)".
     """
     begin = time.perf_counter()
+    attempt_commit, attempt_base, agent, task = undo.commit, undo.base, undo.agent, undo.task
     target = target or for_ref(repo, ref)
     with target.lock():
         tip = _tip(repo, target)

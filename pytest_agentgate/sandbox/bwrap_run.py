@@ -31,7 +31,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from .supervisor import GRACE_S, Cgroup, children_of, readable
 
@@ -77,15 +77,28 @@ def _seccomp_pipe(argv: list[str]) -> int:
     return read
 
 
+class Launch(Protocol):
+    """What a command is started with: where, its environment, how long it may take, where
+    its output goes, its cgroup and the largest file it may write."""
+
+    @property
+    def cwd(self) -> Path: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def sink(self) -> IO[bytes]: ...
+    @property
+    def cgroup(self) -> Cgroup: ...
+    @property
+    def fsize_max(self) -> int | None: ...
+
+
 def run(
     argv: list[str],
+    launch: Launch,
     *,
-    cwd: Path,
-    env: Mapping[str, str],
-    timeout: float | None,
-    sink: IO[bytes],
-    cgroup: Cgroup,
-    fsize_max: int | None,
     on_start: Callable[[subprocess.Popen[bytes]], None],
     ended: Callable[[], bool],
 ) -> dict[str, object]:
@@ -101,6 +114,8 @@ def run(
     it); ``ended`` says, for a command that ended without a status, whether the plugin ended
     it (an interrupt), so that is what the report says.
     """
+    cwd, env, timeout, sink = launch.cwd, launch.env, launch.timeout, launch.sink
+    cgroup, fsize_max = launch.cgroup, launch.fsize_max
     status_r, status_w = os.pipe()
     args_r, args_w = os.pipe()
     seccomp_r = _seccomp_pipe(argv)

@@ -40,7 +40,7 @@ from .network import Network
 from .seccomp import program as seccomp_program
 
 if TYPE_CHECKING:
-    from .process import CommandResult, Running
+    from .process import CommandResult, Watch
 
 MODES = ("auto", "bwrap", "none")
 #: Who an agent's command runs as inside, when the plugin runs as root: CLIs that refuse to
@@ -197,27 +197,14 @@ class Sandbox:
         return found
 
     def wrap(
-        self,
-        argv: Sequence[str],
-        *,
-        writable: Path,
-        tmp: Path,
-        home: Path,
-        role: Role,
-        objects: Path | None = None,
-        extra_ro: Iterable[Path] = (),
-        extra_rw: Iterable[Path] = (),
-        path_dirs: Iterable[Path] = (),
-        extra_ro_at: Iterable[tuple[Path, Path]] = (),
-        above: Path | None = None,
+        self, argv: Sequence[str], mounts: Mounts, *, role: Role, path_dirs: Iterable[Path] = ()
     ) -> list[str]:
-        """The bwrap command line that runs ``argv`` in ``writable``, contained.
-
-        ``extra_ro_at`` binds folders read-only at another place (source, where seen);
-        ``above`` is what the folder above ``writable`` shows, read-only (it must hold an
-        empty folder for each place bound below it)."""
+        """The bwrap command line that runs ``argv`` in ``mounts.cwd``, contained, seeing
+        what ``mounts`` adds to the read view."""
         if self.program is None:
             return list(argv)
+        writable, tmp, home = mounts.cwd, mounts.tmp, mounts.home
+        objects, above = mounts.objects, mounts.above
         args = [
             self.program,
             "--die-with-parent",
@@ -244,16 +231,16 @@ class Sandbox:
             args += ["--ro-bind", str(_passwd(home)), "/etc/passwd"]
         for mask in masks:
             args += ["--perms", "0755", "--size", "65536", "--tmpfs", str(mask)]
-        for path in _outermost(p for p in [*again, *extra_ro] if p.exists()):
+        for path in _outermost(p for p in [*again, *mounts.ro] if p.exists()):
             args += ["--ro-bind", str(path), str(path)]
         for bind in self.settings.binds:
             if bind.writable:
                 args += ["--bind", str(bind.path), str(bind.path)]
         if objects is not None:
             args += ["--ro-bind", str(objects), str(objects)]
-        for path in extra_rw:  # declared state outside the workspace: this command's only
+        for path in mounts.rw:  # declared state outside the workspace: this command's only
             args += ["--bind", str(path), str(path)]
-        for source, seen in extra_ro_at:
+        for source, seen in mounts.ro_at:
             args += ["--ro-bind", str(source), str(seen)]
         if above is not None:
             args += ["--ro-bind", str(above), str(writable.parent)]
@@ -492,6 +479,33 @@ def command_env(
 
 
 @dataclass(frozen=True)
+class Mounts:
+    """What one command sees besides the sandbox's read view: its folder (``cwd``,
+    writable), its private folder outside every workspace (its ``/tmp`` and empty ``$HOME``
+    are made there), folders shown read-only (``ro``) or writable (``rw``: declared state
+    outside the workspace), folders shown read-only at another place (``ro_at``: source,
+    where seen), the object store (``objects``, read-only), and what the folder above
+    ``cwd`` shows (``above``, read-only: it must hold an empty folder for each place bound
+    below it)."""
+
+    cwd: Path
+    private: Path
+    ro: tuple[Path, ...] = ()
+    rw: tuple[Path, ...] = ()
+    ro_at: tuple[tuple[Path, Path], ...] = ()
+    objects: Path | None = None
+    above: Path | None = None
+
+    @property
+    def tmp(self) -> Path:
+        return self.private / "tmp"
+
+    @property
+    def home(self) -> Path:
+        return self.private / "home"
+
+
+@dataclass(frozen=True)
 class Role:
     """How one kind of command runs: an agent's steps, or a gate's commands."""
 
@@ -537,30 +551,20 @@ def run_contained(
     sandbox: Sandbox,
     role: Role,
     command: str | Sequence[str],
+    mounts: Mounts,
     *,
-    cwd: Path,
-    private: Path,
     timeout: float | None,
     env: Mapping[str, str] | None = None,
-    objects: Path | None = None,
-    started: list[int] | None = None,
-    running: Running | None = None,
-    extra_ro: Sequence[Path] = (),
-    extra_rw: Sequence[Path] = (),
-    extra_ro_at: Sequence[tuple[Path, Path]] = (),
-    above: Path | None = None,
+    watch: Watch | None = None,
 ) -> CommandResult:
-    """Run ``command`` in ``cwd`` as ``role``: contained when the sandbox is active.
-
-    ``private`` is the command's own directory outside every workspace: its ``/tmp`` and an
-    empty ``$HOME`` are made there. ``env`` is added to the allow-listed environment.
-    """
+    """Run ``command`` in ``mounts.cwd`` as ``role``: contained when the sandbox is active,
+    seeing what ``mounts`` adds. ``env`` is added to the allow-listed environment."""
     from dataclasses import replace
 
     from . import process as _proc
 
-    tmp, home = private / "tmp", private / "home"
-    for folder in (private, tmp, home):
+    tmp, home = mounts.tmp, mounts.home
+    for folder in (mounts.private, tmp, home):
         folder.mkdir(mode=0o700, exist_ok=True)
     extra = {"HOME": str(home), "TMPDIR": "/tmp" if sandbox.active else str(tmp)}
     extra.update(env or {})
@@ -570,7 +574,7 @@ def run_contained(
 
         proxy = EgressProxy(role.network).start()
         extra.update(proxy.environment())
-        extra_ro = (*extra_ro, proxy.folder)
+        mounts = replace(mounts, ro=(*mounts.ro, proxy.folder))
     run_env = command_env(os.environ, role.env_names, extra)
     wrap = None
     if sandbox.active:
@@ -579,29 +583,20 @@ def run_contained(
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
                 proxy.relayed(argv) if proxy is not None else argv,
-                writable=cwd,
-                tmp=tmp,
-                home=home,
+                mounts,
                 role=role,
-                objects=objects,
-                extra_ro=extra_ro,
-                extra_rw=extra_rw,
                 path_dirs=path_dirs,
-                extra_ro_at=extra_ro_at,
-                above=above,
             )
 
     try:
         result = _proc.run_command(
             command,
-            cwd=cwd,
+            cwd=mounts.cwd,
             env=run_env,
             timeout=timeout,
-            started=started,
-            running=running,
+            watch=watch or _proc.Watch(),
             wrap=wrap,
-            pids_max=sandbox.settings.pids_max,
-            fsize_max=sandbox.settings.file_bytes,
+            limits=_proc.Limits(sandbox.settings.pids_max, sandbox.settings.file_bytes),
         )
     finally:
         if proxy is not None:

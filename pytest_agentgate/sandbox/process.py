@@ -210,25 +210,46 @@ class Running:
                 proc.send_signal(signal.SIGTERM)
 
 
+@dataclass(frozen=True)
+class Watch:
+    """Who keeps track of a command's supervisor besides its caller: ``started`` collects
+    its id (its session), for a last sweep should the supervisor itself be killed;
+    ``running`` ends it with the others on an interrupt."""
+
+    started: list[int] | None = None
+    running: Running | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What every process of a command is born bounded by: how many processes its cgroup
+    may hold, and the largest file it may write (None: no bound)."""
+
+    pids_max: int | None = None
+    fsize_max: int | None = None
+
+
+_UNWATCHED, _UNBOUNDED = Watch(), Limits()
+
+
 def run_command(
     command: str | Iterable[str],
     *,
     cwd: Path,
     env: Mapping[str, str],
     timeout: float | None,
-    started: list[int] | None = None,
+    watch: Watch = _UNWATCHED,
     wrap: Callable[[list[str]], list[str]] | None = None,
-    pids_max: int | None = None,
-    fsize_max: int | None = None,
-    running: Running | None = None,
+    limits: Limits = _UNBOUNDED,
 ) -> CommandResult:
     """Run ``command`` (a shell string or an argument list) and wait at most ``timeout`` s.
 
     ``wrap`` turns the argument list into the sandbox's command line. On timeout every
     process of the command is ended and ``timed_out`` is set; whatever it left running is
-    ended when it ends, in every case. The supervisor's id (its session) is appended to
-    ``started``, for a last sweep should the supervisor itself be killed.
+    ended when it ends, in every case.
     """
+    started, running = watch.started, watch.running
+    pids_max, fsize_max = limits.pids_max, limits.fsize_max
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     label = command if isinstance(command, str) else shlex.join(argv)  # as a shell reads it
     contained = wrap is not None
@@ -294,15 +315,7 @@ def _run_contained(line: list[str], launch: _Launch) -> dict[str, object]:
 
     try:
         return bwrap_run.run(
-            line,
-            cwd=launch.cwd,
-            env=launch.env,
-            timeout=launch.timeout,
-            sink=launch.sink,
-            cgroup=launch.cgroup,
-            fsize_max=launch.fsize_max,
-            on_start=on_start,
-            ended=lambda: running is not None and running.ended,
+            line, launch, on_start=on_start, ended=lambda: running is not None and running.ended
         )
     finally:
         if running is not None and launched:

@@ -141,19 +141,28 @@ def _tree_here(
     return repo.edited_tree(None, {rel: blobs[rel[4:]] for _, rel, _ in found})
 
 
+@dataclass(frozen=True)
+class Contents:
+    """What one checkpoint holds: the code's tree, and the commits of the declared state
+    and of the agent's ``.git`` (None: none)."""
+
+    code_tree: str
+    state: str | None = None
+    agent_git: str | None = None
+
+
 def write(
     repo: BaseRepo,
     *,
     slug: str,
     try_id: str,
     base: str,
-    code_tree: str,
-    state: str | None,
-    agent_git: str | None,
+    contents: Contents,
     message: str,
     author: Author,
 ) -> Checkpoint:
     """Record one checkpoint as the next ``<k>`` of its try (by compare-and-swap)."""
+    code_tree, state, agent_git = contents.code_tree, contents.state, contents.agent_git
     # One line, whatever the message holds: a line of its own could pass for a trailer.
     text = one_line(message)[:200] or "checkpoint"
     trailers = [

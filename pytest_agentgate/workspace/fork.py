@@ -26,7 +26,7 @@ from ..errors import AgentgateError
 from ..git.index import Index
 from ..git.repo import BaseRepo
 from ..sandbox import process as _proc
-from ..sandbox.containment import UNCONTAINED, Role, Sandbox, run_contained
+from ..sandbox.containment import UNCONTAINED, Mounts, Role, Sandbox, run_contained
 from ..sandbox.removal import remove_later, remove_tree, remove_under
 from ..store.checkpoints import CheckpointError
 
@@ -227,15 +227,14 @@ class Workspace:
             self.sandbox,
             self.role,
             cmd,
-            cwd=self.path,
-            private=self._private(),
+            Mounts(
+                self.path, self._private(), ro=tuple(extra_ro), rw=tuple(self.state_binds),
+                objects=self.objects,
+            ),
             timeout=timeout,
             env=extra,
-            objects=self.objects,
-            started=self._groups,
-            extra_ro=extra_ro,
-            extra_rw=self.state_binds,
-        )
+            watch=_proc.Watch(started=self._groups),
+        )  # fmt: skip
         self.runs.append(result)
         self.refused += [str(r) for r in result.refused][: 50 - len(self.refused)]
         self.refused_count += result.refused_count

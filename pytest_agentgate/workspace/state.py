@@ -16,6 +16,7 @@ import sqlite3
 import stat
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AgentgateError, StateError
@@ -123,6 +124,18 @@ def _main_file(connection: sqlite3.Connection) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Keep:
+    """What of the declared state is kept: paths matching ``exclude`` (the secrets
+    patterns) are left out; more than ``max_bytes`` in all is refused."""
+
+    exclude: Sequence[str] = ()
+    max_bytes: int | None = None
+
+
+_KEEP_ALL = Keep()
+
+
 def capture(
     repo: BaseRepo,
     root: Path,
@@ -131,15 +144,16 @@ def capture(
     message: str,
     author: Author,
     parent: str | None = None,
-    exclude: Sequence[str] = (),
+    keep: Keep = _KEEP_ALL,
     skipped: list[str] | None = None,
-    max_bytes: int | None = None,
 ) -> str | None:
     """Commit the declared state under ``root``; None when none of it exists.
 
-    Paths matching ``exclude`` (the secrets patterns) are left out and appended to ``skipped``.
+    What ``keep`` leaves out is appended to ``skipped``.
     """
     from .snapshot import excluded_by
+
+    exclude, max_bytes = keep.exclude, keep.max_bytes
 
     with tempfile.TemporaryDirectory(prefix="agentgate-state-") as tmp:
         scratch = Path(tmp) / "copies"

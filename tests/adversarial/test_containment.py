@@ -782,11 +782,11 @@ def test_a_misspelled_gate_program_is_the_harness_s_error(service: Path, sandbox
         e.repo, git(service, "rev-parse", "main^{tree}"), GateSpec(commands=()), context
     )
     assert result.ok
-    from pytest_agentgate.sandbox.containment import run_contained
+    from pytest_agentgate.sandbox.containment import Mounts, run_contained
 
     missing = run_contained(
-        context.sandbox, context.role, ["no-such-gate-program"], cwd=ws.path,
-        private=e.private_root() / "p", timeout=10,
+        context.sandbox, context.role, ["no-such-gate-program"],
+        Mounts(ws.path, e.private_root() / "p"), timeout=10,
     )  # fmt: skip
     assert missing.launch_error and not missing.ok
     shutil.rmtree(e.private_root() / "p", ignore_errors=True)
@@ -1037,7 +1037,7 @@ def test_a_cgroup_made_inside_the_command_s_own_does_not_hide_a_process(tmp_path
     child (left running after run_command returned) and could not remove the cgroup."""
     from helpers import Sleeper
 
-    from pytest_agentgate.sandbox.process import run_command
+    from pytest_agentgate.sandbox.process import Limits, run_command
 
     _require_pids_cgroup()
     sleeper = Sleeper()
@@ -1049,7 +1049,7 @@ def test_a_cgroup_made_inside_the_command_s_own_does_not_hide_a_process(tmp_path
         "sleep 0.5; kill -KILL $PPID; sleep 30"
     )
     result = run_command(
-        hide, cwd=tmp_path, env={"PATH": os.environ["PATH"]}, timeout=10, pids_max=64
+        hide, cwd=tmp_path, env={"PATH": os.environ["PATH"]}, timeout=10, limits=Limits(pids_max=64)
     )
     try:
         assert not result.ok, result

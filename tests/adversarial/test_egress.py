@@ -69,7 +69,7 @@ def run(bwrap: str, tmp_path: Path, network: str, script: str) -> CommandResult:
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     return sandbox.run_contained(
-        box, role, [sys.executable, "-c", script], cwd=work, private=tmp_path / "p", timeout=60
+        box, role, [sys.executable, "-c", script], sandbox.Mounts(work, tmp_path / "p"), timeout=60
     )
 
 

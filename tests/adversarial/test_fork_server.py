@@ -17,7 +17,7 @@ import pytest
 from helpers import Sleeper, alive
 
 from pytest_agentgate.sandbox import forkserver
-from pytest_agentgate.sandbox.process import processes_in, run_command
+from pytest_agentgate.sandbox.process import Limits, processes_in, run_command
 
 pytestmark = pytest.mark.skipif(not forkserver.available(), reason="no pidfds: no fork server")
 
@@ -229,8 +229,9 @@ def test_without_the_server_each_command_has_an_interpreter_of_its_own(
     assert result.ok and result.survivors >= 1, result
     assert not sleeper.alive()
     capped = run_command(
-        "head -c 100000 /dev/zero > big.bin", cwd=tmp_path, env=ENV, timeout=30, fsize_max=1000
-    )
+        "head -c 100000 /dev/zero > big.bin", cwd=tmp_path, env=ENV, timeout=30,
+        limits=Limits(fsize_max=1000),
+    )  # fmt: skip
     assert not capped.ok and (tmp_path / "big.bin").stat().st_size <= 1000
     assert forkserver._servers == before
 

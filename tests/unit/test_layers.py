@@ -117,7 +117,7 @@ def test_the_check_finds_a_git_command_line() -> None:
     """The scan above is not vacuous: it finds each form it looks for."""
     for source in (
         "repo._run('rev-parse', 'HEAD')",
-        "_git.run(['status'], git_dir=None)",
+        "_git.run(['status'], _git.NO_REPOSITORY)",
         "subprocess.run(['git', 'status'])",
         "repo.git('log')",
     ):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_agentgate.sandbox.containment import Role, Sandbox, Settings
+from pytest_agentgate.sandbox.containment import Mounts, Role, Sandbox, Settings
 
 
 def masks(argv: list[str]) -> list[str]:
@@ -17,14 +17,12 @@ def test_a_hidden_folder_made_after_the_first_command_is_still_masked(tmp_path: 
     readable.mkdir()
     secret = readable / "base-repo"  # the base repository, made there later
     box = Sandbox(Settings(mode="bwrap", reads=(readable,)), "bwrap", hidden=(secret,))
-    dirs = {name: tmp_path / name for name in ("w", "t", "h")}
-    for path in dirs.values():
-        path.mkdir()
+    mounts = Mounts(tmp_path / "w", tmp_path / "p")
+    for path in (mounts.cwd, mounts.tmp, mounts.home):
+        path.mkdir(parents=True)
 
     def line() -> list[str]:
-        return box.wrap(
-            ["true"], writable=dirs["w"], tmp=dirs["t"], home=dirs["h"], role=Role("gate")
-        )
+        return box.wrap(["true"], mounts, role=Role("gate"))
 
     first = line()
     assert str(readable) in first and str(secret) not in masks(first)
