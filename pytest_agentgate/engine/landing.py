@@ -283,7 +283,7 @@ class Landing(EngineBase):
         return PromoteOutcome(move)
 
     def judge_posted(
-        self, spec: GateSpec, change_commit: str, base: str, declared: Mapping[str, object]
+        self, spec: GateSpec, change_commit: str, base: str, declared: Record
     ) -> str | None:
         """Why another machine's posted attempt may not join this gate's batch (None: it
         may): its tree judged as this run judges its own agents' files, protection, the
@@ -299,15 +299,9 @@ class Landing(EngineBase):
             return exc.reason
         if not snap.changes:
             return "no changes"
-        theirs = declared.get("protect")
-        protect = (
-            (*spec.protect, *(p for p in theirs if isinstance(p, str)))
-            if isinstance(theirs, list)
-            else spec.protect
-        )
-        limit = spec.max_changed_lines
-        declared_limit = declared.get("max_changed_lines")
-        if isinstance(declared_limit, int) and not isinstance(declared_limit, bool):
+        protect = (*spec.protect, *declared.protect)
+        limit, declared_limit = spec.max_changed_lines, declared.max_changed_lines
+        if declared_limit is not None:
             limit = declared_limit if limit is None else min(limit, declared_limit)
         found = check_limits(
             self.repo, snap, replace(spec, protect=tuple(dict.fromkeys(protect)),
@@ -316,7 +310,7 @@ class Landing(EngineBase):
         )  # fmt: skip
         if not found.ok:
             return found.message
-        test = str(declared.get("test") or "")
+        test = declared.test
         return posted_checks(self.repo, snap, test, self.checks_by_test.get(test, ()),
                              self.private_root())  # fmt: skip
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .. import _faults
 from ..errors import AgentgateError
 from ..store import records
-from ..store.record import LANDINGS, STATUSES, Landing, Record, Status
+from ..store.record import STATUSES, Status
 
 if TYPE_CHECKING:
     from ..remote.server_queue import Listing, Posted, ServerQueue
@@ -190,23 +190,15 @@ class ServerPosting(QueueFolder):
                 self._mark_posted(entry.uid, commit, entry.key)
 
     def _entry_of(self, posted: Posted, key: str) -> Entry:
-        def text(name: str) -> str:
-            value = posted.data.get(name)
-            if not isinstance(value, str):
-                return ""
-            return "".join(ch for ch in value if ch.isprintable())[:POSTED_NAME_MAX]
-
         status: Status = "promoted" if self.target.promotes else "passed"
-        agent, task, base = text("agent") or "agent", text("task") or "task", text("base")
-        # Landed as its own machine's settings say (an older poster's: as a merge).
-        landing: Landing = text("landing") if text("landing") in LANDINGS else "merge"  # type: ignore[assignment]
         return Entry(
             seq=0,
             uid=posted.uid,
             key=key,
             change_commit=posted.change_commit,
-            # Recorded by the machine that posted it: this one writes no record of it.
-            record=Record(task, agent, base, "", uid=posted.uid, status=status, landing=landing),
+            # Recorded by the machine that posted it: this one writes no record of it. It
+            # lands as its own machine's settings say (an older poster's: as a merge).
+            record=records.record_of_posting(posted.data, posted.uid, status),
             pid=0,
             posted=posted.commit,
             machine=posted.machine,
@@ -230,7 +222,7 @@ class ServerPosting(QueueFolder):
             tip = self.target.tip()
             if tip is None or not self.repo.is_ancestor(entry.base, tip):
                 return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
-        return self._judge(entry.change_commit, entry.base, posted.data)
+        return self._judge(entry.change_commit, entry.base, entry.record)
 
     def _foreign(self, shared: ServerQueue, listing: Listing, key: str) -> list[Entry]:
         if self._judge is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from .. import _constants, _faults
 from ..git.repo import BaseRepo
 from ..remote import server_records
-from ..store import attempts, locks, pending
+from ..store import attempts, locks, pending, records
 from ..store.files import write_whole as _write
 from ..store.record import Record, Status
 from .early import EarlyRetests
@@ -29,7 +29,7 @@ MAX_ROUNDS = 20
 #: How often a machine waiting for another's lease reads the server's queue (seconds).
 SERVER_POLL_S = 0.2
 #: The longest task or agent name a posted attempt may bring (it goes into commit messages).
-POSTED_NAME_MAX = 200
+POSTED_NAME_MAX = records.POSTED_NAME_MAX
 #: The most of a gate's output another machine's verdict may bring (as a record keeps).
 VERDICT_OUTPUT_MAX = 20_000
 
@@ -89,11 +89,10 @@ class Entry:
 
 class Judge(Protocol):
     """Judge another machine's posted attempt as this machine judges its own (protection,
-    the harness, the limits): why it is refused, or None. ``declared`` is what it posted."""
+    the harness, the limits): why it is refused, or None. ``declared`` is the record it
+    posted."""
 
-    def __call__(
-        self, change_commit: str, base: str, declared: Mapping[str, object]
-    ) -> str | None: ...
+    def __call__(self, change_commit: str, base: str, declared: Record) -> str | None: ...
 
 
 @dataclass
@@ -331,14 +330,4 @@ def landed_kind(landing: str) -> str:
 def posting_of(entry: Entry) -> dict[str, object]:
     """What the server's queue says of an attempt: what a leader on another machine needs
     to merge it, and what it declared of its limits (the leader adds its own)."""
-    return {
-        "key": entry.key,
-        "base": entry.base,
-        "agent": entry.agent,
-        "task": entry.task,
-        "test": entry.record.test,
-        "began": entry.began,
-        "protect": list(entry.record.protect),
-        "max_changed_lines": entry.record.max_changed_lines,
-        "landing": entry.record.landing,
-    }
+    return {"key": entry.key, "began": entry.began, **records.posting_of_record(entry.record)}

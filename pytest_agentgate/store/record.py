@@ -33,6 +33,11 @@ LANDINGS: tuple[str, ...] = get_args(Landing)
 _JSON_NAMES = {"try_number": "try"}
 
 
+def json_name(field: str) -> str:
+    """The name a field of :class:`Record` has in its JSON object."""
+    return _JSON_NAMES.get(field, field)
+
+
 @dataclass(frozen=True)
 class Record:
     """What an attempt's record says besides its verdict's reason, check and output."""

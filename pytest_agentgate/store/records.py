@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from .record import Record, printable
+from .record import Record, Status, json_name, printable
 from .schema import RECORD_VERSION
 
 #: Characters that would end a line (or a trailer) in a commit message.
@@ -169,32 +170,79 @@ def format_message(
         body += _indented("Agent transcript (last lines):", _tail(record.transcript))
     # Empty values are left out by trailer_lines. Commit dates have whole seconds; Recorded
     # orders attempts recorded within one second.
-    trailers: dict[str, str | None] = {
-        "Verdict": status,
-        "Agent": record.agent,
-        "Task": task,
-        "Test": record.test,
-        "Base": record.base,
+    own = {
         "Check": check,
         "Landed": landed,
-        "State": record.state,
-        "Sandbox": record.sandbox,
-        "Id": record.uid,
-        "Retest": record.retest,
-        "Graded-Tree": record.graded_tree,
-        "Batch": record.batch,
-        "Landing": record.landing if record.landing != "merge" else None,
-        "Try": str(record.try_number) if record.try_number > 1 else None,
-        "Checkpoints": record.checkpoints,
-        # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
-        "Protect": json.dumps(list(record.protect)) if record.protect else None,
-        "Max-Changed-Lines": (
-            str(record.max_changed_lines) if record.max_changed_lines is not None else None
-        ),
         "Recorded": datetime.now(UTC).isoformat(timespec="microseconds"),
         "Schema": str(RECORD_VERSION),
     }
+    trailers = {
+        t.key: own[t.key] if t.field is None else t.write(getattr(record, t.field))
+        for t in TRAILERS
+    }
     return "\n".join(body) + "\n" + trailer_lines(trailers)
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
+
+
+def _same(text: str) -> object:
+    return text
+
+
+def _digits(text: str) -> object:
+    return int(text) if text.isdigit() else None
+
+
+def _json(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Trailer:
+    """One ``Agentgate-*`` trailer of a record commit: the :class:`Record` field it
+    carries (None: a value of the commit itself, given as it is written), how the field is
+    written (None or empty: left out), and how it is read back into the field's JSON value
+    (which :meth:`Record.from_json` checks)."""
+
+    key: str
+    field: str | None
+    write: Callable[[Any], str | None] = _text
+    read: Callable[[str], object] = _same
+
+
+#: Every trailer of a record commit, in the order written: the one table both
+#: :func:`format_message` and :func:`record_of_trailers` read (the verdict first, before
+#: anything agent-named, since a reader takes the first of a key).
+TRAILERS = (
+    Trailer("Verdict", "status"),
+    Trailer("Agent", "agent"),
+    Trailer("Task", "task"),
+    Trailer("Test", "test"),
+    Trailer("Base", "base"),
+    Trailer("Check", None),
+    Trailer("Landed", None),
+    Trailer("State", "state"),
+    Trailer("Sandbox", "sandbox"),
+    Trailer("Id", "uid"),
+    Trailer("Retest", "retest"),
+    Trailer("Graded-Tree", "graded_tree"),
+    Trailer("Batch", "batch"),
+    Trailer("Landing", "landing", lambda landing: landing if landing != "merge" else None),
+    Trailer("Try", "try_number", lambda n: str(n) if n > 1 else None, _digits),
+    Trailer("Checkpoints", "checkpoints"),
+    # The rules it was judged by beyond the run's (JSON: a glob may hold any character).
+    Trailer("Protect", "protect", lambda globs: json.dumps(list(globs)) if globs else None, _json),
+    Trailer(
+        "Max-Changed-Lines", "max_changed_lines", lambda n: None if n is None else str(n), _digits
+    ),
+    Trailer("Recorded", None),
+    Trailer("Schema", None),
+)
 
 
 def parse_trailers(text: str) -> dict[str, str]:
@@ -228,37 +276,47 @@ def landing_said(message: str) -> LandingSaid:
 
 def record_of_trailers(trailers: Mapping[str, str]) -> Record:
     """The :class:`Record` a record commit's trailers say (the inverse of the trailers
-    :func:`format_message` writes). What only the message's body holds (the output, the
-    transcript, the results, what was left out or refused) and the snapshot's tree (the
-    record commit's own) are not in it; a value that does not parse is taken as absent."""
-    said = {key: value for key, value in trailers.items() if value}
-    try:
-        protect = json.loads(said.get("Protect", "[]"))
-    except ValueError:
-        protect = []
-    limit = said.get("Max-Changed-Lines", "")
-    tries = said.get("Try", "")
-    return Record.from_json(
-        {
-            "task": said.get("Task", ""),
-            "agent": said.get("Agent", ""),
-            "base": said.get("Base", ""),
-            "tree": "",
-            "uid": said.get("Id", ""),
-            "test": said.get("Test", ""),
-            "status": said.get("Verdict", ""),
-            "state": said.get("State"),
-            "sandbox": said.get("Sandbox", ""),
-            "graded_tree": said.get("Graded-Tree", ""),
-            "try": int(tries) if tries.isdigit() else 1,
-            "protect": protect if isinstance(protect, list) else [],
-            "max_changed_lines": int(limit) if limit.isdigit() else None,
-            "checkpoints": said.get("Checkpoints", ""),
-            "retest": said.get("Retest", ""),
-            "batch": said.get("Batch", ""),
-            "landing": said.get("Landing", "merge"),
-        }
-    )
+    :func:`format_message` writes, by the same table, :data:`TRAILERS`). What only the
+    message's body holds (the output, the transcript, the results, what was left out or
+    refused) and the snapshot's tree (the record commit's own) are not in it; a value that
+    does not parse is taken as absent."""
+    data: dict[str, object] = {"tree": ""}
+    for t in TRAILERS:
+        said = trailers.get(t.key)
+        if t.field is not None and said:
+            data[json_name(t.field)] = t.read(said)
+    return Record.from_json(data)
+
+
+#: What a server's queue posting says of an attempt's record (under the record's JSON
+#: names): what a leader on another machine needs to merge it and judge it as its own.
+POSTED = ("base", "agent", "task", "test", "protect", "max_changed_lines", "landing")
+#: The longest agent, task or base name read from another machine's posting.
+POSTED_NAME_MAX = 200
+
+
+def posting_of_record(record: Record) -> dict[str, object]:
+    """The part of a server's queue posting that is ``record``'s (see :data:`POSTED`)."""
+    said = record.to_json()
+    return {name: said[name] for name in POSTED}
+
+
+def record_of_posting(data: Mapping[str, object], uid: str, status: Status) -> Record:
+    """The :class:`Record` another machine's posting says (the inverse of
+    :func:`posting_of_record`), as ``status`` with ``uid``. Anyone who can push can post:
+    its names are cut to printable characters and :data:`POSTED_NAME_MAX`, a value of the
+    wrong type is taken as absent, and the agent and task are never empty."""
+
+    def name(key: str) -> str:
+        value = data.get(key)
+        if not isinstance(value, str):
+            return ""
+        return "".join(ch for ch in value if ch.isprintable())[:POSTED_NAME_MAX]
+
+    said = {key: data.get(key) for key in POSTED}
+    said.update(agent=name("agent") or "agent", task=name("task") or "task", base=name("base"))
+    said.update(landing=name("landing"), tree="", uid=uid, status=status)
+    return Record.from_json(said)
 
 
 # -- the commits a landing writes -------------------------------------------------------
