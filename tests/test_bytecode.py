@@ -38,15 +38,20 @@ TEST = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> BaseRepo:
-    repo = tmp_path / "project"
-    write(repo, {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_mod.py": TEST})
+def make_project(root: Path, tests: dict[str, str]) -> Path:
+    """A package of one module and the test modules ``tests``, committed on main."""
+    repo = root / "project"
+    write(repo, {"pkg/__init__.py": "", "pkg/mod.py": MOD, **tests})
     (repo / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")
-    return BaseRepo.open(repo)
+    return repo
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> BaseRepo:
+    return BaseRepo.open(make_project(tmp_path, {"tests/test_mod.py": TEST}))
 
 
 def branch(repo: BaseRepo, name: str, files: dict[str, str]) -> str:
@@ -277,12 +282,7 @@ def test_a_gate_command_runs_the_base_modules_from_given_bytecode_and_a_changed_
     from pytest_agentgate import Engine, GateSpec
     from pytest_agentgate.sandbox.containment import Settings
 
-    repo = tmp_path / "project"
-    write(repo, {"pkg/__init__.py": "", "pkg/mod.py": MOD, "tests/test_spy.py": SPY})
-    (repo / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "base")
+    repo = make_project(tmp_path, {"tests/test_spy.py": SPY})
     e = Engine.open(
         repo, "main", workdir=tmp_path / "work", sandbox=Settings(mode=sandbox_mode),
         gate=GateSpec(commands=(f"{sys.executable} -m pytest -q -p no:cacheprovider tests",)),
@@ -300,3 +300,59 @@ def test_a_gate_command_runs_the_base_modules_from_given_bytecode_and_a_changed_
     assert warm.checks[-1].tests == {"tests/test_spy.py::test_given": "passed"}
     assert changed.verdict.status == "rejected"
     assert changed.checks[-1].tests == {"tests/test_spy.py::test_given": "failed"}
+
+
+def test_what_a_run_of_the_base_itself_compiled_is_taken_not_compiled_again(
+    project: BaseRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A baseline runs the base's own bytes: the bytecode it wrote (CPython's timestamped
+    ``.pyc``, pytest's hash-based one) is kept, checked against those bytes, so the next
+    command is given it without the plugin compiling anything."""
+    from pytest_agentgate.judge import bytecode as module
+
+    tree = project.tree_of("main")
+    bytecode = Bytecode(project)
+    first = checkout_tree(project, tree, tmp_path, name="first")
+    folder = tmp_path / "first-pyc"
+    assert run_pytest(first, folder).returncode == 0
+    # The run's own .pyc of the package's module is stamped with a time and size that are
+    # not its source's: that one is not taken (it may stand for other bytes).
+    stale = folder.joinpath(*first.parts[1:], "pkg", f"__init__{TAGS.plain}")
+    stale.write_bytes(stale.read_bytes()[:8] + b"\x01\x00\x00\x00" + stale.read_bytes()[12:])
+    bytecode.learn(folder, first, base_run=tree, env_roots=env_roots([Path(sys.prefix)], []))
+    seen: list[str] = []
+    real = module.compiled
+    monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
+    checkout = checkout_tree(project, tree, tmp_path, name="second")
+    given = tmp_path / "second-pyc"
+    bytecode.fill(given, checkout, tree, tree, env_roots([Path(sys.prefix)], []))
+    mine = given.joinpath(*checkout.parts[1:])
+    assert (mine / "pkg" / f"mod{TAGS.plain}").exists()
+    assert (mine / "tests" / f"test_mod{TAGS.rewritten}").exists()
+    # Taken, not compiled; the stale one compiled here from the base's bytes instead.
+    assert [name for name in seen if checkout.name in name] == [str(checkout / "pkg/__init__.py")]
+    assert all(flags(p) == b"\x03\x00\x00\x00" for p in given.rglob("*.pyc"))
+    assert len(list(given.rglob("*.pyc"))) > 50  # the environment's modules too
+    assert run_pytest(checkout, given).returncode == 0
+
+
+def test_bytecode_an_attempt_s_run_wrote_is_never_taken(
+    project: BaseRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same run, not of the trusted tree (an attempt's): only its names are learnt; the
+    next command's bytecode is the plugin's own compile of the base's bytes."""
+    from pytest_agentgate.judge import bytecode as module
+
+    tree = project.tree_of("main")
+    bytecode = Bytecode(project)
+    first = checkout_tree(project, tree, tmp_path, name="first")
+    folder = tmp_path / "first-pyc"
+    assert run_pytest(first, folder).returncode == 0
+    bytecode.learn(folder, first)  # no base_run: an attempt's
+    seen: list[str] = []
+    real = module.compiled
+    monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
+    bytecode.fill(
+        tmp_path / "second-pyc", checkout_tree(project, tree, tmp_path, "s"), tree, tree, []
+    )
+    assert any(name.endswith("pkg/mod.py") for name in seen), seen

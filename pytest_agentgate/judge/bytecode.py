@@ -56,8 +56,9 @@ _MOST = 50_000
 
 
 def _rewriting() -> ModuleType | None:
-    """pytest's assertion rewriting, when this process runs in pytest (the engine works
-    without pytest: run from the command, test modules get no bytecode of the plugin's)."""
+    """pytest's assertion rewriting, when this process runs in pytest. The engine works
+    without pytest: run from the command, it compiles no test module itself, and gives a
+    command only the rewritten bytecode a run of the base wrote."""
     return sys.modules.get("_pytest.assertion.rewrite")
 
 
@@ -66,14 +67,22 @@ class Tags:
     """The endings of the ``.pyc`` names this interpreter (and its pytest) read."""
 
     plain: str
-    #: None: no pytest in this process to rewrite test modules as the command's would.
+    #: None: no pytest installed to rewrite test modules.
     rewritten: str | None
 
     @classmethod
     def here(cls) -> Tags:
         rewriting = _rewriting()
         tail = getattr(rewriting, "PYC_TAIL", None) if rewriting is not None else None
-        return cls(f".{sys.implementation.cache_tag}.pyc", tail if isinstance(tail, str) else None)
+        if not isinstance(tail, str):  # as pytest names them, read without importing it
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                ending = ".pyc" if __debug__ else ".pyo"
+                tail = f".{sys.implementation.cache_tag}-pytest-{version('pytest')}{ending}"
+            except PackageNotFoundError:
+                tail = None
+        return cls(f".{sys.implementation.cache_tag}.pyc", tail)
 
     def of(self, name: str) -> tuple[str, bool] | None:
         """(module file name, rewritten) for a ``.pyc`` name, None for any other."""
@@ -268,15 +277,25 @@ class Bytecode:
 
     # -- after a command ---------------------------------------------------------------
 
-    def learn(self, folder: Path, checkout: Path) -> None:
+    def learn(
+        self,
+        folder: Path,
+        checkout: Path,
+        *,
+        base_run: str | None = None,
+        env_roots: Sequence[str] = (),
+    ) -> None:
         """Remember the modules a command imported: the names of the ``.pyc`` files in its
-        folder (never their content)."""
+        folder, never their content, but for a run of the trusted tree itself
+        (``base_run``, the base's own baseline, whose tracked files it left as they were):
+        the bytecode it compiled from the base's bytes is as trusted as the base's code that
+        ran beside it, and is kept (checked against those bytes) instead of compiled again."""
         roots = [str(mapped(folder, checkout / "x"))]
         real = Path(os.path.realpath(checkout))
         if real != checkout:
             roots.append(str(mapped(folder, real / "x")))
-        local: set[tuple[str, bool]] = set()
-        env: set[tuple[str, bool]] = set()
+        local: dict[tuple[str, bool], str] = {}
+        env: dict[tuple[str, bool], str] = {}
         top = str(folder)
         for here, dirs, files in os.walk(folder):  # never follows a link
             dirs.sort()
@@ -288,16 +307,87 @@ class Bytecode:
                 inside = next((r for r in roots if _inside_any(here, [r])), None)
                 if inside is not None:
                     rel = os.path.join(here[len(inside) :].lstrip("/"), module)
-                    local.add((rel, rewritten))
+                    local[(rel, rewritten)] = os.path.join(here, name)
                 else:
-                    env.add((os.path.join(here[len(top) :] or "/", module), rewritten))
+                    env[(os.path.join(here[len(top) :] or "/", module), rewritten)] = os.path.join(
+                        here, name
+                    )
                 if len(local) + len(env) >= _MOST:
                     break
         with self._lock:
             if len(self._local) < _MOST:
-                self._local |= local
+                self._local |= set(local)
             if len(self._env) < _MOST:
-                self._env |= env
+                self._env |= set(env)
+        if base_run is not None:
+            self._adopt_local(local, checkout, base_run)
+            self._adopt_env(env, env_roots)
+
+    def _adopt_local(self, found: dict[tuple[str, bool], str], checkout: Path, tree: str) -> None:
+        mine = self._py_blobs(tree)
+        for (rel, rewritten), written in found.items():
+            oid = mine.get(rel)
+            if oid is None or (oid, rewritten) in self._blobs:
+                continue
+            data = _checked(_read(written), str(checkout / rel))
+            if data is not None:
+                with self._lock:
+                    self._blobs[(oid, rewritten)] = data
+
+    def _adopt_env(self, found: dict[tuple[str, bool], str], roots: Sequence[str]) -> None:
+        for (path, rewritten), written in found.items():
+            if not _inside_any(path, roots) or not _inside_any(os.path.realpath(path), roots):
+                continue
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue
+            data = _checked(_read(written), path)
+            if data is not None:
+                with self._lock:
+                    self._files[(path, st.st_mtime_ns, st.st_size, rewritten)] = data
+
+
+def _read(path: str, most: int = 8 << 20) -> bytes | None:
+    """A file's bytes, never through a link, at most ``most`` of them (None: not so)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(most + 1)
+    return data if len(data) <= most else None
+
+
+def _checked(written: bytes | None, source_path: str) -> bytes | None:
+    """The checked-hash ``.pyc`` of the file at ``source_path`` that a trusted run's
+    ``.pyc`` (timestamped or hash-based) holds, or None when it is not one of this
+    interpreter's, was compiled from other bytes (another hash, time or size), or holds no
+    code."""
+    source = _read(source_path)
+    if written is None or source is None or written[:4] != importlib.util.MAGIC_NUMBER:
+        return None
+    flags, digest = written[4:8], importlib.util.source_hash(source)
+    if flags == _CHECKED_HASH:
+        if written[8:16] != digest:
+            return None
+    elif flags == b"\0\0\0\0":
+        try:
+            st = os.stat(source_path, follow_symlinks=False)
+        except OSError:
+            return None
+        stamp = (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+        if written[8:16] != stamp + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"):
+            return None
+    else:
+        return None
+    try:
+        code = marshal.loads(written[16:])
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(code, CodeType):
+        return None
+    return importlib.util.MAGIC_NUMBER + _CHECKED_HASH + digest + written[16:]
 
 
 def _write(where: Path, source: Path, tags: Tags, rewritten: bool, data: bytes) -> None:

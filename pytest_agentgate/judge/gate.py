@@ -446,7 +446,12 @@ class _Run:
                 touched = tamper.changed(checkout, before)
                 report = channel.close()
                 if context.bytecode is not None:
-                    context.bytecode.learn(pycache, checkout)
+                    # A run of the trusted tree itself (the base's) that left its files as
+                    # they were: what it compiled is the base's bytecode.
+                    own = self.tree if self.how.trusted == self.tree and not touched else None
+                    context.bytecode.learn(
+                        pycache, checkout, base_run=own, env_roots=self.env_roots
+                    )
                 declared = self._read_declared(checkout)
                 if touched:
                     if context.checkouts is not None:

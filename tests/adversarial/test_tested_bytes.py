@@ -156,26 +156,6 @@ with open(f"ledger/__pycache__/store.{{sys.implementation.cache_tag}}.pyc", "wb"
 """
 
 
-def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
-    service: Path, sandbox_mode: str
-) -> None:
-    """Found by a review: a setup step that runs the attempt's code wrote the good store's
-    bytecode, stamped with the broken source's time and size, into __pycache__; Python ran
-    it in place of the source that lands. The gate reads bytecode from a folder of its own."""
-    write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
-    git(service, "add", "-A")
-    git(service, "commit", "-qm", "a generated file")
-    e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen")
-    files = {
-        "ledger/store.py": BROKEN_STORE,
-        "ledger/gen.py": WRITES_BYTECODE.format(good=GOOD_STORE),
-    }
-    verdict = attempt(e, files, "bytecode").verdict  # type: ignore[attr-defined]
-    assert verdict.status == "rejected", verdict
-    assert "no longer pass" in verdict.reason, verdict.reason
-    e.close()
-
-
 WRITES_CACHED_BYTECODE = """
 import importlib.util, marshal, os, sys
 
@@ -202,22 +182,24 @@ for prefix in prefixes:
 """
 
 
-def test_bytecode_a_setup_step_plants_in_the_commands_cache_never_runs(
-    service: Path, sandbox_mode: str
+@pytest.mark.parametrize("where", ["__pycache__", "the command's folder"])
+def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
+    service: Path, sandbox_mode: str, where: str
 ) -> None:
-    """The gate's command reads bytecode from a folder of its own, but the setup step ran
-    in the same private folder: an unchecked-hash pyc it wrote there, where the command's
-    cache maps the broken module, ran in place of the source that lands. The command's
-    bytecode folder is emptied after the setup steps."""
+    """A setup step runs the attempt's code, which wrote the good store's bytecode:
+    - into ``__pycache__``, stamped with the broken source's time and size (found by a
+      review: Python ran it in place of the source that lands); the gate's command reads
+      bytecode from a folder of its own;
+    - as an unchecked-hash pyc where that folder maps the broken module (the setup step
+      ran in the same private folder, and the broken module landed); the command's folder
+      is made after the setup steps, under a name they could not guess."""
     write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
     git(service, "add", "-A")
     git(service, "commit", "-qm", "a generated file")
     e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen")
-    files = {
-        "ledger/store.py": BROKEN_STORE,
-        "ledger/gen.py": WRITES_CACHED_BYTECODE.format(good=GOOD_STORE),
-    }
-    verdict = attempt(e, files, "cached bytecode").verdict  # type: ignore[attr-defined]
+    script = WRITES_BYTECODE if where == "__pycache__" else WRITES_CACHED_BYTECODE
+    files = {"ledger/store.py": BROKEN_STORE, "ledger/gen.py": script.format(good=GOOD_STORE)}
+    verdict = attempt(e, files, "bytecode").verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected", verdict
     assert "no longer pass" in verdict.reason, verdict.reason
     e.close()
