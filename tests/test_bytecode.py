@@ -8,8 +8,10 @@ from __future__ import annotations
 import importlib.util
 import marshal
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -17,7 +19,8 @@ import pytest
 from helpers import git, write
 
 from pytest_agentgate.git.repo import BaseRepo
-from pytest_agentgate.judge.bytecode import Bytecode, Tags, env_roots
+from pytest_agentgate.judge.bytecode import Bytecode
+from pytest_agentgate.judge.pycfiles import Tags, compiled, env_roots
 from pytest_agentgate.workspace.fork import checkout_tree
 
 TAGS = Tags.here()
@@ -77,7 +80,13 @@ def run_pytest(checkout: Path, folder: Path, **env: str) -> subprocess.Completed
 
 
 def pycs(folder: Path) -> dict[str, Path]:
-    return {p.name: p for p in folder.rglob("*.pyc")}
+    """Each .pyc below ``folder`` by its name (for the checkout's, which are unique) and by
+    its path below ``folder``."""
+    found = {p.relative_to(folder).as_posix(): p for p in folder.rglob("*.pyc")}
+    return {
+        **{p.name: p for p in found.values() if "pkg" in p.parts or "tests" in p.parts},
+        **found,
+    }
 
 
 def flags(path: Path) -> bytes:
@@ -90,7 +99,7 @@ def learnt(repo: BaseRepo, root: Path, tree: str) -> tuple[Bytecode, Path, Path]
     checkout = checkout_tree(repo, tree, root, name="first")
     folder = root / "first-pyc"
     assert run_pytest(checkout, folder).returncode == 0
-    bytecode.learn(folder, checkout)
+    bytecode.learn(folder, checkout, tree)
     return bytecode, folder, checkout
 
 
@@ -161,7 +170,7 @@ def test_bytecode_a_command_planted_in_its_folder_never_reaches_another(
     planted = next(p for p in folder.rglob(f"mod{TAGS.plain}"))
     evil = marshal.dumps(compile("def value():\n    return 'planted'\n", "mod.py", "exec"))
     planted.write_bytes(importlib.util.MAGIC_NUMBER + b"\x01\x00\x00\x00" + b"\0" * 8 + evil)
-    bytecode.learn(folder, first)
+    bytecode.learn(folder, first, tree)
     checkout = checkout_tree(project, tree, tmp_path, name="second")
     given = tmp_path / "second-pyc"
     bytecode.fill(given, checkout, tree, tree, [])
@@ -175,32 +184,49 @@ def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing
 ) -> None:
     """A command can name any file by the folders it makes in its bytecode folder; the
     plugin (which can read more than the command) must not compile a secret into the next
-    command's view."""
+    command's view: not one outside the environment, not one reached through a link, not
+    one inside it that only its owner may read."""
     secret = tmp_path / "private" / "secret.py"
     write(secret.parent, {"secret.py": "TOKEN = 'do-not-show-me'\n"})
-    link_root = tmp_path / "env"
-    (link_root / "lib").mkdir(parents=True)
-    (link_root / "lib" / "ok.py").write_text("X = 'shown'\n")
-    (link_root / "lib" / "leak.py").symlink_to(secret)
-    (link_root / "lib" / "linked").symlink_to(secret.parent, target_is_directory=True)
-    tree = project.tree_of("main")
-    bytecode, folder, first = learnt(project, tmp_path, tree)
-    leaks = (secret, link_root / "lib" / "leak.py", link_root / "lib" / "linked" / "secret.py")
-    for source in (*leaks, link_root / "lib" / "ok.py"):
-        where = folder.joinpath(*source.parts[1:-1])
-        where.mkdir(parents=True, exist_ok=True)
-        (where / f"{source.stem}{TAGS.plain}").write_bytes(b"anything")
-    bytecode.learn(folder, first)
-    checkout = checkout_tree(project, tree, tmp_path, name="second")
-    given = tmp_path / "second-pyc"
-    bytecode.fill(given, checkout, tree, tree, env_roots([link_root], []))
-    names = pycs(given)
-    assert f"ok{TAGS.plain}" in names  # inside the environment: given
-    assert f"secret{TAGS.plain}" not in names and f"leak{TAGS.plain}" not in names
-    assert not any(b"do-not-show-me" in p.read_bytes() for p in names.values())
-    # A folder that holds a hidden one is not the environment's to show.
-    assert env_roots([link_root], [link_root / "lib"]) == []
-    assert env_roots([link_root / "lib"], [link_root]) == []
+    env = Path(tempfile.mkdtemp(prefix="agentgate-env-"))  # open to all, as an environment is
+    try:
+        env.chmod(0o755)
+        (env / "lib").mkdir(mode=0o755)
+        (env / "lib" / "ok.py").write_text("X = 'shown'\n")
+        (env / "lib" / "own.py").write_text("TOKEN = 'do-not-show-me'\n")
+        (env / "lib" / "own.py").chmod(0o600)
+        (env / "lib" / "leak.py").symlink_to(secret)
+        (env / "lib" / "linked").symlink_to(secret.parent, target_is_directory=True)
+        roots = env_roots([env], [])
+        tree = project.tree_of("main")
+        bytecode, folder, first = learnt(project, tmp_path, tree)
+        leaks = (secret, env / "lib/leak.py", env / "lib/linked/secret.py", env / "lib/own.py")
+        for source in (*leaks, env / "lib" / "ok.py"):
+            where = folder.joinpath(*source.parts[1:-1])
+            where.mkdir(parents=True, exist_ok=True)
+            (where / f"{source.stem}{TAGS.plain}").write_bytes(b"anything")
+        # Learnt from an attempt's run, a name of the environment counts only for a module
+        # this process imported itself; from a base's run, any module of the environment.
+        bytecode.learn(folder, first, tree, env_roots=roots)
+        checkout = checkout_tree(project, tree, tmp_path, name="second")
+        assert bytecode.fill(tmp_path / "none-pyc", checkout, tree, tree, roots) == 3
+        bytecode.learn(folder, first, tree, base_run=True, env_roots=roots)
+        given = tmp_path / "second-pyc"
+        bytecode.fill(given, checkout, tree, tree, roots)
+        names = pycs(given)
+        assert any(n.endswith(f"/ok{TAGS.plain}") for n in names)  # inside the environment
+        assert not any(n.endswith(f"/{s.stem}{TAGS.plain}") for s in leaks for n in names)
+        assert not any(b"do-not-show-me" in p.read_bytes() for p in names.values())
+    finally:
+        shutil.rmtree(env)
+    # A folder that holds a hidden one is not the environment's to show; nor one that holds
+    # a folder the sandbox masks (and shows the environment inside again, as $HOME).
+    assert env_roots([tmp_path], [tmp_path / "lib"]) == []
+    assert env_roots([tmp_path / "lib"], [tmp_path]) == []
+    assert env_roots([tmp_path], [], [tmp_path / "home"]) == []
+    assert env_roots([tmp_path / "home" / "venv"], [], [tmp_path / "home"]) == [
+        str(tmp_path / "home" / "venv")
+    ]
 
 
 def test_no_rewritten_bytecode_where_the_configuration_may_ask_for_the_pass_hook(
@@ -229,7 +255,7 @@ from pytest_agentgate.git.repo import BaseRepo
 from pytest_agentgate.judge.bytecode import Bytecode
 repo = BaseRepo.open(Path({repo!r}))
 bytecode = Bytecode(repo)
-bytecode.learn(Path({folder!r}), Path({first!r}))
+bytecode.learn(Path({folder!r}), Path({first!r}), repo.tree_of("main"))
 tree = repo.tree_of("main")
 resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
 print(bytecode.fill(Path({given!r}), Path({checkout!r}), tree, tree, []))
@@ -319,7 +345,7 @@ def test_what_a_run_of_the_base_itself_compiled_is_taken_not_compiled_again(
     # not its source's: that one is not taken (it may stand for other bytes).
     stale = folder.joinpath(*first.parts[1:], "pkg", f"__init__{TAGS.plain}")
     stale.write_bytes(stale.read_bytes()[:8] + b"\x01\x00\x00\x00" + stale.read_bytes()[12:])
-    bytecode.learn(folder, first, base_run=tree, env_roots=env_roots([Path(sys.prefix)], []))
+    bytecode.learn(folder, first, tree, base_run=True, env_roots=env_roots([Path(sys.prefix)], []))
     seen: list[str] = []
     real = module.compiled
     monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
@@ -348,7 +374,7 @@ def test_bytecode_an_attempt_s_run_wrote_is_never_taken(
     first = checkout_tree(project, tree, tmp_path, name="first")
     folder = tmp_path / "first-pyc"
     assert run_pytest(first, folder).returncode == 0
-    bytecode.learn(folder, first)  # no base_run: an attempt's
+    bytecode.learn(folder, first, tree)  # no base_run: an attempt's
     seen: list[str] = []
     real = module.compiled
     monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
@@ -356,3 +382,121 @@ def test_bytecode_an_attempt_s_run_wrote_is_never_taken(
         tmp_path / "second-pyc", checkout_tree(project, tree, tmp_path, "s"), tree, tree, []
     )
     assert any(name.endswith("pkg/mod.py") for name in seen), seen
+
+
+OPTIMIZED = """
+import marshal, sys
+sys.path.insert(0, {root!r})
+from pytest_agentgate.judge.pycfiles import compiled
+sys.stdout.buffer.write(marshal.dumps(compiled(b"def check():\\n    assert False\\n", "m.py", False)))
+"""
+
+
+def test_a_plugin_run_with_optimizations_gives_commands_their_asserts() -> None:
+    """Found by a review: a plugin started with -O (or PYTHONOPTIMIZE) compiled with its own
+    level, and gave commands (which run without it) bytecode with every assert stripped."""
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", OPTIMIZED.format(root=root)], capture_output=True, check=True,
+        env={**os.environ, "PYTHONOPTIMIZE": "2"},
+    )  # fmt: skip
+    space: dict[str, object] = {}
+    exec(marshal.loads(done.stdout), space)
+    with pytest.raises(AssertionError):
+        space["check"]()  # type: ignore[operator]
+
+
+def test_bytecode_a_base_s_run_wrote_serves_only_runs_judged_by_that_base(
+    project: BaseRepo, tmp_path: Path
+) -> None:
+    """Found by a review: what a base's run wrote (its conftest can write anything) was
+    kept by blob and given to every later tree holding that blob, after the conftest that
+    wrote it was gone. It is given only to runs whose trusted tree is that base."""
+    base = project.tree_of("main")
+    bytecode = Bytecode(project)
+    first = checkout_tree(project, base, tmp_path, name="first")
+    folder = tmp_path / "first-pyc"
+    assert run_pytest(first, folder).returncode == 0
+    mod = folder.joinpath(*first.parts[1:], "pkg", f"mod{TAGS.plain}")
+    planted = compile("def value():\n    return 'planted'\n", str(first / "pkg/mod.py"), "exec")
+    source = (first / "pkg" / "mod.py").read_bytes()
+    mod.write_bytes(mod.read_bytes()[:4] + b"\x03\0\0\0" + importlib.util.source_hash(source)
+                    + marshal.dumps(planted))  # fmt: skip
+    bytecode.learn(folder, first, base, base_run=True)
+    later = branch(project, "later", {"pkg/__init__.py": "# a later base\n"})
+    checkout = checkout_tree(project, later, tmp_path, name="later")
+    given = tmp_path / "later-pyc"
+    bytecode.fill(given, checkout, later, later, [])
+    data = given.joinpath(*checkout.parts[1:], "pkg", f"mod{TAGS.plain}").read_bytes()
+    assert b"planted" not in data
+    assert run_pytest(checkout, given).returncode == 0
+
+
+def test_a_folder_a_command_made_odd_teaches_nothing_and_breaks_nothing(
+    project: BaseRepo, tmp_path: Path
+) -> None:
+    """Found by a review: the folder swapped for a link (the plugin walked where it led),
+    nested past Python 3.11's recursion limit (the gate crashed), or full of names of files
+    the tree does not hold (kept for the run, each later command paid for them)."""
+    tree = project.tree_of("main")
+    _, folder, first = learnt(project, tmp_path, tree)  # a folder of good names
+    bytecode = Bytecode(project)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    fd = os.open(odd, os.O_RDONLY)
+    for _ in range(1200):  # deeper than a path may name: made one folder at a time
+        os.mkdir("d", dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(os.open(f"x{TAGS.plain}", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.close(fd)
+    mapped_checkout = odd.joinpath(*first.parts[1:])
+    for n in range(300):
+        (mapped_checkout / f"junk{n}").mkdir(parents=True)
+        (mapped_checkout / f"junk{n}" / f"m{TAGS.plain}").write_bytes(b"")
+    try:
+        bytecode.learn(odd, first, tree)
+    finally:
+        _remove_deep(odd, 1200)  # else every later session's clean-up of it fails
+    linked = tmp_path / "linked-pyc"
+    linked.symlink_to(folder, target_is_directory=True)
+    bytecode.learn(linked, first, tree, base_run=True, env_roots=[sys.prefix])
+    assert (bytecode._local, bytecode._env, bytecode._kept) == (set(), set(), {})
+    bytecode.learn(folder, first, tree)  # the same names, in a folder: learnt
+    assert bytecode._local
+
+
+def _remove_deep(top: Path, depth: int) -> None:
+    """Remove a chain of ``depth`` folders named ``d`` below ``top`` from the bottom up,
+    one folder at a time (a recursive removal, pytest's own included, fails on it)."""
+    fds = [os.open(top, os.O_RDONLY)]
+    for _ in range(depth):
+        fds.append(os.open("d", os.O_RDONLY, dir_fd=fds[-1]))
+    os.unlink(f"x{TAGS.plain}", dir_fd=fds[-1])
+    os.close(fds.pop())
+    while fds:
+        os.rmdir("d", dir_fd=fds[-1])
+        os.close(fds.pop())
+
+
+def test_no_compile_off_the_main_thread_and_no_rewritten_bytecode_when_told() -> None:
+    """The warning filters a compile changes are the process's: off the main thread (a gate
+    command run beside others) nothing is compiled, the command compiles for itself."""
+    import threading
+
+    found: list[object] = []
+    thread = threading.Thread(target=lambda: found.append(compiled(b"X = 1\n", "x.py", False)))
+    thread.start()
+    thread.join()
+    assert found == [None] and compiled(b"X = 1\n", "x.py", False) is not None
+
+
+def test_no_rewritten_bytecode_for_a_gate_that_may_ask_for_the_pass_hook(
+    project: BaseRepo, tmp_path: Path
+) -> None:
+    tree = project.tree_of("main")
+    bytecode, _, _ = learnt(project, tmp_path, tree)
+    checkout = checkout_tree(project, tree, tmp_path, name="second")
+    given = tmp_path / "second-pyc"
+    bytecode.fill(given, checkout, tree, tree, [], rewrite=False)
+    assert f"mod{TAGS.plain}" in pycs(given) and f"test_mod{TAGS.rewritten}" not in pycs(given)

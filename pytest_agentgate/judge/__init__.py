@@ -7,7 +7,8 @@ sessions runs (``base_tests``), where a gate's pytest stops looking for its conf
 a gate runs changes a tracked byte (``tamper``), per-test results and their comparison
 (``results``), the results channel and the collector every gate's pytest loads (``channel``,
 ``collector``: the latter is copied into each gate command's folder and imports nothing of
-the package), the bytecode a command is given (``bytecode``), baselines (``baseline``) and
+the package), the bytecode a command is given (``bytecode``; one file at a time:
+``pycfiles``), baselines (``baseline``) and
 benchmark grading (``grading``, ``grader``). May use: ``git``, ``sandbox``, ``workspace``,
 ``store`` and the shared modules.
 """

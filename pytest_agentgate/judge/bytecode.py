@@ -1,4 +1,4 @@
-"""Bytecode for a gate command's modules, compiled by the plugin from bytes it trusts.
+"""Bytecode for a gate command's modules, from bytes the plugin trusts.
 
 Every gate command reads and writes bytecode in a folder of its own, made after its setup
 steps ended (a ``.pyc`` a setup step or an earlier command left would run in place of the
@@ -7,129 +7,49 @@ again: at 50,000 tests that was most of a gate's time. Before a command starts, 
 writes into its folder the bytecode of the modules earlier commands imported, on conditions
 that keep the tested bytes the landed bytes:
 
-- a module of the checkout gets bytecode only where its blob is the one the trusted tree (the
-  base, already landed) holds at that path, compiled here from that blob, never taken from
-  anything a command wrote;
+- a module of the checkout gets bytecode only where its blob is the one the run's trusted
+  tree (the base it is judged against, already landed) holds at that path: bytecode the
+  plugin compiled from that blob, or that a run of that very tree (its baseline) compiled,
+  checked against its bytes, and given only to runs whose trusted tree it is (whose harness
+  is the one that ran beside it);
 - a module outside the checkout gets bytecode only where it lies in the Python environment
-  the sandbox shows every command (``python_paths``) and in nothing it hides, compiled here
-  from the file;
-- each ``.pyc`` is a checked-hash one (PEP 552): Python and pytest hash the source as they
-  import it and compile it themselves when it differs, so bytecode can only ever stand for
-  the bytes beside it. (A pytest before 9.2 reads only its own timestamped ``.pyc`` for a
-  rewritten module, so it rewrites those itself, as before.)
+  the sandbox shows every command (less what it hides), is a file anyone may read, and was
+  imported by a run of a trusted tree or by this process itself;
+- each ``.pyc`` is a checked-hash one (PEP 552): Python and pytest (9.2 on; an older one
+  rewrites test modules itself, as before) hash the source as they import it and compile
+  it themselves when it differs, so bytecode can only ever stand for the bytes beside it.
 
-Which modules earlier commands imported is read from the names in their folders: names
-only, which can choose among the modules above but never add to them.
-
-A write that fails (a full disk) leaves no partial file and gives up for that command, which
-then compiles what is missing itself, as before.
+What an attempt's run wrote is never read but for the names of its files, and those can
+only choose among the modules above. All of this only saves time: anything that goes wrong
+here (a full disk, a folder a command made odd) leaves the command to compile for itself.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import marshal
+import contextlib
 import os
+import secrets
 import sys
 import threading
-import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from types import CodeType, ModuleType
 from typing import TYPE_CHECKING
+
+from .pycfiles import Tags, checked, compiled, inside_any, mapped, names_in, pyc, read
+from .pycfiles import readable_by_all as _readable
+from .pycfiles import write as _write
 
 if TYPE_CHECKING:
     from ..git.repo import BaseRepo
 
-#: A checked-hash pyc's flags (PEP 552): hash-based, and the source is checked.
-_CHECKED_HASH = (0b11).to_bytes(4, "little")
 #: Files that may switch pytest's assertion rewriting to another shape
-#: (``enable_assertion_pass_hook``): their names, wherever they are in a tree.
-_CONFIG_NAMES = frozenset(
-    {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg",
-     "pyproject.toml"}
-)  # fmt: skip
+#: (``enable_assertion_pass_hook``): those of a tree with these endings, wherever they are.
+_CONFIG_ENDINGS = (".ini", ".cfg", ".toml")
 _PASS_HOOK = b"enable_assertion_pass_hook"
-#: The most modules remembered, of each kind: learnt from names a command wrote.
-_MOST = 50_000
-
-
-def _rewriting() -> ModuleType | None:
-    """pytest's assertion rewriting, when this process runs in pytest. The engine works
-    without pytest: run from the command, it compiles no test module itself, and gives a
-    command only the rewritten bytecode a run of the base wrote."""
-    return sys.modules.get("_pytest.assertion.rewrite")
-
-
-@dataclass(frozen=True)
-class Tags:
-    """The endings of the ``.pyc`` names this interpreter (and its pytest) read."""
-
-    plain: str
-    #: None: no pytest installed to rewrite test modules.
-    rewritten: str | None
-
-    @classmethod
-    def here(cls) -> Tags:
-        rewriting = _rewriting()
-        tail = getattr(rewriting, "PYC_TAIL", None) if rewriting is not None else None
-        if not isinstance(tail, str):  # as pytest names them, read without importing it
-            from importlib.metadata import PackageNotFoundError, version
-
-            try:
-                ending = ".pyc" if __debug__ else ".pyo"
-                tail = f".{sys.implementation.cache_tag}-pytest-{version('pytest')}{ending}"
-            except PackageNotFoundError:
-                tail = None
-        return cls(f".{sys.implementation.cache_tag}.pyc", tail)
-
-    def of(self, name: str) -> tuple[str, bool] | None:
-        """(module file name, rewritten) for a ``.pyc`` name, None for any other."""
-        for tail, rewritten in ((self.rewritten, True), (self.plain, False)):
-            if tail and name.endswith(tail) and len(name) > len(tail):
-                return name[: -len(tail)] + ".py", rewritten
-        return None
-
-
-def mapped(folder: Path, source: Path) -> Path:
-    """Where Python (and pytest) look for ``source``'s bytecode under the prefix ``folder``:
-    the source's folder, made relative to ``/``, below it."""
-    return folder.joinpath(*source.parts[1:-1])
-
-
-def pyc(source: bytes, code: CodeType) -> bytes:
-    """A checked-hash ``.pyc`` of ``code`` compiled from ``source``."""
-    return (
-        importlib.util.MAGIC_NUMBER
-        + _CHECKED_HASH
-        + importlib.util.source_hash(source)
-        + marshal.dumps(code)
-    )
-
-
-def compiled(source: bytes, filename: str, rewritten: bool) -> CodeType | None:
-    """``source`` compiled as the import system does, or as pytest's assertion rewriting
-    does; None when it does not compile (the command will say why itself)."""
-    import ast
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the command warns, as it would have
-            if not rewritten:
-                return compile(source, filename, "exec", dont_inherit=True)
-            rewriting = _rewriting()
-            if rewriting is None:
-                return None
-            tree = ast.parse(source, filename=filename)
-            rewriting.rewrite_asserts(tree, source, filename, None)
-            return compile(tree, filename, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def _inside_any(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+#: The most modules remembered, of each kind.
+_MOST = 20_000
+#: The most bytes of bytecode kept in memory; past it, what is kept is dropped.
+_MOST_KEPT = 512 << 20
 
 
 class Bytecode:
@@ -144,11 +64,11 @@ class Bytecode:
         self._local: set[tuple[str, bool]] = set()
         #: Modules of the environment commands imported: (absolute path, rewritten).
         self._env: set[tuple[str, bool]] = set()
-        #: (blob id, rewritten) -> the .pyc compiled from it (None: it does not compile).
-        #: Python and pytest (9.2 on) correct the file name compiled in as they load it.
-        self._blobs: dict[tuple[str, bool], bytes | None] = {}
-        #: (path, modification time, size, rewritten) -> the .pyc (None: does not compile).
-        self._files: dict[tuple[str, int, int, bool], bytes | None] = {}
+        #: Compiled here: (blob id, rewritten), or (path, modification time, size,
+        #: rewritten) -> the .pyc. Taken from a base's run: the same keys, after the tree
+        #: whose run wrote it.
+        self._kept: dict[tuple[object, ...], bytes] = {}
+        self._kept_bytes = 0
         #: tree -> {path: blob id} of its ``.py`` files (the last few trees).
         self._listed: dict[str, dict[str, str]] = {}
         #: tree -> whether pytest's rewriting may take another shape there.
@@ -157,94 +77,80 @@ class Bytecode:
     # -- before a command --------------------------------------------------------------
 
     def fill(
-        self, folder: Path, checkout: Path, tree: str, trusted: str | None, env_roots: Sequence[str]
-    ) -> int:
-        """Write into ``folder`` (a fresh prefix) the bytecode of the modules commands
-        imported that ``tree`` holds as ``trusted`` does, and of the environment's modules
-        under ``env_roots``; return how many files were written."""
-        with self._lock:
-            local, env = sorted(self._local), sorted(self._env)
-        if not local and not env:
-            return 0
-        written = 0
-        try:
-            if trusted is not None and local:
-                written += self._fill_local(folder, checkout, tree, trusted, local)
-            written += self._fill_env(folder, env, env_roots)
-        except OSError:
-            pass  # a full disk, say: the command compiles what is missing itself
-        return written
-
-    def _fill_local(
         self,
         folder: Path,
         checkout: Path,
         tree: str,
-        trusted: str,
-        wanted: Iterable[tuple[str, bool]],
+        trusted: str | None,
+        env_roots: Sequence[str],
+        rewrite: bool = True,
     ) -> int:
-        mine, theirs = self._py_blobs(tree), self._py_blobs(trusted)
-        rewrite = not (self._hook(tree) or self._hook(trusted))
+        """Write into ``folder`` (a fresh prefix) the bytecode of the modules commands
+        imported that ``tree`` holds as ``trusted`` does, and of the environment's modules
+        under ``env_roots`` (``rewrite``: test modules' rewritten bytecode too, unless the
+        command may ask for another shape of it); return how many files were written."""
+        with self._lock:
+            local, env = sorted(self._local), sorted(self._env)
+        if trusted is None:
+            return 0
+        rewrite = rewrite and not (self._hook(tree) or self._hook(trusted))
         written = 0
-        for rel, rewritten in wanted:
-            oid = mine.get(rel)
-            if oid is None or theirs.get(rel) != oid or (rewritten and not rewrite):
-                continue
-            source_path = checkout / rel
-            data = self._blob_pyc(oid, rewritten, str(source_path))
-            if data is not None:
-                _write(mapped(folder, source_path), source_path, self._tags, rewritten, data)
-                written += 1
+        with contextlib.suppress(OSError):  # a full disk: the command compiles the rest
+            mine, theirs = self._py_blobs(tree), self._py_blobs(trusted)
+            for rel, rewritten in local:
+                oid = mine.get(rel)
+                if oid is None or theirs.get(rel) != oid or (rewritten and not rewrite):
+                    continue
+                source = checkout / rel
+                data = self._take((trusted, oid, rewritten), (oid, rewritten), str(source))
+                written += self._put(folder, source, rewritten, data)
+            for path, rewritten in env:
+                if (rewritten and not rewrite) or not _env_file(path, env_roots):
+                    continue
+                st = os.stat(path)
+                key = (path, st.st_mtime_ns, st.st_size, rewritten)
+                data = self._take((trusted, *key), key, path)
+                written += self._put(folder, Path(path), rewritten, data)
         return written
 
-    def _fill_env(
-        self, folder: Path, wanted: Iterable[tuple[str, bool]], roots: Sequence[str]
-    ) -> int:
-        written = 0
-        for path, rewritten in wanted:
-            # The name was learnt from what a command wrote: where it really leads decides.
-            if not _inside_any(path, roots) or not _inside_any(os.path.realpath(path), roots):
-                continue
-            data = self._env_pyc(path, rewritten)
-            if data is None:
-                continue
-            source_path = Path(path)
-            _write(mapped(folder, source_path), source_path, self._tags, rewritten, data)
-            written += 1
-        return written
+    def _put(self, folder: Path, source: Path, rewritten: bool, data: bytes | None) -> int:
+        tail = self._tags.rewritten if rewritten else self._tags.plain
+        if data is None or tail is None:
+            return 0
+        _write(mapped(folder, source), source, tail, data)
+        return 1
 
-    def _blob_pyc(self, oid: str, rewritten: bool, filename: str) -> bytes | None:
-        key = (oid, rewritten)
+    def _take(
+        self, adopted: tuple[object, ...], key: tuple[object, ...], path: str
+    ) -> bytes | None:
+        """What a base's run compiled (``adopted``), else what was compiled here (``key``),
+        else the file at ``path`` compiled now (its bytes the blob's: the checkout holds
+        them, as the tamper check proves; a byte off and the command's Python compiles the
+        file itself, since the hash differs)."""
         with self._lock:
-            if key in self._blobs:
-                return self._blobs[key]
-        source = self._repo.blob(oid)
-        code = compiled(source, filename, rewritten)
-        data = pyc(source, code) if code is not None else None
-        with self._lock:
-            self._blobs[key] = data
+            if adopted in self._kept:
+                return self._kept[adopted]
+            if key in self._kept:
+                return self._kept[key]
+        source = read(path)
+        if source is None:
+            return None
+        code = compiled(source, path, bool(key[-1]))
+        if code is None:
+            return None  # off the main thread, or not Python: not kept, tried again later
+        data = pyc(source, code)
+        self._keep(key, data)
         return data
 
-    def _env_pyc(self, path: str, rewritten: bool) -> bytes | None:
-        try:
-            st = os.stat(path, follow_symlinks=False)
-        except OSError:
-            return None
-        if not os.path.isfile(path) or os.path.islink(path) or st.st_size > 8 << 20:
-            return None
-        key = (path, st.st_mtime_ns, st.st_size, rewritten)
+    def _keep(self, key: tuple[object, ...], data: bytes | None) -> None:
+        if data is None:
+            return
         with self._lock:
-            if key in self._files:
-                return self._files[key]
-        try:
-            source = Path(path).read_bytes()
-        except OSError:
-            return None
-        code = compiled(source, path, rewritten)
-        data = pyc(source, code) if code is not None else None
-        with self._lock:
-            self._files[key] = data
-        return data
+            if self._kept_bytes + len(data) > _MOST_KEPT:
+                self._kept.clear()
+                self._kept_bytes = 0
+            self._kept[key] = data
+            self._kept_bytes += len(data)
 
     def _py_blobs(self, tree: str) -> dict[str, str]:
         with self._lock:
@@ -267,7 +173,7 @@ class Bytecode:
         with self._lock:
             if tree in self._hooked:
                 return self._hooked[tree]
-        configs = [p for p in self._repo.tree_paths(tree) if p.rpartition("/")[2] in _CONFIG_NAMES]
+        configs = [p for p in self._repo.tree_paths(tree) if p.endswith(_CONFIG_ENDINGS)]
         hooked = len(configs) > 64 or any(
             _PASS_HOOK in (self._repo.read_blob(f"{tree}:{p}") or b"") for p in configs
         )
@@ -281,140 +187,87 @@ class Bytecode:
         self,
         folder: Path,
         checkout: Path,
+        tree: str,
         *,
-        base_run: str | None = None,
+        base_run: bool = False,
         env_roots: Sequence[str] = (),
     ) -> None:
-        """Remember the modules a command imported: the names of the ``.pyc`` files in its
-        folder, never their content, but for a run of the trusted tree itself
-        (``base_run``, the base's own baseline, whose tracked files it left as they were):
-        the bytecode it compiled from the base's bytes is as trusted as the base's code that
-        ran beside it, and is kept (checked against those bytes) instead of compiled again."""
-        roots = [str(mapped(folder, checkout / "x"))]
+        """Remember the modules a command in a checkout of ``tree`` imported, from the names
+        of the ``.pyc`` files in its folder: modules of ``tree``; and of the environment,
+        those this process imported itself, or (``base_run``) any a run of the trusted
+        tree itself imported. Of a base's run (which left its tracked files as they were),
+        the bytecode it compiled is taken too, checked against the bytes it stands for: as
+        trusted as the base's code that ran beside it, and for runs judged by that base."""
+        with contextlib.suppress(Exception):  # only ever a saving: never a failed gate
+            self._learn(folder, checkout, tree, base_run, env_roots)
+
+    def _learn(
+        self, folder: Path, checkout: Path, tree: str, base_run: bool, roots: Sequence[str]
+    ) -> None:
+        inside = [str(mapped(folder, checkout / "x"))]
         real = Path(os.path.realpath(checkout))
         if real != checkout:
-            roots.append(str(mapped(folder, real / "x")))
+            inside.append(str(mapped(folder, real / "x")))
+        mine, ours = self._py_blobs(tree), _loaded_files()
+        top = str(folder)
         local: dict[tuple[str, bool], str] = {}
         env: dict[tuple[str, bool], str] = {}
-        top = str(folder)
-        for here, dirs, files in os.walk(folder):  # never follows a link
-            dirs.sort()
-            for name in files:
-                found = self._tags.of(name)
-                if found is None:
-                    continue
-                module, rewritten = found
-                inside = next((r for r in roots if _inside_any(here, [r])), None)
-                if inside is not None:
-                    rel = os.path.join(here[len(inside) :].lstrip("/"), module)
+        for here, name in names_in(folder):
+            found = self._tags.of(name)
+            if found is None:
+                continue
+            module, rewritten = found
+            root = next((r for r in inside if inside_any(here, [r])), None)
+            if root is not None:
+                rel = os.path.join(here[len(root) :].lstrip("/"), module)
+                if rel in mine:
                     local[(rel, rewritten)] = os.path.join(here, name)
-                else:
-                    env[(os.path.join(here[len(top) :] or "/", module), rewritten)] = os.path.join(
-                        here, name
-                    )
-                if len(local) + len(env) >= _MOST:
-                    break
+                continue
+            path = os.path.join(here[len(top) :] or "/", module)
+            if (base_run or path in ours) and _env_file(path, roots):
+                env[(path, rewritten)] = os.path.join(here, name)
         with self._lock:
-            if len(self._local) < _MOST:
-                self._local |= set(local)
-            if len(self._env) < _MOST:
-                self._env |= set(env)
-        if base_run is not None:
-            self._adopt_local(local, checkout, base_run)
-            self._adopt_env(env, env_roots)
-
-    def _adopt_local(self, found: dict[tuple[str, bool], str], checkout: Path, tree: str) -> None:
-        mine = self._py_blobs(tree)
-        for (rel, rewritten), written in found.items():
-            oid = mine.get(rel)
-            if oid is None or (oid, rewritten) in self._blobs:
-                continue
-            data = _checked(_read(written), str(checkout / rel))
-            if data is not None:
-                with self._lock:
-                    self._blobs[(oid, rewritten)] = data
-
-    def _adopt_env(self, found: dict[tuple[str, bool], str], roots: Sequence[str]) -> None:
-        for (path, rewritten), written in found.items():
-            if not _inside_any(path, roots) or not _inside_any(os.path.realpath(path), roots):
-                continue
-            try:
-                st = os.stat(path, follow_symlinks=False)
-            except OSError:
-                continue
-            data = _checked(_read(written), path)
-            if data is not None:
-                with self._lock:
-                    self._files[(path, st.st_mtime_ns, st.st_size, rewritten)] = data
+            self._local |= set(list(local)[: max(0, _MOST - len(self._local))])
+            self._env |= set(list(env)[: max(0, _MOST - len(self._env))])
+        if not base_run:
+            return
+        for (rel, rewritten), written in local.items():
+            self._keep((tree, mine[rel], rewritten), checked(read(written), str(checkout / rel)))
+        for (path, rewritten), written in env.items():
+            st = os.stat(path)
+            data = checked(read(written), path)
+            self._keep((tree, path, st.st_mtime_ns, st.st_size, rewritten), data)
 
 
-def _read(path: str, most: int = 8 << 20) -> bytes | None:
-    """A file's bytes, never through a link, at most ``most`` of them (None: not so)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(most + 1)
-    return data if len(data) <= most else None
+def new_folder(private: Path, contained: bool) -> tuple[Path, Path]:
+    """A new folder for one command's bytecode: where it is here, and where the command
+    sees it. Bytecode is read and written there, never in a ``__pycache__`` of the checkout,
+    and the folder is made after the setup steps ended, under a name they could not guess: a
+    ``.pyc`` one of them wrote (stamped with the source's time and size, or one that is
+    never checked) would run in place of the source that lands."""
+    name = f".agentgate-pycache-{secrets.token_hex(8)}"
+    if not contained:
+        here = private / name
+        here.mkdir(mode=0o700)
+        return here, here
+    tmp = private / "tmp"  # the command's /tmp
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    (tmp / name).mkdir(mode=0o700)
+    return tmp / name, Path("/tmp") / name
 
 
-def _checked(written: bytes | None, source_path: str) -> bytes | None:
-    """The checked-hash ``.pyc`` of the file at ``source_path`` that a trusted run's
-    ``.pyc`` (timestamped or hash-based) holds, or None when it is not one of this
-    interpreter's, was compiled from other bytes (another hash, time or size), or holds no
-    code."""
-    source = _read(source_path)
-    if written is None or source is None or written[:4] != importlib.util.MAGIC_NUMBER:
-        return None
-    flags, digest = written[4:8], importlib.util.source_hash(source)
-    if flags == _CHECKED_HASH:
-        if written[8:16] != digest:
-            return None
-    elif flags == b"\0\0\0\0":
-        try:
-            st = os.stat(source_path, follow_symlinks=False)
-        except OSError:
-            return None
-        stamp = (int(st.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
-        if written[8:16] != stamp + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little"):
-            return None
-    else:
-        return None
-    try:
-        code = marshal.loads(written[16:])
-    except (EOFError, ValueError, TypeError):
-        return None
-    if not isinstance(code, CodeType):
-        return None
-    return importlib.util.MAGIC_NUMBER + _CHECKED_HASH + digest + written[16:]
+def _env_file(path: str, roots: Sequence[str]) -> bool:
+    """Whether ``path`` (a name a command wrote) is a module of the environment that may
+    get bytecode: inside ``roots`` as named and where it really leads, and a file anyone
+    may read (whoever a contained command runs as, it could read it itself)."""
+    return inside_any(path, roots) and inside_any(os.path.realpath(path), roots) and _readable(path)
 
 
-def _write(where: Path, source: Path, tags: Tags, rewritten: bool, data: bytes) -> None:
-    """One ``.pyc`` for ``source`` in its prefix folder ``where``, whole or not at all."""
-    where.mkdir(parents=True, exist_ok=True)
-    stem = source.name[: -len(".py")]
-    target = where / (stem + ((tags.rewritten or "") if rewritten else tags.plain))
-    try:
-        with open(target, "xb") as out:
-            out.write(data)
-    except FileExistsError:
-        return  # written for this command already (a path named twice)
-    except OSError:
-        target.unlink(missing_ok=True)
-        raise
+def _loaded_files() -> frozenset[str]:
+    """The source files of the modules this process has imported."""
+    return frozenset(
+        f for m in list(sys.modules.values()) if isinstance(f := getattr(m, "__file__", None), str)
+    )
 
 
-def env_roots(visible: Iterable[Path], hidden: Iterable[Path]) -> list[str]:
-    """The folders whose modules may get bytecode: the Python environment every command
-    sees, less what the sandbox hides. A folder that holds a hidden one is left out whole
-    (rare: an environment inside the project's own tree), never shown with a hole."""
-    masked = [os.path.realpath(p) for p in hidden]
-    return [
-        p
-        for p in dict.fromkeys(os.path.realpath(v) for v in visible)
-        if not _inside_any(p, masked) and not any(_inside_any(m, [p]) for m in masked)
-    ]
-
-
-__all__ = ["Bytecode", "Tags", "compiled", "env_roots", "mapped", "pyc"]
+__all__ = ["Bytecode", "new_folder"]

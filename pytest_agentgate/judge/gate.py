@@ -26,8 +26,9 @@ from ..sandbox.removal import remove_later
 from ..workspace.fork import checkout_tree
 from . import boundary, harness, notes, results, tamper
 from .base_tests import gone, split_tests
-from .bytecode import env_roots
+from .bytecode import new_folder
 from .channel import INSIDE, Channel, Report, unexpected
+from .pycfiles import env_roots
 from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Judging, Verdict
 
 if TYPE_CHECKING:
@@ -344,23 +345,6 @@ def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) ->
         remove_later(path)  # its command has ended: the verdict need not wait for it
 
 
-def _bytecode_folder(private: Path, contained: bool) -> tuple[Path, Path]:
-    """A new folder for one command's bytecode: where it is here, and where the command
-    sees it. Bytecode is read and written there, never in a ``__pycache__`` of the checkout,
-    and the folder is made after the setup steps ended, under a name they could not guess: a
-    ``.pyc`` one of them wrote (stamped with the source's time and size, or one that is
-    never checked) would run in place of the source that lands."""
-    name = f".agentgate-pycache-{secrets.token_hex(8)}"
-    if not contained:
-        here = private / name
-        here.mkdir(mode=0o700)
-        return here, here
-    tmp = private / "tmp"  # the command's /tmp
-    tmp.mkdir(mode=0o700, exist_ok=True)
-    (tmp / name).mkdir(mode=0o700)
-    return tmp / name, Path("/tmp") / name
-
-
 def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
     """A pytest the plugin starts itself: only this environment's plugins (an entry point
     planted in the checkout loads nothing), no colour, kept to its checkout."""
@@ -448,9 +432,9 @@ class _Run:
                 if context.bytecode is not None:
                     # A run of the trusted tree itself (the base's) that left its files as
                     # they were: what it compiled is the base's bytecode.
-                    own = self.tree if self.how.trusted == self.tree and not touched else None
+                    own = self.how.trusted == self.tree and not touched
                     context.bytecode.learn(
-                        pycache, checkout, base_run=own, env_roots=self.env_roots
+                        pycache, checkout, self.tree, base_run=own, env_roots=self.env_roots
                     )
                 declared = self._read_declared(checkout)
                 if touched:
@@ -474,17 +458,28 @@ class _Run:
     def _bytecode(self, checkout: Path, private: Path) -> tuple[Path, Path]:
         """The command's bytecode folder, made now (after its setup steps), with what the
         plugin gives it written in: where it is here, and where the command sees it."""
-        here, inside = _bytecode_folder(private, self.context.sandbox.active)
+        here, inside = new_folder(private, self.context.sandbox.active)
         if self.context.bytecode is not None:
-            self.context.bytecode.fill(here, checkout, self.tree, self.how.trusted, self.env_roots)
+            self.context.bytecode.fill(
+                here, checkout, self.tree, self.how.trusted, self.env_roots, self.rewrite
+            )
         return here, inside
 
     @functools.cached_property
     def env_roots(self) -> list[str]:
-        """Where the environment's modules may get bytecode (see :mod:`.bytecode`)."""
+        """Where the environment's modules may get bytecode (see :mod:`.bytecode`): what the
+        sandbox shows, less what it hides, and less a folder holding what it masks."""
         sandbox = self.context.sandbox
         hidden = [*sandbox.hidden, *([sandbox.base_tree] if sandbox.base_tree else [])]
-        return env_roots(python_paths(sandbox.base_tree), hidden)
+        return env_roots(python_paths(sandbox.base_tree), hidden, (Path.home(), Path("/run")))
+
+    @functools.cached_property
+    def rewrite(self) -> bool:
+        """Whether test modules may be given rewritten bytecode: not when a command, a
+        setup step or the gate's environment may ask pytest for another shape of it."""
+        said = [*(results.display(c) for c in self.spec.commands), *self.spec.setup]
+        said += [f"{k}={v}" for k, v in self.spec.env.items()]
+        return not any("enable_assertion_pass_hook" in text for text in said)
 
     def _environment(
         self, checkout: Path, channel: Channel, assigned: Mapping[str, str], pycache: Path
@@ -506,7 +501,9 @@ class _Run:
         env["AGENTGATE_CHECKOUT"] = str(checkout)
         env["AGENTGATE_ACTIVE"] = "1"
         env.setdefault("NO_COLOR", "1")
-        env.setdefault("PYTHONPYCACHEPREFIX", str(pycache))
+        # Always the command's own folder: one the gate's environment named is one its setup
+        # steps could write into as well.
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
         return env
 
     def _tampered(self, paths: Sequence[str], what: str, where: str) -> CheckResult:

@@ -9,6 +9,9 @@ script that imports the agent's package, whose import rewrites another file.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -38,10 +41,12 @@ def scm_project(service: Path) -> tuple[Path, str]:
     return service, pyproject
 
 
-def engine(repo: Path, sandbox: str, *setup: str) -> Engine:
+def engine(repo: Path, sandbox: str, *setup: str, env: dict[str, str] | None = None) -> Engine:
+    spec = gate_spec(GATE, setup=setup)
+    spec = dataclasses.replace(spec, env={**spec.env, **(env or {})})
     return Engine.open(
-        repo, "main", promote=True, workdir=repo.parent / "work",
-        gate=gate_spec(GATE, setup=setup), sandbox=Settings(mode=sandbox),
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=spec,
+        sandbox=Settings(mode=sandbox),
     )  # fmt: skip
 
 
@@ -169,6 +174,8 @@ checkout = os.getcwd()
 prefixes = [
     os.path.join(os.environ.get("TMPDIR", "/tmp"), ".agentgate-pycache"),
     os.path.join(os.path.dirname(checkout), os.path.basename(checkout) + ".pyc", ".agentgate-pycache"),
+    # A folder the gate's environment names (its setup steps get that environment too).
+    *([os.environ["PYTHONPYCACHEPREFIX"]] if "PYTHONPYCACHEPREFIX" in os.environ else []),
 ]
 body = marshal.dumps(compile(GOOD, source, "exec"))
 for prefix in prefixes:
@@ -182,7 +189,9 @@ for prefix in prefixes:
 """
 
 
-@pytest.mark.parametrize("where", ["__pycache__", "the command's folder"])
+@pytest.mark.parametrize(
+    "where", ["__pycache__", "the command's folder", "a folder the gate names"]
+)
 def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
     service: Path, sandbox_mode: str, where: str
 ) -> None:
@@ -192,14 +201,21 @@ def test_bytecode_a_setup_step_writes_never_runs_in_place_of_the_source(
       bytecode from a folder of its own;
     - as an unchecked-hash pyc where that folder maps the broken module (the setup step
       ran in the same private folder, and the broken module landed); the command's folder
-      is made after the setup steps, under a name they could not guess."""
+      is made after the setup steps, under a name they could not guess;
+    - where the gate's own environment names a bytecode folder, which its setup steps got
+      too (found by a review): the command's own folder is always the one it uses."""
     write(service, {"ledger/gen.py": "open('ledger/_generated.py', 'w').write('X = 1\\n')\n"})
     git(service, "add", "-A")
     git(service, "commit", "-qm", "a generated file")
-    e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen")
+    named = f"/tmp/agentgate-named-pyc-{os.getpid()}-{sandbox_mode}"
+    env = {"PYTHONPYCACHEPREFIX": named} if where == "a folder the gate names" else None
+    e = engine(service, sandbox_mode, f"{sys.executable} -m ledger.gen", env=env)
     script = WRITES_BYTECODE if where == "__pycache__" else WRITES_CACHED_BYTECODE
     files = {"ledger/store.py": BROKEN_STORE, "ledger/gen.py": script.format(good=GOOD_STORE)}
-    verdict = attempt(e, files, "bytecode").verdict  # type: ignore[attr-defined]
+    try:
+        verdict = attempt(e, files, "bytecode").verdict  # type: ignore[attr-defined]
+    finally:
+        shutil.rmtree(named, ignore_errors=True)
     assert verdict.status == "rejected", verdict
     assert "no longer pass" in verdict.reason, verdict.reason
     e.close()
