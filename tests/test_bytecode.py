@@ -500,3 +500,26 @@ def test_no_rewritten_bytecode_for_a_gate_that_may_ask_for_the_pass_hook(
     given = tmp_path / "second-pyc"
     bytecode.fill(given, checkout, tree, tree, [], rewrite=False)
     assert f"mod{TAGS.plain}" in pycs(given) and f"test_mod{TAGS.rewritten}" not in pycs(given)
+
+
+OUTSIDE_PYTEST = """
+import sys
+sys.path.insert(0, {root!r})
+from pytest_agentgate.judge.pycfiles import compiled
+assert "_pytest" not in sys.modules  # loading the engine's parts loads no pytest
+code = compiled(b"def test_x():\\n    assert 1 == 2\\n", "test_x.py", True)
+assert code is not None and "_pytest.assertion.rewrite" in sys.modules
+print("rewritten")
+"""
+
+
+def test_a_run_outside_pytest_compiles_test_modules_as_the_gate_s_pytest_rewrites_them() -> None:
+    """The engine driven by the command (or a script) compiles a test module with pytest's
+    own rewriter, imported then and only then: the attempts of a run stand on the one before
+    (a dry run's scratch target moves), so what a base's run wrote serves only the first."""
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", OUTSIDE_PYTEST.format(root=root)], capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "rewritten", done.stderr

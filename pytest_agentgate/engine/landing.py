@@ -137,7 +137,9 @@ class Landing(EngineBase):
             on_tip = self.baselines.of_tip(tip, spec)
             held = either_passed(base_results, on_tip.tests if on_tip else None)
             expected = self._expected(spec, on_tip, [attempt.base])
-            trusted = self.repo.tree_of(attempt.base)
+            # The merge's harness is the tip's: its bytes are the trusted ones (a tip run
+            # ahead is not landed yet: none are).
+            trusted = None if ahead else self.repo.tree_of(tip)
             return self._retest_tree(tree, spec, held, expected, running, trusted)
 
         return graded_retest
@@ -193,8 +195,9 @@ class Landing(EngineBase):
             expected = self._expected(spec, on_tip, bases)
             if reuse is not None and _reusable(reuse, held, expected, spec):
                 return reuse  # run early, on exactly this tree: as good as running it now
-            # The bases are on the target's history (landed); a tip run ahead is not yet.
-            trusted = self.repo.tree_of(bases[0]) if bases else None
+            # The merge's harness is the tip's: its bytes are the trusted ones (a tip run
+            # ahead is not landed yet: none are).
+            trusted = None if ahead else self.repo.tree_of(tip)
             return self._retest_tree(tree, spec, held, expected, running, trusted)
 
         return batch_retest

@@ -26,10 +26,17 @@ MOST_BYTES = 8 << 20
 
 
 def rewriting() -> ModuleType | None:
-    """pytest's assertion rewriting, when this process runs in pytest. The engine works
-    without pytest: run from the command, it compiles no test module itself, and gives a
-    command only the rewritten bytecode a run of the base wrote."""
-    return sys.modules.get("_pytest.assertion.rewrite")
+    """pytest's assertion rewriting, to compile a test module as the gate's pytest does
+    (None: no pytest here). Imported only when a test module is compiled, never when the
+    plugin or the command loads: the contracts that keep the engine free of pytest name
+    this one import."""
+    found = sys.modules.get("_pytest.assertion.rewrite")
+    if found is None:
+        try:
+            import _pytest.assertion.rewrite as found
+        except ImportError:
+            return None
+    return found
 
 
 @dataclass(frozen=True)
