@@ -185,7 +185,7 @@ def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing
     """A command can name any file by the folders it makes in its bytecode folder; the
     plugin (which can read more than the command) must not compile a secret into the next
     command's view: not one outside the environment, not one reached through a link, not
-    one inside it that only its owner may read."""
+    one inside it that only another user may read."""
     secret = tmp_path / "private" / "secret.py"
     write(secret.parent, {"secret.py": "TOKEN = 'do-not-show-me'\n"})
     env = Path(tempfile.mkdtemp(prefix="agentgate-env-"))  # open to all, as an environment is
@@ -194,7 +194,11 @@ def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing
         (env / "lib").mkdir(mode=0o755)
         (env / "lib" / "ok.py").write_text("X = 'shown'\n")
         (env / "lib" / "own.py").write_text("TOKEN = 'do-not-show-me'\n")
-        (env / "lib" / "own.py").chmod(0o600)
+        (env / "lib" / "own.py").chmod(0o600)  # another user's: a command, no capability,
+        if os.geteuid() == 0:  # cannot read it; the plugin, as root, could
+            os.chown(env / "lib" / "own.py", 65534, 65534)
+        else:
+            (env / "lib" / "own.py").chmod(0o000)
         (env / "lib" / "leak.py").symlink_to(secret)
         (env / "lib" / "linked").symlink_to(secret.parent, target_is_directory=True)
         roots = env_roots([env], [])

@@ -191,18 +191,25 @@ def names_in(folder: Path, *, deepest: int = 64, most: int = 60_000) -> Iterator
 
 
 def readable_by_all(path: str) -> bool:
-    """Whether anyone may read the regular file at ``path`` (every folder above it open to
-    all): what a contained command, whoever it runs as, could read itself."""
+    """Whether a gate command could read the regular file at ``path`` itself: it runs as
+    this user with no capability (none to pass over a file's mode, as this process may), so
+    by the file's mode bits and every folder's above it, for this user and its groups."""
+    uid, gids = os.geteuid(), {os.getegid(), *os.getgroups()}
+
+    def allowed(st: os.stat_result, bit: int) -> bool:
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
+        return bool(st.st_mode & (bit << shift))
+
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IROTH or st.st_size > MOST_BYTES:
+    if not stat.S_ISREG(st.st_mode) or not allowed(st, 4) or st.st_size > MOST_BYTES:
         return False
     parent = os.path.dirname(path)
     while parent and parent != os.path.dirname(parent):
         try:
-            if not os.stat(parent).st_mode & stat.S_IXOTH:
+            if not allowed(os.stat(parent), 1):
                 return False
         except OSError:
             return False
