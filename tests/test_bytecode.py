@@ -93,12 +93,19 @@ def flags(path: Path) -> bytes:
     return path.read_bytes()[4:8]
 
 
-def learnt(repo: BaseRepo, root: Path, tree: str) -> tuple[Bytecode, Path, Path]:
-    """A Bytecode that watched one cold run of ``tree``'s tests; its folder; its checkout."""
-    bytecode = Bytecode(repo)
+def cold_run(repo: BaseRepo, root: Path, tree: str) -> tuple[Path, Path]:
+    """A checkout of ``tree`` whose tests ran once, with no bytecode yet: it and the
+    bytecode folder the run wrote."""
     checkout = checkout_tree(repo, tree, root, name="first")
     folder = root / "first-pyc"
     assert run_pytest(checkout, folder).returncode == 0
+    return checkout, folder
+
+
+def learnt(repo: BaseRepo, root: Path, tree: str) -> tuple[Bytecode, Path, Path]:
+    """A Bytecode that watched one cold run of ``tree``'s tests; its folder; its checkout."""
+    bytecode = Bytecode(repo)
+    checkout, folder = cold_run(repo, root, tree)
     bytecode.learn(folder, checkout, tree)
     return bytecode, folder, checkout
 
@@ -342,9 +349,7 @@ def test_what_a_run_of_the_base_itself_compiled_is_taken_not_compiled_again(
 
     tree = project.tree_of("main")
     bytecode = Bytecode(project)
-    first = checkout_tree(project, tree, tmp_path, name="first")
-    folder = tmp_path / "first-pyc"
-    assert run_pytest(first, folder).returncode == 0
+    first, folder = cold_run(project, tmp_path, tree)
     # The run's own .pyc of the package's module is stamped with a time and size that are
     # not its source's: that one is not taken (it may stand for other bytes).
     stale = folder.joinpath(*first.parts[1:], "pkg", f"__init__{TAGS.plain}")
@@ -374,11 +379,7 @@ def test_bytecode_an_attempt_s_run_wrote_is_never_taken(
     from pytest_agentgate.judge import bytecode as module
 
     tree = project.tree_of("main")
-    bytecode = Bytecode(project)
-    first = checkout_tree(project, tree, tmp_path, name="first")
-    folder = tmp_path / "first-pyc"
-    assert run_pytest(first, folder).returncode == 0
-    bytecode.learn(folder, first, tree)  # no base_run: an attempt's
+    bytecode, _, _ = learnt(project, tmp_path, tree)  # no base_run: an attempt's
     seen: list[str] = []
     real = module.compiled
     monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
@@ -418,9 +419,7 @@ def test_bytecode_a_base_s_run_wrote_serves_only_runs_judged_by_that_base(
     wrote it was gone. It is given only to runs whose trusted tree is that base."""
     base = project.tree_of("main")
     bytecode = Bytecode(project)
-    first = checkout_tree(project, base, tmp_path, name="first")
-    folder = tmp_path / "first-pyc"
-    assert run_pytest(first, folder).returncode == 0
+    first, folder = cold_run(project, tmp_path, base)
     mod = folder.joinpath(*first.parts[1:], "pkg", f"mod{TAGS.plain}")
     planted = compile("def value():\n    return 'planted'\n", str(first / "pkg/mod.py"), "exec")
     source = (first / "pkg" / "mod.py").read_bytes()
