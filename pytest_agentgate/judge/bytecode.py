@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..sandbox.containment import TMP_INSIDE, Mounts
 from .pycfiles import Tags, checked, compiled, inside_any, mapped, names_in, pyc, read
 from .pycfiles import readable_by_all as _readable
 from .pycfiles import write as _write
@@ -89,10 +90,10 @@ class Bytecode:
         imported that ``tree`` holds as ``trusted`` does, and of the environment's modules
         under ``env_roots`` (``rewrite``: test modules' rewritten bytecode too, unless the
         command may ask for another shape of it); return how many files were written."""
-        with self._lock:
-            local, env = sorted(self._local), sorted(self._env)
         if trusted is None:
             return 0
+        with self._lock:
+            local, env = sorted(self._local), sorted(self._env)
         rewrite = rewrite and not (self._hook(tree) or self._hook(trusted))
         written = 0
         with contextlib.suppress(OSError):  # a full disk: the command compiles the rest
@@ -239,21 +240,18 @@ class Bytecode:
             self._keep((tree, path, st.st_mtime_ns, st.st_size, rewritten), data)
 
 
-def new_folder(private: Path, contained: bool) -> tuple[Path, Path]:
-    """A new folder for one command's bytecode: where it is here, and where the command
-    sees it. Bytecode is read and written there, never in a ``__pycache__`` of the checkout,
-    and the folder is made after the setup steps ended, under a name they could not guess: a
-    ``.pyc`` one of them wrote (stamped with the source's time and size, or one that is
-    never checked) would run in place of the source that lands."""
+def new_folder(mounts: Mounts, contained: bool) -> tuple[Path, Path]:
+    """A new folder for the bytecode of the command ``mounts`` says what it sees of, in its
+    own ``/tmp`` when ``contained``, else in its private folder: where it is here, and where
+    the command sees it. Bytecode is read and written there, never in a ``__pycache__`` of
+    the checkout, and the folder is made after the setup steps ended, under a name they
+    could not guess: a ``.pyc`` one of them wrote (stamped with the source's time and size,
+    or one that is never checked) would run in place of the source that lands."""
     name = f".agentgate-pycache-{secrets.token_hex(8)}"
-    if not contained:
-        here = private / name
-        here.mkdir(mode=0o700)
-        return here, here
-    tmp = private / "tmp"  # the command's /tmp
-    tmp.mkdir(mode=0o700, exist_ok=True)
-    (tmp / name).mkdir(mode=0o700)
-    return tmp / name, Path("/tmp") / name
+    parent, seen_as = (mounts.tmp, TMP_INSIDE) if contained else (mounts.private, mounts.private)
+    parent.mkdir(mode=0o700, exist_ok=True)
+    (parent / name).mkdir(mode=0o700)
+    return parent / name, seen_as / name
 
 
 def _env_file(path: str, roots: Sequence[str]) -> bool:

@@ -458,7 +458,7 @@ class _Run:
     def _bytecode(self, checkout: Path, private: Path) -> tuple[Path, Path]:
         """The command's bytecode folder, made now (after its setup steps), with what the
         plugin gives it written in: where it is here, and where the command sees it."""
-        here, inside = new_folder(private, self.context.sandbox.active)
+        here, inside = new_folder(Mounts(checkout, private), self.context.sandbox.active)
         if self.context.bytecode is not None:
             self.context.bytecode.fill(
                 here, checkout, self.tree, self.how.trusted, self.env_roots, self.rewrite
@@ -471,7 +471,7 @@ class _Run:
         sandbox shows, less what it hides, and less a folder holding what it masks."""
         sandbox = self.context.sandbox
         hidden = [*sandbox.hidden, *([sandbox.base_tree] if sandbox.base_tree else [])]
-        return env_roots(python_paths(sandbox.base_tree), hidden, (Path.home(), Path("/run")))
+        return env_roots(python_paths(sandbox.base_tree), hidden, sandbox.masked())
 
     @functools.cached_property
     def rewrite(self) -> bool:

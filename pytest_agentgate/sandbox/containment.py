@@ -131,6 +131,11 @@ class Sandbox:
         """What records and reports say: ``bwrap`` or ``none (why)``."""
         return "bwrap" if self.active else f"none ({self.reason})"
 
+    def masked(self) -> tuple[Path, ...]:
+        """What every command's view masks besides what it hides (``$HOME``, ``/run``): an
+        empty folder over it, with the Python environment inside shown again."""
+        return (Path.home(), Path("/run"))
+
     def with_hidden(self, *paths: Path) -> Sandbox:
         """This sandbox hiding ``paths`` too. Refused (a :class:`ConfigError`, before any
         command runs) when a writable bind holds one: it would show, writable, what every
@@ -167,9 +172,7 @@ class Sandbox:
         paths under a mask, bound again. Resolving them is most of building a command line,
         so they are kept per process, keyed by everything they are made from, the masks
         that exist now included (one made since is never left visible)."""
-        present = tuple(
-            m for m in (*self.hidden, Path.home(), Path("/run")) if m != Path("/") and m.exists()
-        )
+        present = tuple(m for m in (*self.hidden, *self.masked()) if m != Path("/") and m.exists())
         key = (self.settings, self.base_tree, path_dirs, present)
         found = _LAYOUTS.get(key)
         if found is None:
@@ -191,7 +194,7 @@ class Sandbox:
             path = Path(text.rstrip(".,:;'\")"))
             if len(found) >= 3 or not path.is_absolute() or not os.path.lexists(path):
                 continue
-            if _inside(path, Path("/tmp")) or any(_inside(path, v) for v in seen):
+            if _inside(path, TMP_INSIDE) or any(_inside(path, v) for v in seen):
                 continue
             found.append(path)
         return found
@@ -219,7 +222,7 @@ class Sandbox:
             if os.path.islink(link):
                 args += ["--symlink", os.readlink(link), link]
         # A private /tmp first: what a person made readable below /tmp shows on top of it.
-        args += ["--bind", str(tmp), "/tmp"]
+        args += ["--bind", str(tmp), str(TMP_INSIDE)]
         visible, masks, again = self._layout(tuple(path_dirs))
         for path in visible:
             args += ["--ro-bind", str(path), str(path)]
@@ -251,6 +254,8 @@ class Sandbox:
         return args
 
 
+#: Where a contained command sees its private ``/tmp`` (:attr:`Mounts.tmp`).
+TMP_INSIDE = Path("/tmp")
 #: The operating system's directories every command sees (read-only).
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _PATH_IN_TEXT = re.compile(r"(?<![\w.~-])(/[\w.+@-]+(?:/[\w.+@-]+)*)")
@@ -566,7 +571,7 @@ def run_contained(
     tmp, home = mounts.tmp, mounts.home
     for folder in (mounts.private, tmp, home):
         folder.mkdir(mode=0o700, exist_ok=True)
-    extra = {"HOME": str(home), "TMPDIR": "/tmp" if sandbox.active else str(tmp)}
+    extra = {"HOME": str(home), "TMPDIR": str(TMP_INSIDE if sandbox.active else tmp)}
     extra.update(env or {})
     proxy = None
     if sandbox.active and role.network.proxied:
