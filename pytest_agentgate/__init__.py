@@ -48,6 +48,7 @@ _EXPORTS = {
     "GitError": "errors",
     "GitTooOld": "errors",
     "ConfigError": "errors",
+    "SettingError": "errors",
     "RepoNotFound": "errors",
     "RevisionNotFound": "errors",
     "BadRefName": "errors",
@@ -95,6 +96,7 @@ __all__ = [
     "RemoteBranch",
     "RepoNotFound",
     "RevisionNotFound",
+    "SettingError",
     "Snapshot",
     "StaleLock",
     "Target",
@@ -147,6 +149,7 @@ if TYPE_CHECKING:
         RefMoved,
         RepoNotFound,
         RevisionNotFound,
+        SettingError,
         StaleLock,
         WorktreeBlocked,
     )

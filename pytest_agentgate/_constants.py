@@ -38,9 +38,38 @@ DEFAULT_PIDS_MAX = 512
 #: The largest file one command may write.
 DEFAULT_FILE_BYTES = 1 << 30
 
+#: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
+#: pattern without a slash matches any component of a path, so ``.env`` also keeps out
+#: everything in a ``.env/`` directory; a pattern with one matches the path or a parent.
+DEFAULT_EXCLUDE = (
+    ".env",
+    ".env.*",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "id_rsa*",
+    "id_ed25519*",
+    "id_ecdsa*",
+    "id_dsa*",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+)
+
 #: Whose tests judge an attempt's code unless told otherwise: the base's, in a session of
 #: their own (see ``judge.base_tests``).
 DEFAULT_TESTS_OF = "base"
 #: The value of ``--agentgate-base`` that forks every agent of a run from the target as it
 #: was when the run started (else each forks from the tip it finds).
 RUN_START = "run-start"
+
+# The choices of the settings that take one, each written once (the option table, the
+# values they fill and the marker read them from here).
+#: How contained commands run: bwrap when it works, bwrap required, or none.
+SANDBOX_MODES = ("auto", "bwrap", "none")
+#: How a passing attempt lands on a target that moved (``store.record.Landing`` spells the
+#: same as a type).
+LANDINGS = ("merge", "squash", "rebase")
+#: How much of the base's object store an agent's ``.git`` can reach.
+ISOLATIONS = ("shared", "sealed")

@@ -46,6 +46,17 @@ class ConfigError(AgentgateError):
         super().__init__(f"{message}{where}")
 
 
+class SettingError(ConfigError):
+    """A setting (``flag``, as the face that read it spells it) was given a value it cannot
+    take; ``reason`` says why."""
+
+    def __init__(self, flag: str, value: object, source: str, reason: str) -> None:
+        self.flag = flag
+        self.reason = reason
+        super().__init__(f"invalid {flag} {value!r} (from {source}): {reason}", value=value)
+        self.source = source
+
+
 class RepoNotFound(ConfigError):
     """No git repository at the path the user named (``option``: how they name one)."""
 

@@ -44,7 +44,7 @@ def test_the_readme_is_a_front_page_whose_links_all_lead_somewhere() -> None:
 def test_the_options_table_is_the_declaration_s() -> None:
     """docs/options.md holds the table made from OPTIONS, byte for byte: a new option, a
     changed default or help, is in the docs or this fails (write the new table in)."""
-    from pytest_agentgate.pytest_plugin.options import OPTIONS, markdown_table
+    from pytest_agentgate.engine.options import OPTIONS, markdown_table
 
     page = (DOCS / "options.md").read_text(encoding="utf-8")
     begin = page.index("-->\n", page.index("<!-- options table")) + len("-->\n")

@@ -682,7 +682,7 @@ def test_early_retests_are_on_by_default_and_off_by_their_option(
         test_it="""
         def test_it(request):
             from pytest_agentgate.pytest_plugin.settings import Settings
-            assert not Settings.from_config(request.config).early_retest
+            assert not Settings.from_config(request.config).engine.early_retest
         """
     )
     pytester.runpytest(

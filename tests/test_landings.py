@@ -162,7 +162,9 @@ def test_the_option_the_ini_and_the_marker(pytester: pytest.Pytester, service: P
     assert "Agentgate-Squashed" not in git(service, "log", "-1", "--format=%B", "main^")
     bad = pytester.runpytest(*args, "--agentgate-land=octopus")
     assert bad.ret == 4
-    bad.stderr.fnmatch_lines(["*invalid --agentgate-land 'octopus'*merge or squash or rebase*"])
+    bad.stderr.fnmatch_lines(
+        ["*invalid --agentgate-land 'octopus'*expected one of merge, squash, rebase*"]
+    )
 
 
 def _agents_that_check_their_base(start: str) -> str:

@@ -541,9 +541,9 @@ def test_loading_the_plugin_is_cheap(
 
         def test_nothing_heavy_loaded():
             assert "pytest_agentgate.pytest_plugin.hooks" in sys.modules
-            light = {"pytest_agentgate", "pytest_agentgate._constants"} | {
+            light = {"pytest_agentgate", "pytest_agentgate._constants", "pytest_agentgate.errors"} | {
                 f"pytest_agentgate.pytest_plugin{m}" for m in ("", ".hooks", ".hookspecs", ".options")
-            }
+            } | {"pytest_agentgate.engine", "pytest_agentgate.engine.options"}
             heavy = [m for m in sys.modules if m.split(".")[0] in ("git", "filelock")
                      or m.startswith("pytest_agentgate") and m not in light]
             assert heavy == []
@@ -849,7 +849,7 @@ def test_unwritable_report_and_bad_workdir_exit_4_before_anything_runs(
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*cannot write --agentgate-report*does not exist or is not writable*"]
+        ["*invalid --agentgate-report*its directory does not exist or is not writable*"]
     )
     (tmp_path / "a-file").write_text("")
     result = run(pytester, service, f"--agentgate-workdir={tmp_path / 'a-file'}")

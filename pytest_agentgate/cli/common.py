@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..engine.options import Option
+    from ..engine.resolving import Resolved
     from ..git.repo import Author, BaseRepo
     from ..land.remote_branch import RemoteBranch
 
@@ -110,3 +113,57 @@ def records_ref(repo: BaseRepo, args: argparse.Namespace, *, with_state: bool = 
         return PREFIX
     server = server_records.for_remote(repo, args.remote)
     return server_records.fetch_records(repo, server, with_state=with_state)
+
+
+def add_settings(
+    parser: argparse.ArgumentParser, *names: str, notes: Mapping[str, str] | None = None
+) -> None:
+    """Settings of the option table as this command's arguments (``--<name>``: the
+    plugin's flag without its prefix), each with its declared kind and help (``notes``: what
+    the command adds to it); their values are read by :func:`settings_of`."""
+    from ..engine.options import BY_NAME
+
+    for name in names:
+        option = BY_NAME[name]
+        said = f"{option.help} (as {option.flag})" + (
+            f"; {notes[name]}" if notes and name in notes else ""
+        )
+        if option.kind == "bool":
+            parser.add_argument(
+                cli_flag(option), action="store_true", default=None, dest=name, help=said
+            )
+            continue
+        parser.add_argument(
+            cli_flag(option),
+            action="append" if option.kind == "linelist" else "store",
+            default=None,
+            dest=name,
+            metavar=option.metavar,
+            help=said,
+        )
+
+
+def cli_flag(option: Option) -> str:
+    return "--" + option.name.replace("_", "-")
+
+
+def settings_of(args: argparse.Namespace, *names: str) -> Resolved:
+    """The settings :func:`add_settings` added, resolved through their declarations: the
+    command line over the environment (a setting that has a variable), as in the plugin."""
+    import os
+
+    from ..engine.options import BY_NAME
+    from ..engine.resolving import Given, resolve
+    from ..errors import ConfigError
+
+    given = {}
+    for name in names:
+        option = BY_NAME[name]
+        if getattr(args, name) is not None:
+            given[name] = Given(getattr(args, name), f"command line {cli_flag(option)}")
+        elif option.env and os.environ.get(option.env):
+            given[name] = Given(os.environ[option.env], f"environment {option.env}")
+    try:
+        return resolve(given, spelled=cli_flag)
+    except ConfigError as exc:
+        raise UsageProblem(str(exc)) from None

@@ -8,9 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from .._constants import DEFAULT_GATE_TIMEOUT_S
-from ..store.record import LANDINGS
-from .common import Refused, UsageProblem, open_repo, target_branch
+from .common import Refused, UsageProblem, add_settings, open_repo, settings_of, target_branch
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -18,6 +16,10 @@ if TYPE_CHECKING:
     from ..store.attempts import AttemptInfo
     from ..store.record import Landing
     from ..workspace.fork import Workspace
+
+
+#: The settings ``land`` takes, as the plugin's of the same names.
+LAND_SETTINGS = ("gate", "gate_exit_code", "gate_timeout", "sandbox", "land")
 
 
 def add_judging_parsers(
@@ -44,24 +46,13 @@ def add_judging_parsers(
     )  # fmt: skip
     p.add_argument("attempt", help="the attempt (a ref, <slug>/<n>, a prefix, or its commit)")
     p.add_argument("--target", help="the branch to land on (default: the one checked out)")
-    p.add_argument(
-        "--gate", action="append", default=[], metavar="CMD",
-        help="a gate command, as --agentgate-gate; repeatable (this or --gate-exit-code)",
-    )  # fmt: skip
-    p.add_argument(
-        "--gate-exit-code", action="append", default=[], metavar="CMD",
-        help="a gate command judged by its exit code, as --agentgate-gate-exit-code; repeatable",
-    )  # fmt: skip
-    p.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT_S, metavar="SECONDS")
-    p.add_argument(
-        "--sandbox", choices=("auto", "bwrap", "none"), default="auto",
-        help="where the gate runs (default: bwrap when it works here)",
-    )  # fmt: skip
-    p.add_argument(
-        "--land", choices=LANDINGS, default=None, metavar="HOW",
-        help="merge, squash or rebase, as --agentgate-land (default: as the attempt landed "
-        "was to: its record's, else merge)",
-    )  # fmt: skip
+    # The gate and where it runs, as the plugin's settings of the same names (``--land``
+    # not given: as the attempt was to land, by its record).
+    add_settings(
+        p,
+        *LAND_SETTINGS,
+        notes={"land": "not given here: as the attempt was to land, by its record"},
+    )
     p.add_argument("--dry-run", action="store_true", help="judge and report, but move nothing")
     p.set_defaults(func=cmd_land)
 
@@ -84,7 +75,9 @@ def cmd_land(args: argparse.Namespace) -> int:
     from ..sandbox.containment import Settings
     from ..store.attempts import find
 
-    if not args.gate and not args.gate_exit_code:
+    chosen = settings_of(args, *LAND_SETTINGS)
+    gate = chosen.of("gate")
+    if not gate.get("commands"):
         raise UsageProblem("land needs a gate: --gate CMD or --gate-exit-code CMD")
     repo = open_repo(args)
     earlier = find(repo, args.attempt)
@@ -98,7 +91,7 @@ def cmd_land(args: argparse.Namespace) -> int:
             "run its test again instead"
         )
     said = earlier.record
-    landing = cast("Landing", args.land or said.landing)
+    landing = cast("Landing", gate.pop("landing", None) or said.landing)
     target = target_branch(repo, args)
     with tempfile.TemporaryDirectory(prefix="agentgate-land-") as workdir:
         engine = Engine.open(
@@ -109,14 +102,12 @@ def cmd_land(args: argparse.Namespace) -> int:
             promote=True,
             workdir=Path(workdir),
             gate=GateSpec(
-                commands=(*args.gate, *args.gate_exit_code),
-                exit_code=tuple(args.gate_exit_code),
-                timeout=args.gate_timeout,
+                **gate,
                 protect=said.protect,
                 max_changed_lines=said.max_changed_lines,
                 landing=landing,
             ),
-            sandbox=Settings(mode=args.sandbox),
+            sandbox=Settings(**chosen.of("sandbox")),
         )
         try:
             ws = _onto_the_tip(engine, earlier)

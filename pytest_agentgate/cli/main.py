@@ -20,18 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import __version__
-from .._constants import DEFAULT_GATE_TIMEOUT_S
 from .common import (
     EXIT_REFUSED,
     EXIT_USAGE,
     Refused,
     UsageProblem,
+    add_settings,
     author_of,
     expected_old,
     files_lagging,
     moved_branch,
     open_repo,
     records_ref,
+    settings_of,
 )
 from .judging import add_judging_parsers
 
@@ -60,6 +61,8 @@ def _positive(text: str) -> int:
     return value
 
 
+#: The settings ``revert`` takes to gate its result, as the plugin's of the same names.
+REVERT_SETTINGS = ("gate", "gate_exit_code", "gate_timeout", "sandbox")
 REMOTE_HELP = (
     "read the records on this remote's server (every machine's), fetched into this clone, "
     "instead of this clone's own"
@@ -164,10 +167,7 @@ def _add_moving_parsers(
         help="undo one promoted attempt, keeping later ones",
     )
     p.add_argument("attempt", help="the promoted attempt to undo")
-    p.add_argument(
-        "--gate", action="append", default=[], metavar="CMD", help="gate the result; repeatable"
-    )
-    p.add_argument("--gate-timeout", type=float, default=DEFAULT_GATE_TIMEOUT_S, metavar="SECONDS")
+    add_settings(p, *REVERT_SETTINGS)  # gate the result, as the plugin's settings
     p.set_defaults(func=cmd_revert)
 
 
@@ -184,8 +184,7 @@ def _add_tidying_parsers(
                    help="rotate the operations log when it is larger (default 1 MiB)")  # fmt: skip
     p.add_argument("--workspaces", type=Path, metavar="DIR",
                    help="also remove old run directories under this --agentgate-workdir")  # fmt: skip
-    p.add_argument("--keep-runs", type=_positive, default=None, metavar="N",
-                   help="with --workspaces: keep the newest N runs (default 3)")  # fmt: skip
+    add_settings(p, "keep_runs")  # with --workspaces, as the plugin's setting
     p.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
     p.add_argument("--agent", default="person", help="who is doing this (for the log)")
     p.add_argument(
@@ -467,14 +466,15 @@ def cmd_revert(args: argparse.Namespace) -> int:
         )
     expect = expected_old(repo, args)
     retest = None
-    if args.gate:
-        spec = GateSpec(commands=tuple(args.gate), timeout=args.gate_timeout)
+    chosen = settings_of(args, *REVERT_SETTINGS)
+    if chosen.of("gate").get("commands"):
+        spec = GateSpec(**chosen.of("gate"))
 
         def retest(tree: str, tip: str) -> tuple[bool, str, str]:
             from ..judge.gate import GateContext
             from ..sandbox.containment import Settings, resolve
 
-            contained = resolve(Settings()).with_hidden(
+            contained = resolve(Settings(**chosen.of("sandbox"))).with_hidden(
                 *(p for p in (repo.worktree, repo.git_dir, repo.common_dir) if p is not None)
             )
             with tempfile.TemporaryDirectory(prefix="agentgate-revert-") as tmp:
@@ -523,6 +523,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
 def cmd_prune(args: argparse.Namespace) -> int:
     from ..maintenance import prune
 
+    keep_runs = settings_of(args, "keep_runs").value("keep_runs")
     if args.keep_runs is not None and args.workspaces is None:
         raise UsageProblem("--keep-runs needs --workspaces DIR (the --agentgate-workdir to tidy)")
     repo = open_repo(args)
@@ -548,7 +549,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         keep_last=args.keep_last,
         rotate_bytes=args.rotate_bytes,
         workspaces=args.workspaces,
-        keep_runs=3 if args.keep_runs is None else args.keep_runs,
+        keep_runs=keep_runs,
         dry_run=args.dry_run,
         agent=args.agent,
     )

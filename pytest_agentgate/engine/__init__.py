@@ -20,13 +20,40 @@ lifecycle in order: :meth:`Engine.run_attempt`), :mod:`.landing` (records, the q
 batch re-test), :mod:`.base` (its parts and the steps that stand alone), :mod:`.settings`;
 then the values and parts it holds: :mod:`.attempt` (one attempt, filled in as the story
 goes), :mod:`.pool` (a run's workspaces and gate contexts) and :mod:`.resume` (what a try
-starts from, and the declared state around a test).
+starts from, and the declared state around a test); under them :mod:`.resolving` (settings
+made into the values they fill) and :mod:`.options` (every setting declared once, which the
+pytest plugin loads in every run).
 May use every folder below it; nothing below imports it.
+
+Its names are imported on first use, so that loading :mod:`.options` loads nothing else.
 """
 
-from ..judge.baseline import HarnessBroken
-from .attempt import Attempt
-from .settings import NO_GATE, EngineSettings, make_target
-from .story import Engine
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..judge.baseline import HarnessBroken
+    from .attempt import Attempt
+    from .settings import NO_GATE, EngineSettings, make_target
+    from .story import Engine
+
+_WHERE = {
+    "NO_GATE": ".settings",
+    "Attempt": ".attempt",
+    "Engine": ".story",
+    "EngineSettings": ".settings",
+    "HarnessBroken": "..judge.baseline",
+    "make_target": ".settings",
+}
 __all__ = ["NO_GATE", "Attempt", "Engine", "EngineSettings", "HarnessBroken", "make_target"]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(where, __name__), name)
+    globals()[name] = value
+    return value

@@ -25,8 +25,6 @@ from ..workspace.checkouts import GateCheckouts
 from ..workspace.fork import Workspace
 from ..workspace.reuse import ReuseCosts
 
-ISOLATIONS = ("shared", "sealed")
-
 
 class WorkspacePool:
     """The run's workspaces under ``workdir``, and what each command may see of them."""

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._constants import DEFAULT_BATCH_MAX, DEFAULT_LEASE_S, DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from .._constants import (
+    DEFAULT_BATCH_MAX,
+    DEFAULT_EXCLUDE,
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    ISOLATIONS,
+)
 from ..errors import ConfigError
 from ..git.repo import BaseRepo
 from ..judge.gate import (
@@ -22,8 +29,7 @@ from ..land.target import LocalBranch, Target
 from ..remote.server_queue import Trust
 from ..sandbox import containment as sandbox
 from ..store import oplog, records
-from ..workspace.snapshot import DEFAULT_EXCLUDE
-from .pool import ISOLATIONS
+from .resolving import Resolved
 
 NO_GATE = (
     "no gate: promotion needs a gate command (--agentgate-gate CMD), a check "
@@ -82,6 +88,18 @@ class EngineSettings:
                 value=self.isolation,
                 source="isolation",
             )
+
+    @classmethod
+    def resolved(cls, resolved: Resolved, **fixed: Any) -> EngineSettings:
+        """Settings from the option table's values (:func:`.options.resolve`), each field
+        filled by the one setting declared for it; ``fixed``: what the face that read them
+        decides itself (its work directory, its run's id)."""
+        return cls(
+            **resolved.of("engine"),
+            gate=GateSpec(**resolved.of("gate")),
+            sandbox=sandbox.Settings(**resolved.of("sandbox")),
+            **fixed,
+        )
 
     @classmethod
     def of(cls, **options: Any) -> EngineSettings:

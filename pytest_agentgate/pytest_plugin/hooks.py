@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from .._constants import MARKER, MARKER_HELP, RUN_MARKER, RUN_START
-from .options import AGENT_ENV, OPTIONS, Option, add_options, raw_setting
+from ..engine.options import BY_NAME
+from .options import AGENT_ENV, OPTIONS, Option, add_options, one_setting
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -151,7 +152,7 @@ class AgentgateRun:
                     f"agentgate: {said}"
                 )
                 pinned = self.engine_.pinned_base
-                if self.settings.base == RUN_START and pinned and not self._is_worker():
+                if self.settings.engine.base == RUN_START and pinned and not self._is_worker():
                     reporter.write_line(
                         f"agentgate: every agent of this run forks from "
                         f"{self.engine_.target.label} as it was when the run started, "
@@ -173,7 +174,7 @@ class AgentgateRun:
         tests from it."""
         from . import rundirs
 
-        chosen = self.settings.workdir
+        chosen = self.settings.run.workdir
         if chosen is not None:
             return rundirs.run_dir_path(chosen, self.run_id)
         # pytest's tmpdir plugin keeps its factory on the config; there is no public getter.
@@ -202,18 +203,18 @@ class AgentgateRun:
             opened = replace(opened, base=worker["agentgate_run_start"])
         try:
             engine = Engine.open(
-                settings.repo or settings.rootpath,
+                settings.run.repo or settings.rootpath,
                 sources=settings.engine_sources(),
                 settings=opened,
             )
         except AgentgateError as exc:
             raise pytest.UsageError(f"agentgate: {exc}") from exc
-        if settings.workdir is not None:  # made (and held) once the engine stands
+        if settings.run.workdir is not None:  # made (and held) once the engine stands
             try:
-                rundirs.run_dir(settings.workdir, self.run_id, self.held)
+                rundirs.run_dir(settings.run.workdir, self.run_id, self.held)
             except OSError as exc:
                 raise pytest.UsageError(
-                    f"agentgate: cannot use --agentgate-workdir {str(settings.workdir)!r} (from "
+                    f"agentgate: cannot use --agentgate-workdir {str(settings.run.workdir)!r} (from "
                     f"{settings.sources.get('workdir')}): {exc}"
                 ) from exc
         return engine
@@ -290,7 +291,7 @@ class AgentgateRun:
             try:
                 settings = self.settings
                 opened = Engine.open(
-                    settings.repo or settings.rootpath,
+                    settings.run.repo or settings.rootpath,
                     sources=settings.engine_sources(),
                     settings=settings.engine_settings(self._workdir(), self.run_id),
                 )
@@ -360,11 +361,13 @@ class AgentgateRun:
 
     def _finish_setting(self, name: str) -> Any:
         """A setting the end of a run needs: from the checked settings when the run made
-        them, else read alone (a run without a gated test checks nothing else)."""
+        them, else resolved alone through its declaration (a run without a gated test
+        checks nothing else)."""
         if self._settings is not None:
-            value = getattr(self._settings, name)
-            return str(value) if isinstance(value, Path) else value
-        return raw_setting(self.config, name)[0]
+            option = BY_NAME[name]
+            held = self._settings.run if option.group == "run" else self._settings.engine
+            return getattr(held, option.field)
+        return one_setting(self.config, name)
 
 
 RUN_KEY = pytest.StashKey[AgentgateRun]()
@@ -502,9 +505,9 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     source = agentgate.resume_source(marker.resume_from) if marker.resume_from else None
     ws = agentgate.fork(task=marker.task, base=source.base if source else None)
     settings = request.config.stash[RUN_KEY].settings
-    ws.agent_command = settings.agent_command
-    ws.agent_timeout = settings.agent_timeout
-    ws.network_strict = settings.agent_network_strict
+    ws.agent_command = settings.run.agent_command
+    ws.agent_timeout = settings.run.agent_timeout
+    ws.network_strict = settings.run.agent_network_strict
     ws.agent = marker.agent or settings.agent  # its task and checkpointer: set by fork()
     ws.attempt, ws.history = 1, []
     ws.feedback = _feedback_file(agentgate, ws)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from .._constants import MARKER, MARKER_HELP
+from .._constants import LANDINGS, MARKER, MARKER_HELP
 
 __all__ = ["MARKER", "MARKER_HELP", "GatedMarker", "gated", "marker_of"]
 
@@ -23,7 +23,6 @@ RETRY_MODES = ("restart", "code", "full")
 RESULTS = ("tests", "exit-code")
 #: How a passing attempt lands (see ``store.record.Landing``; written here too, so that
 #: loading the marker, in every pytest run, imports nothing of the store).
-LANDINGS = ("merge", "squash", "rebase")
 
 
 class GatedMarker(NamedTuple):

@@ -33,7 +33,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX
+from .._constants import DEFAULT_FILE_BYTES, DEFAULT_PIDS_MAX, SANDBOX_MODES
 from ..errors import ConfigError
 from .bwrap_run import SECCOMP_PLACEHOLDER, STATUS_PLACEHOLDER
 from .network import Network
@@ -42,7 +42,6 @@ from .seccomp import program as seccomp_program
 if TYPE_CHECKING:
     from .process import CommandResult, Watch
 
-MODES = ("auto", "bwrap", "none")
 #: Who an agent's command runs as inside, when the plugin runs as root: CLIs that refuse to
 #: run as root (Claude Code with its permission checks bypassed) run, and what they leave in
 #: the workspace belongs, outside, to the user who ran pytest (the namespace maps one to the
@@ -439,9 +438,9 @@ def probe(program: str) -> str:
 
 def resolve(settings: Settings, *, source: str = "sandbox") -> Sandbox:
     """The sandbox a run gets: bwrap when asked for or found working, else none with why."""
-    if settings.mode not in MODES:
+    if settings.mode not in SANDBOX_MODES:
         raise ConfigError(
-            f"sandbox must be one of {', '.join(MODES)}, got {settings.mode!r}",
+            f"sandbox must be one of {', '.join(SANDBOX_MODES)}, got {settings.mode!r}",
             value=settings.mode,
             source=source,
         )

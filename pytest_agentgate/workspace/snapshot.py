@@ -26,27 +26,8 @@ from ..git.repo import BaseRepo, TreeChange
 if TYPE_CHECKING:
     pass
 
+from .._constants import DEFAULT_EXCLUDE
 from .fork import Workspace, _index
-
-#: Paths never snapshotted (nor captured as state): secrets an agent might leave behind. A
-#: pattern without a slash matches any component of a path, so ``.env`` also keeps out
-#: everything in a ``.env/`` directory; a pattern with one matches the path or a parent.
-DEFAULT_EXCLUDE = (
-    ".env",
-    ".env.*",
-    "*.pem",
-    "*.key",
-    "*.p12",
-    "*.pfx",
-    "id_rsa*",
-    "id_ed25519*",
-    "id_ecdsa*",
-    "id_dsa*",
-    ".netrc",
-    ".pypirc",
-    ".npmrc",
-)
-
 
 #: One path that differs between the base tree and the snapshot.
 Change = TreeChange

@@ -1,13 +1,27 @@
-"""Settings are declared once: each option in one declaration, each default value written
-once (in ``_constants``) and read by name everywhere a setting gets its default."""
+"""Settings are declared once: each option in one declaration (``engine/options.py``) that
+names the field it fills, each field filled by one setting, each default value written once
+(in ``_constants``) and read by name everywhere a setting gets its default; no face copies a
+setting into a value by hand."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pytest_agentgate import _constants
-from pytest_agentgate.pytest_plugin.options import OPTIONS
+from pytest_agentgate.cli import common as cli
+from pytest_agentgate.engine import EngineSettings
+from pytest_agentgate.engine.options import BY_NAME, OPTIONS, Option
+from pytest_agentgate.engine.resolving import Given, one, resolve
+from pytest_agentgate.errors import SettingError
+from pytest_agentgate.judge.spec import GateSpec
+from pytest_agentgate.pytest_plugin.settings import RunSettings, Settings
+from pytest_agentgate.sandbox import containment
+from pytest_agentgate.sandbox.agent_command import AgentCommand
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_agentgate"
 DEFAULTS = {
@@ -37,8 +51,8 @@ def default_sites(tree: ast.AST) -> list[ast.AST]:
             found += [s.value for s in node.body if isinstance(s, ast.AnnAssign) and s.value]
         elif isinstance(node, ast.Call):
             name = getattr(node.func, "id", getattr(node.func, "attr", ""))
-            if name == "Option" and len(node.args) > 3:
-                found.append(node.args[3])
+            if name == "Option" and len(node.args) > 4:
+                found.append(node.args[4])
             found += [k.value for k in node.keywords if k.arg == "default"]
     return found
 
@@ -59,19 +73,150 @@ def test_every_default_value_is_written_once() -> None:
     assert written == {}, f"a default written again instead of named: {written}"
 
 
-def test_the_declared_defaults_are_the_option_table_s() -> None:
-    table = {option.name: option.default for option in OPTIONS}
-    assert table["lease_seconds"] == _constants.DEFAULT_LEASE_S
-    assert table["batch_max"] == _constants.DEFAULT_BATCH_MAX
-    assert table["gate_timeout"] == _constants.DEFAULT_GATE_TIMEOUT_S
-    assert table["sandbox_pids"] == _constants.DEFAULT_PIDS_MAX
+#: The value each group of fields belongs to.
+VALUES: dict[str, Any] = {
+    "run": RunSettings,
+    "engine": EngineSettings,
+    "gate": GateSpec,
+    "sandbox": containment.Settings,
+    "command": AgentCommand,
+}
+#: Engine fields no setting fills: the face decides them (where, which run), or they are
+#: values of their own, filled field by field.
+ENGINE_OWN = {"workdir", "run_id", "gate", "sandbox"}
+#: Gate fields a test's marker fills (``Settings.for_test``), or the judge while it runs.
+GATE_OWN = {
+    "checks", "allow_removed", "select", "additions", "skip", "unrequired", "grading",
+    "max_changed_lines", "outcome_is_enough", "env", "results_mode",
+}  # fmt: skip
+#: The command's own arguments that share a setting's name: which repository, branch,
+#: remote or agent a command looks at or acts as, not a setting of a gated run.
+COMMAND_OWN = {"repo", "target", "remote", "agent"}
 
 
-def test_each_option_is_declared_once() -> None:
+def _default_of(value: Any, name: str) -> Any:
+    found = {f.name: f for f in dataclasses.fields(value)}[name]
+    if found.default is not dataclasses.MISSING:
+        return found.default
+    return found.default_factory()  # type: ignore[misc]
+
+
+def test_each_option_fills_one_field_of_a_real_value_and_each_field_has_one_option() -> None:
+    filled: dict[str, list[str]] = {}
+    for option in OPTIONS:
+        assert option.group in VALUES, option
+        fields = {f.name for f in dataclasses.fields(VALUES[option.group])}
+        assert option.field in fields, f"{option.name} fills {option.into}, which is no field"
+        filled.setdefault(option.into, []).append(option.name)
+    assert {into: names for into, names in filled.items() if len(names) > 1} == {}
+    own = {"engine": ENGINE_OWN, "gate": GATE_OWN, "run": set(), "sandbox": set()}
+    # The agent command is parsed from its template (or a preset's); only how its usage is
+    # read is a setting of its own.
+    own["command"] = {f.name for f in dataclasses.fields(AgentCommand)} - {"usage_fields"}
+    for group, value in VALUES.items():
+        fields = {f.name for f in dataclasses.fields(value)}
+        unfilled = fields - {o.field for o in OPTIONS if o.group == group} - own[group]
+        assert unfilled == set(), f"{group} fields no setting fills: {unfilled}"
+
+
+def test_each_declared_default_is_the_default_of_the_field_it_fills() -> None:
+    """The table's default (the help and the docs show it) is what a value made without the
+    setting holds, resolved through the declaration: the two cannot drift apart."""
+    for option in OPTIONS:
+        declared = one(option, Given(option.default))
+        held = _default_of(VALUES[option.group], option.field)
+        assert declared == held or (declared is None and held in (None, ())), option.name
+
+
+def test_each_option_is_declared_once_and_no_face_declares_one_again() -> None:
     names = [option.name for option in OPTIONS]
-    assert len(names) == len(set(names))
-    flags = [option.flag for option in OPTIONS]
-    assert len(flags) == len(set(flags))
-    text = (PACKAGE / "pytest_plugin" / "options.py").read_text(encoding="utf-8")
-    for name in names:
-        assert text.count(f'"{name}"') == 1, name  # its one declaration
+    assert len(names) == len(set(names)) and len({o.flag for o in OPTIONS}) == len(names)
+    declared: list[str] = []
+    again: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = getattr(node.func, "id", getattr(node.func, "attr", ""))
+            literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
+            if called == "Option":
+                assert path.name == "options.py" and path.parent.name == "engine", path
+                declared += [v for v in literal[:1] if isinstance(v, str)]
+            elif called in ("add_argument", "addoption"):
+                for flag in (v for v in literal if isinstance(v, str) and v.startswith("--")):
+                    name = flag.removeprefix("--agentgate-").removeprefix("--").replace("-", "_")
+                    if name in BY_NAME and name not in COMMAND_OWN:
+                        again.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {flag}")
+    assert sorted(declared) == sorted(names)
+    assert again == [], "declared again instead of added from the table"
+
+
+def test_no_face_copies_a_setting_into_a_value_by_hand() -> None:
+    """The faces build the engine's settings, its gate and its sandbox from the table's
+    groups: a keyword naming a field a setting fills is a hand copy (as `engine_settings()`
+    was, field by field)."""
+    fills = {
+        "EngineSettings": {o.field for o in OPTIONS if o.group == "engine"},
+        "GateSpec": {o.field for o in OPTIONS if o.group == "gate"},
+        "Settings": {o.field for o in OPTIONS if o.group == "sandbox"},
+    }
+    # ``agentgate land`` judges an attempt again as its record says it was to be judged.
+    from_the_record = {"judging.py": {"protect", "landing"}}
+    copies = []
+    for folder in ("pytest_plugin", "cli"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "") in fills:
+                    named = {k.arg for k in node.keywords} & fills[node.func.id]  # type: ignore[attr-defined]
+                    named -= from_the_record.get(path.name, set())
+                    if named:
+                        copies.append(f"{path.name}:{node.lineno} {sorted(named)}")
+    assert copies == []
+    assert {f.name for f in dataclasses.fields(Settings)} == {
+        "rootpath",
+        "run",
+        "engine",
+        "sources",
+    }
+
+
+def test_the_plugin_and_the_command_resolve_a_setting_alike() -> None:
+    """One declaration, two faces: the command's ``--gate-timeout`` is checked as the
+    plugin's ``--agentgate-gate-timeout`` is, and names itself as the command spells it."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_settings(parser, "gate", "gate_timeout", "sandbox")
+    args = parser.parse_args(["--gate", "pytest -q", "--gate-timeout", "30", "--sandbox", "NONE"])
+    chosen = cli.settings_of(args, "gate", "gate_timeout", "sandbox")
+    assert chosen.of("gate") == {"commands": ("pytest -q",), "timeout": 30.0}
+    assert chosen.of("sandbox") == {"mode": "none"}
+    args = parser.parse_args(["--gate-timeout", "-5"])
+    with pytest.raises(cli.UsageProblem, match=r"invalid --gate-timeout '-5' \(from command line"):
+        cli.settings_of(args, "gate_timeout")
+    with pytest.raises(SettingError, match="--agentgate-gate-timeout '-5'"):
+        resolve({"gate_timeout": Given("-5", "here")})
+
+
+def test_resolving_fills_what_settings_read_together() -> None:
+    gate = resolve({"gate": Given(["pytest -q"]), "gate_exit_code": Given(["ruff check ."])})
+    assert gate.of("gate")["commands"] == ("pytest -q", "ruff check .")
+    assert gate.of("gate")["exit_code"] == ("ruff check .",)
+    nothing = resolve({"protect": Given(["none"])}).of("gate")
+    assert nothing == {"protect": (), "harness": ()}
+    preset = resolve({"agent": Given("codex")}, environ={})
+    command = preset.of("run")["agent_command"]
+    assert command.preset == "codex" and "OPENAI_API_KEY" in preset.of("sandbox")["agent_env"]
+    assert str(preset.of("sandbox")["agent_network"]).startswith("allow:")
+    told = resolve(
+        {"agent": Given("codex"), "agent_network": Given("none", "command line")}, environ={}
+    )
+    assert str(told.of("sandbox")["agent_network"]) == "none"  # a person's word wins
+
+
+def test_a_setting_not_given_keeps_the_default_of_what_it_fills() -> None:
+    assert resolve({}).groups == {"run": {}, "engine": {}, "gate": {}, "sandbox": {}}
+    usage = resolve({"agent_usage": Given(["tokens=usage.total"])}).groups
+    assert "command" not in usage  # nothing to fold it into without a command
+    assert resolve({}).value("no_retest") is True  # the field it fills is retest
+    assert isinstance(BY_NAME["gate"], Option)

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_agentgate.engine import EngineSettings
+from pytest_agentgate.engine.options import OPTIONS
 from pytest_agentgate.pytest_plugin.marker import GatedMarker
-from pytest_agentgate.pytest_plugin.settings import OPTIONS, Settings
+from pytest_agentgate.pytest_plugin.settings import Settings
 
 
 def settings(pytester: pytest.Pytester, *args: str) -> Settings:
@@ -20,10 +22,12 @@ def test_defaults(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) ->
         if option.env:
             monkeypatch.delenv(option.env, raising=False)
     s = settings(pytester)
-    assert (s.promote, s.retest, s.agent, s.sandbox, s.isolation) == (
+    e = s.engine
+    assert (e.promote, e.retest, e.agent, e.sandbox.mode, e.isolation) == (
         False, True, "agent", "auto", "shared"
     )  # fmt: skip
-    assert s.gate == () and s.exclude is None and s.workdir is None and s.keep_runs == 3
+    assert e.gate.commands == () and s.run.workdir is None and s.run.keep_runs == 3
+    assert e.exclude == EngineSettings().exclude  # not given: the engine's own
 
 
 def test_command_line_over_environment_over_ini(
@@ -38,8 +42,8 @@ def test_command_line_over_environment_over_ini(
     assert s.agent == "from-env" and s.sources["agent"] == "environment AGENTGATE_AGENT"
     s = settings(pytester, "--agentgate-agent=from-flag", "--agentgate-sandbox=BWRAP")
     assert s.agent == "from-flag" and s.sources["agent"] == "command line --agentgate-agent"
-    assert s.sandbox == "bwrap"  # modes are case-folded
-    assert settings(pytester).sandbox == "none"
+    assert s.engine.sandbox.mode == "bwrap"  # choices are case-folded
+    assert settings(pytester).engine.sandbox.mode == "none"
 
 
 def test_lists_bools_and_numbers(pytester: pytest.Pytester) -> None:
@@ -48,17 +52,22 @@ def test_lists_bools_and_numbers(pytester: pytest.Pytester) -> None:
         "agentgate_max_files = 7\n"
     )
     s = settings(pytester, "--agentgate-protect=docs/*", "--agentgate-protect=  ")
-    assert s.gate == ("pytest -q", "ruff check") and s.promote is True and s.max_files == 7
-    assert s.protect == ("docs/*",)
+    assert s.engine.promote is True and s.engine.max_files == 7
     gate = s.gate_spec()
-    assert gate.commands == s.gate and "conftest.py" in gate.harness and gate.protect == ("docs/*",)
+    assert gate.commands == ("pytest -q", "ruff check")
+    assert "conftest.py" in gate.harness and gate.protect == ("docs/*",)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--agentgate-max-files=ten"], "invalid --agentgate-max-files 'ten' (from command line"),
-        (["--agentgate-gate-timeout=0"], "--agentgate-gate-timeout must be positive"),
+        (["--agentgate-gate-timeout=0"], "--agentgate-gate-timeout '0' (from command line"),
+        (["--agentgate-batch-max=-1"], "expected a number above 0"),
+        (["--agentgate-rerun-gate=-1"], "expected 0 or more"),
+        (["--agentgate-land=squish"], "expected one of merge, squash, rebase"),
+        (["--agentgate-sandbox-bind=relative/path"], "must be an absolute path"),
+        (["--agentgate-signing-key=/no/such/key"], "it is not a file"),
         (["--agentgate-sandbox=docker"], "expected one of auto, bwrap, none"),
         (["--agentgate-flaky=maybe"], "expected reject or accept"),
         (["--agentgate-isolation=vm"], "expected shared or sealed"),
@@ -108,4 +117,4 @@ def test_engine_settings_carry_everything(pytester: pytest.Pytester, tmp_path: P
 def test_gate_setup_reaches_the_gate(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nagentgate_gate_setup =\n    make version\n")
     s = settings(pytester, "--agentgate-gate=pytest -q")
-    assert s.gate_setup == ("make version",) and s.gate_spec().setup == ("make version",)
+    assert s.gate_spec().setup == ("make version",)
