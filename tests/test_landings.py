@@ -264,7 +264,7 @@ def test_a_squash_already_landed_is_not_landed_twice(service: Path, tmp_path: Pa
     git(service, "commit", "-qam", "a person's removal")
     tip = git(service, "rev-parse", "main")
     queue = LandingQueue(repo, target)
-    chain, aside, already = queue._chain(tip, [entry])
+    chain, aside, already = queue.leader.chain(tip, [entry])
     assert (chain, aside, already) == ([], [], [entry])
 
 

@@ -154,8 +154,7 @@ class Landing(EngineBase):
         gate_s = attempt.timings.get("gate", 0.0) / 1000
         try:
             found = self._queue_land(attempt, spec, status, retest, key, gate_s)
-            attempt.landed_for_others = list(self.queue.landed_for_others)
-            self.queue.landed_for_others.clear()
+            attempt.landed_for_others = list(found.landed_for_others)
         except BaseException:
             # Interrupted while it waited: a leader (here, or another machine's) may have
             # landed it just before. Then the move stands, and its record says so (the

@@ -1,5 +1,8 @@
 """The leader's work: gather a batch, merge it onto the tip as a chain, re-test its top once,
-bisect it when it fails, move the target once to the longest passing prefix."""
+bisect it when it fails, move the target once to the longest passing prefix.
+
+A part of the queue (see :mod:`.queue`), given its files, its server posts, its recovery and
+its early re-tests; one turn's arguments come as a :class:`Lead`."""
 
 from __future__ import annotations
 
@@ -23,19 +26,58 @@ from .target import MoveNote
 if TYPE_CHECKING:
     from ..remote.server_queue import ServerQueue
 
+from .early import EarlyRetests
+from .posting import ServerPosts
 from .queue_folder import (
     MAX_ROUNDS,
     SERVER_POLL_S,
     Entry,
+    Judge,
     Link,
     Outcome,
+    QueueFiles,
     posting_of,
 )
 from .recovery import Recovery
 
 
-class Leader(Recovery):
+@dataclass
+class Lead:
+    """One turn of leading, as the waiter that holds the target's lock asks for it: the
+    batch key, how a batch is re-tested, and what comes back."""
+
+    key: str
+    retest: BatchRetest
+    #: How long a gate takes (0: unknown): a batch with room waits a little for attempts
+    #: whose gates began with its own.
+    gate_s: float = 0.0
+    #: How other machines' posted attempts are judged (None: none is taken).
+    judge: Judge | None = None
+    #: The leading waiter's own attempt: the turn ends once it is decided.
+    own: str = ""
+    #: Other machines' attempts this turn landed (for its process's summary).
+    landed_for_others: list[dict[str, str]] = field(default_factory=list)
+
+
+class Leader:
     """Batches of one target's queue, as the holder of its lock lands them."""
+
+    def __init__(
+        self,
+        files: QueueFiles,
+        posts: ServerPosts,
+        recovery: Recovery,
+        early: EarlyRetests,
+        batch_max: int,
+    ) -> None:
+        self.files = files
+        self.posts = posts
+        self.recovery = recovery
+        self.early = early
+        self.batch_max = batch_max
+        self.repo = files.repo
+        self.target = files.target
+        self._last_poll = 0.0
 
     def _gather(self, queued: list[Entry], gate_s: float) -> None:
         """Wait (a bounded time) for the attempts whose gates began with the batch's own
@@ -49,36 +91,42 @@ class Leader(Recovery):
         began_by, deadline = plan.began_by, time.monotonic() + plan.wait_s
         have = len(queued)
         while (
-            have < self.batch_max and time.monotonic() < deadline and self._in_flight(key, began_by)
+            have < self.batch_max
+            and time.monotonic() < deadline
+            and self.files.in_flight(key, began_by)
         ):
             time.sleep(0.01)
-            have = sum(1 for e in self.entries() if e.key == key)
+            have = sum(1 for e in self.files.entries() if e.key == key)
 
-    def _lead(self, key: str, retest: BatchRetest, gate_s: float, own: str = "") -> None:
-        settle = self._mark_leading()
-        self._sweep_answered()
+    def run(self, lead: Lead) -> None:
+        """Land every queued attempt of ``lead.key``, batch after batch (until its own
+        attempt is decided, with ``lead.own``). Call with the target's lock (and, for a
+        branch on a server, its lease) held."""
+        key, gate_s, own = lead.key, lead.gate_s, lead.own
+        settle = self.files.mark_leading()
+        self.recovery.sweep_answered()
         try:
             for _ in range(MAX_ROUNDS * 4):
-                if own and self.verdict(own) is not None:
+                if own and self.files.verdict(own) is not None:
                     return  # decided: the next batch is a waiter's to lead
-                queued = self._queued(key)
+                queued = self.posts.queued(key, lead.judge)
                 if not queued:
                     return
                 if settle:
-                    queued = self._settle_dead_leaders(queued)
+                    queued = self.recovery.settle_dead_leaders(queued)
                 if gate_s > 0 and len(queued) < self.batch_max:
                     self._gather(queued, gate_s)
-                    queued = self._queued(key)
+                    queued = self.posts.queued(key, lead.judge)
                     if settle:
-                        queued = self._settle_dead_leaders(queued)
-                queued = self._without_dead_owners(queued)
+                        queued = self.recovery.settle_dead_leaders(queued)
+                queued = self.recovery.without_dead_owners(queued)
                 if queued:
-                    self._batch(queued[: self.batch_max], retest)
+                    self._batch(queued[: self.batch_max], lead)
         finally:
             with contextlib.suppress(OSError):
-                (self.folder / "leading").unlink(missing_ok=True)
+                self.files.unmark_leading()
 
-    def _batch(self, batch: list[Entry], retest: BatchRetest) -> None:
+    def _batch(self, batch: list[Entry], lead: Lead) -> None:
         """Land ``batch`` (arrival order) onto the tip, re-tested once, bisected on failure."""
         for turn in range(MAX_ROUNDS):
             if turn:  # the move failed: some of them may be decided or taken back meanwhile
@@ -88,29 +136,29 @@ class Leader(Recovery):
             tip = self.target.tip()  # read now, under the lock: never a stale tip
             if tip is None:
                 raise RefMoved(self.target.ref, None, None)
-            chain, aside, already = self._chain(tip, batch)
+            chain, aside, already = self.chain(tip, batch)
             for entry in already:
-                self._already(entry, tip)
+                self.recovery.already(entry, tip)
             if chain:
-                landed = self._test_and_land(tip, chain, retest)
+                landed = self._test_and_land(tip, chain, lead)
                 if landed is None:
                     continue  # the target moved under us: merge the same batch again
             for entry in aside:  # judged alone, onto whatever landed
-                self._batch_alone(entry, retest)
+                self._batch_alone(entry, lead)
             return
 
-    def _batch_alone(self, entry: Entry, retest: BatchRetest) -> None:
+    def _batch_alone(self, entry: Entry, lead: Lead) -> None:
         for _ in range(MAX_ROUNDS):
             tip = self.target.tip()
             assert tip is not None
-            chain, aside, already = self._chain(tip, [entry])
+            chain, aside, already = self.chain(tip, [entry])
             if already:
-                self._already(entry, tip)
+                self.recovery.already(entry, tip)
                 return
             if aside:
                 preview = self.repo.merge_preview(tip, entry.change_commit)
                 clash = clashes.conflicting(self.repo, entry.base, tip, preview.conflicts)
-                self._decide(
+                self.posts.decide(
                     entry,
                     Outcome(
                         "conflict",
@@ -121,10 +169,10 @@ class Leader(Recovery):
                     ),
                 )
                 return
-            if self._test_and_land(tip, chain, retest) is not None:
+            if self._test_and_land(tip, chain, lead) is not None:
                 return
 
-    def _chain(
+    def chain(
         self, tip: str, batch: Sequence[Entry]
     ) -> tuple[list[tuple[Entry, str, str, str]], list[Entry], list[Entry]]:
         """Merge ``batch`` one after another onto ``tip``: (the chain of (entry, commit,
@@ -137,7 +185,7 @@ class Leader(Recovery):
             try:
                 head = self._link(tip, head, entry, chain, aside, already)
             except AgentgateError as exc:  # one entry that cannot merge must not stop the rest
-                self._decide(
+                self.posts.decide(
                     entry, Outcome("error", f"the queue could not merge it: {exc}", "promote")
                 )
         return chain, aside, already
@@ -177,7 +225,7 @@ class Leader(Recovery):
         return landed.commit
 
     def _test_and_land(
-        self, tip: str, chain: list[tuple[Entry, str, str, str]], retest: BatchRetest
+        self, tip: str, chain: list[tuple[Entry, str, str, str]], lead: Lead
     ) -> str | None:
         """Re-test the chain's top (bisecting on failure) and land the longest passing
         prefix; the new tip, or None when the target moved meanwhile."""
@@ -192,11 +240,11 @@ class Leader(Recovery):
                 return True  # exactly the attempts' own trees, judged by their gates here
             if k not in tested:
                 if k == len(chain):
-                    tested[k] = self._top_test(tip, chain, retest)
+                    tested[k] = self._top_test(tip, chain, lead)
                 else:
                     bases = [entry.base for entry, _, _, _ in chain[:k]]
                     self.early.decide(chain[0][0].key, chain[k - 1][2])
-                    tested[k] = retest(chain[k - 1][2], tip, bases)
+                    tested[k] = lead.retest(chain[k - 1][2], tip, bases)
             return tested[k].ok
 
         good = self._longest_passing(tip, chain, passes, tested, batch_id)
@@ -210,9 +258,9 @@ class Leader(Recovery):
             top_early=good in tested and tested[good].early,
             untested=any(t.skipped for t in tested.values()),
         )  # fmt: skip
-        return self._move_batch(landed)
+        return self._move_batch(landed, lead)
 
-    def _move_batch(self, landed: _Landed) -> str | None:
+    def _move_batch(self, landed: _Landed, lead: Lead) -> str | None:
         """Move the target to the top of ``landed``'s chain, its records written right
         after the move and its waiters' verdicts with it; the new tip, or None when the
         target moved meanwhile."""
@@ -255,11 +303,11 @@ class Leader(Recovery):
                 return None
             for i, (entry, _, _, _) in enumerate(landing):
                 if not entry.foreign:  # (another machine's verdict went with the move)
-                    self._unpost(entry.uid)
-                    self._write_verdict(entry, landed.outcome(i, result.problem or ""))
+                    self.files.unpost(entry.uid)
+                    self.files.write_verdict(entry, landed.outcome(i, result.problem or ""))
                 else:  # told in this leader's summary: every landing it made is named
                     told = {"task": entry.task, "agent": entry.agent, "machine": entry.machine}
-                    self.landed_for_others.append({**told, "uid": entry.uid, "new": top})
+                    lead.landed_for_others.append({**told, "uid": entry.uid, "new": top})
         return top
 
     def _write_batch_records(self, landed: _Landed) -> bool:
@@ -270,7 +318,7 @@ class Leader(Recovery):
             if entry.foreign:
                 continue
             try:
-                landed.written[entry.uid] = self._published(
+                landed.written[entry.uid] = self.files.published(
                     attempts.write_record(
                         self.repo,
                         landed.fields(i),
@@ -309,7 +357,7 @@ class Leader(Recovery):
         suspect = clashes.retest_suspects(
             self.repo, culprit.base, tip, output, [c for _, c, _, _ in chain[: hi - 1]]
         )
-        self._decide(
+        self.posts.decide(
             culprit,
             Outcome(
                 "rejected",
@@ -339,14 +387,14 @@ class Leader(Recovery):
                 updates += shared.verdict_updates(
                     entry.key, entry.uid, entry.posted, asdict(outcome(i)), commit
                 )
-            elif posted := self._post_of(entry.uid):
+            elif posted := self.files.post_of(entry.uid):
                 updates.append(shared.take_back(entry.key, entry.uid, posted))
         return tuple(updates)
 
-    def _top_test(self, tip: str, chain: list[Link], retest: BatchRetest) -> Retested:
+    def _top_test(self, tip: str, chain: list[Link], lead: Lead) -> Retested:
         """Re-test the chain's top, or take the early re-test of exactly its tree."""
         key, tree = chain[0][0].key, chain[-1][2]
-        early = self.early.result(key, tree, self._gate_s)
+        early = self.early.result(key, tree, lead.gate_s)
         # Judged here now, one way or another: from now on no early run of this tree,
         # written before or after, answers for it (a tree seen failing must not land on
         # an early pass of a run that overlapped).
@@ -364,26 +412,30 @@ class Leader(Recovery):
                 fingerprint=early.fingerprint,
             )
         )
-        return retest(tree, tip, bases, reuse=reuse)
+        return lead.retest(tree, tip, bases, reuse=reuse)
 
     def _still_queued(self, batch: list[Entry]) -> list[Entry]:
         """What of ``batch`` is still to land after a move that failed: not decided meanwhile
         (here or, for a posted one, by the server's queue)."""
         shared = self.target.server_queue()
         if shared is None:
-            return [e for e in batch if self.verdict(e.uid) is None]
+            return [e for e in batch if self.files.verdict(e.uid) is None]
         try:
             listing = shared.listing()
-            self._sync_posted(shared, listing)
+            self.posts.sync_posted(shared, listing)
         except (AgentgateError, OSError):
-            return [e for e in batch if not e.foreign and self.verdict(e.uid) is None]
+            return [e for e in batch if not e.foreign and self.files.verdict(e.uid) is None]
         return [
             e
             for e in batch
-            if (listing.queue.get(e.uid) == e.posted if e.foreign else self.verdict(e.uid) is None)
+            if (
+                listing.queue.get(e.uid) == e.posted
+                if e.foreign
+                else self.files.verdict(e.uid) is None
+            )
         ]
 
-    def _while_waiting(self, shared: ServerQueue, key: str) -> bool:
+    def while_waiting(self, shared: ServerQueue, key: str) -> bool:
         """While another machine holds the lease: post this machine's queued attempts on the
         server (for that leader; the lease's wait keeps the heartbeat), and read the verdicts.
         Whether none of ``key`` is left to lead here."""
@@ -393,17 +445,17 @@ class Leader(Recovery):
         self._last_poll = now
         try:
             listing = shared.listing()
-            self._sync_posted(shared, listing)
-            for entry in self._without_dead_owners(self.entries()):
-                if not self._post_of(entry.uid):
+            self.posts.sync_posted(shared, listing)
+            for entry in self.recovery.without_dead_owners(self.files.entries()):
+                if not self.files.post_of(entry.uid):
                     commit = shared.post(
                         entry.uid, entry.change_commit, entry.key, posting_of(entry)
                     )
                     if commit is not None:
-                        self._mark_posted(entry.uid, commit, entry.key)
+                        self.files.mark_posted(entry.uid, commit, entry.key)
         except (AgentgateError, OSError):
             return False  # the server cannot be read now: wait for the lease, as before
-        left = self.entries()
+        left = self.files.entries()
         if not left:
             shared.stop_waiting(listing)
         return not any(e.key == key for e in left)

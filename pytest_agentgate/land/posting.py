@@ -1,7 +1,8 @@
 """Attempts on a server's queue: posting this machine's, taking them back, believing another
 machine's verdicts, and judging the attempts other machines posted before a batch takes them.
 
-Above the queue's files, below recovery and the leader (see :mod:`.queue`)."""
+A part of the queue (see :mod:`.queue`), given the queue's files; recovery and the leader
+hold it."""
 
 from __future__ import annotations
 
@@ -23,42 +24,50 @@ from .queue_folder import (
     POSTED_NAME_MAX,
     VERDICT_OUTPUT_MAX,
     Entry,
+    Judge,
     Outcome,
-    QueueFolder,
+    QueueFiles,
     posting_of,
 )
 
 
-class ServerPosting(QueueFolder):
+class ServerPosts:
     """The queue's side of a branch on a server (:mod:`..remote.server_queue`)."""
 
-    def _sync_posted(self, shared: ServerQueue, listing: Listing) -> None:
+    def __init__(self, files: QueueFiles) -> None:
+        self.files = files
+        self.repo = files.repo
+        self.target = files.target
+        #: What the judge said of each posted attempt (by its queue commit): None, passed.
+        self._judged: dict[str, str | None] = {}
+
+    def sync_posted(self, shared: ServerQueue, listing: Listing) -> None:
         """This machine's posted attempts that another machine's leader decided: their
         verdicts, read from the server (and believed only as far as the server's branch
         shows them); one whose post is gone without a verdict is this machine's again."""
-        waiting = {e.uid: e for e in self.entries()}
-        for path in self.folder.glob("*.posted"):
+        waiting = {e.uid: e for e in self.files.entries()}
+        for path in self.files.folder.glob("*.posted"):
             uid = path.name[: -len(".posted")]
-            commit = self._post_of(uid)
+            commit = self.files.post_of(uid)
             entry = waiting.get(uid)
-            key = self._posted_key(uid)
+            key = self.files.posted_key(uid)
             if entry is None:  # decided here meanwhile, or its process gone
                 if key and shared.still_posted(listing, key, uid, commit):
                     shared.push([shared.take_back(key, uid, commit)])
-                self._unpost(uid)
+                self.files.unpost(uid)
                 continue
             if shared.still_posted(listing, entry.key, uid, commit):
                 continue  # still waiting there
             said = shared.verdicts(listing, [uid]).get(uid)
-            outcome = self._believe(entry, said[1]) if said is not None else None
+            outcome = self.believe(entry, said[1]) if said is not None else None
             if outcome is not None:
-                self._write_verdict(entry, outcome)
+                self.files.write_verdict(entry, outcome)
                 _faults.point("verdict-read")  # another machine's verdict read, not yet told
                 assert said is not None
                 shared.push([shared.clear_verdict(uid, said[0])])
-            self._unpost(uid)
+            self.files.unpost(uid)
 
-    def _believe(self, entry: Entry, said: Mapping[str, object]) -> Outcome | None:
+    def believe(self, entry: Entry, said: Mapping[str, object]) -> Outcome | None:
         """The verdict another machine's leader wrote for ``entry``, if it holds: a landing
         only when the server's branch has the attempt's change (anyone who can push can
         write a verdict)."""
@@ -98,7 +107,7 @@ class ServerPosting(QueueFolder):
         if status in ("rejected", "conflict", "error"):
             # Not believed when the change is in the branch after all: a verdict written
             # over the real one must not make a landed attempt report a failure.
-            return None if self._landed_in(entry, tip) else outcome
+            return None if self.landed_in(entry, tip) else outcome
         if outcome.kind == "already":
             preview = self.repo.merge_preview(tip, entry.change_commit)
             if preview.conflicts or preview.tree != self.repo.tree_of(tip):
@@ -117,15 +126,15 @@ class ServerPosting(QueueFolder):
             return None
         return replace(outcome, status=entry.record.status)
 
-    def _take_back(self, entry: Entry) -> bool:
+    def take_back(self, entry: Entry) -> bool:
         """Take this machine's attempt back from the server's queue, if it was posted there;
         False when another machine's leader has taken it (its verdict is read instead)."""
-        commit = self._post_of(entry.uid)
+        commit = self.files.post_of(entry.uid)
         shared = self.target.server_queue() if commit else None
         if shared is None:
             return True
         if shared.push([shared.take_back(entry.key, entry.uid, commit)]):
-            self._unpost(entry.uid)
+            self.files.unpost(entry.uid)
             return True
         try:
             listing = shared.listing()
@@ -133,14 +142,14 @@ class ServerPosting(QueueFolder):
             return False
         if shared.still_posted(listing, entry.key, entry.uid, commit):
             return False  # the server could not be written: it stays posted
-        self._sync_posted(shared, listing)
-        if self.verdict(entry.uid) is not None or self._post_of(entry.uid):
+        self.sync_posted(shared, listing)
+        if self.files.verdict(entry.uid) is not None or self.files.post_of(entry.uid):
             return False
         # Gone without a verdict one can believe: landed all the same when the branch holds
         # its change (a verdict that could not be written, or was deleted), so not withdrawn.
         tip = self.target.tip()
-        if tip is not None and self._landed_in(entry, tip):
-            self._write_verdict(
+        if tip is not None and self.landed_in(entry, tip):
+            self.files.write_verdict(
                 entry,
                 Outcome(
                     entry.record.status,
@@ -153,14 +162,14 @@ class ServerPosting(QueueFolder):
             return False
         return True
 
-    def _landed_in(self, entry: Entry, tip: str) -> bool:
+    def landed_in(self, entry: Entry, tip: str) -> bool:
         """Whether the target's history up to ``tip`` holds the entry's landing."""
         try:
             return change_landed(self.repo, entry.change_commit, entry.base, tip) is not None
         except AgentgateError:
             return False
 
-    def _decide(self, entry: Entry, outcome: Outcome) -> None:
+    def decide(self, entry: Entry, outcome: Outcome) -> None:
         """Give the waiter its verdict (the leader's own included): on the server for
         another machine's attempt; here for ours, once its post on the server (if any) is
         taken back, so that no other machine's leader decides it too."""
@@ -173,10 +182,10 @@ class ServerPosting(QueueFolder):
                     )
                 )
             return
-        if self._take_back(entry):
-            self._write_verdict(entry, outcome)
+        if self.take_back(entry):
+            self.files.write_verdict(entry, outcome)
 
-    def _post(self, entry: Entry) -> None:
+    def post(self, entry: Entry) -> None:
         """For a branch on a server, post a queued attempt there at once: a leader on
         another machine that begins a batch now takes it in, rather than re-testing one
         without it (the machines' gates run at the same time, so their attempts arrive
@@ -187,9 +196,9 @@ class ServerPosting(QueueFolder):
         with contextlib.suppress(AgentgateError, OSError):
             commit = shared.post(entry.uid, entry.change_commit, entry.key, posting_of(entry))
             if commit is not None:
-                self._mark_posted(entry.uid, commit, entry.key)
+                self.files.mark_posted(entry.uid, commit, entry.key)
 
-    def _entry_of(self, posted: Posted, key: str) -> Entry:
+    def entry_of(self, posted: Posted, key: str) -> Entry:
         status: Status = "promoted" if self.target.promotes else "passed"
         return Entry(
             seq=0,
@@ -204,11 +213,10 @@ class ServerPosting(QueueFolder):
             machine=posted.machine,
         )
 
-    def _judge_posted(self, entry: Entry, posted: Posted) -> str | None:
+    def judge_posted(self, entry: Entry, judge: Judge) -> str | None:
         """Why a posted attempt is refused (None: it may be batched): anyone who can push
         can post one, so its change must stand on a base of the target's history, and pass
         protection, the harness and the limits as this machine's own would."""
-        assert self._judge is not None
         try:
             records.check_name(entry.agent, "agent name", "a posted attempt")
             parents = self.repo.parents(entry.change_commit)
@@ -222,12 +230,14 @@ class ServerPosting(QueueFolder):
             tip = self.target.tip()
             if tip is None or not self.repo.is_ancestor(entry.base, tip):
                 return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
-        return self._judge(entry.change_commit, entry.base, entry.record)
+        return judge(entry.change_commit, entry.base, entry.record)
 
-    def _foreign(self, shared: ServerQueue, listing: Listing, key: str) -> list[Entry]:
-        if self._judge is None:
+    def foreign(
+        self, shared: ServerQueue, listing: Listing, key: str, judge: Judge | None
+    ) -> list[Entry]:
+        if judge is None:
             return []  # nothing to judge them with: their own machine leads them
-        here = {e.uid for e in self.entries()}
+        here = {e.uid for e in self.files.entries()}
         found = []
         for posted in shared.posted(listing, here, key):
             if posted.machine == shared.machine:
@@ -237,9 +247,9 @@ class ServerPosting(QueueFolder):
                 continue
             if not shared.can_decide(listing, posted.uid):
                 continue  # its verdict could not be written: left to its own machine
-            entry = self._entry_of(posted, key)
+            entry = self.entry_of(posted, key)
             if not shared.waiting(listing, posted.machine):
-                self._decide(
+                self.decide(
                     entry,
                     Outcome(
                         "error",
@@ -250,10 +260,10 @@ class ServerPosting(QueueFolder):
                 continue
             if posted.commit not in self._judged:
                 untrusted = shared.untrusted(posted)
-                self._judged[posted.commit] = untrusted or self._judge_posted(entry, posted)
+                self._judged[posted.commit] = untrusted or self.judge_posted(entry, judge)
             refused = self._judged[posted.commit]
             if refused:
-                self._decide(
+                self.decide(
                     entry,
                     Outcome("rejected", f"the queue's leader refused it: {refused}", "queue"),
                 )
@@ -261,7 +271,7 @@ class ServerPosting(QueueFolder):
             found.append(entry)
         return found
 
-    def _queued(self, key: str) -> list[Entry]:
+    def queued(self, key: str, judge: Judge | None) -> list[Entry]:
         """The attempts of ``key`` to batch: this machine's, in arrival order, then those
         other machines posted on the server (judged here first), in the order they came."""
         shared = self.target.server_queue()
@@ -269,13 +279,13 @@ class ServerPosting(QueueFolder):
         if shared is not None:
             try:
                 listing = shared.listing()
-                self._sync_posted(shared, listing)  # (it may decide some of this machine's)
+                self.sync_posted(shared, listing)  # (it may decide some of this machine's)
             except (AgentgateError, OSError):
                 listing = None  # the server cannot be read now: this machine's batch goes on
-        local = [e for e in self.entries() if e.key == key]
+        local = [e for e in self.files.entries() if e.key == key]
         if shared is None or listing is None:
             return local
         try:
-            return local + self._foreign(shared, listing, key)
+            return local + self.foreign(shared, listing, key, judge)
         except (AgentgateError, OSError):
             return local

@@ -25,9 +25,10 @@ and the waiter's pid as its owner) before the move, the records right after it. 
 dies leaves the lock to the next holder, who finishes what the pending lines say landed and
 queues again what did not. The batching follows bors-ng's batches with bisection, as an idea.
 
-One class, in layers, each a module that uses only those below it: the queue's files
-(:mod:`.queue_folder`), a server's queue (:mod:`.posting`), what dead processes left
-(:mod:`.recovery`), the leader's batches (:mod:`.leader`), and here the waiter.
+The queue is built from parts it holds, each a module with a narrow interface: the queue's
+files (:mod:`.queue_folder`), a server's queue (:mod:`.posting`), what dead processes left
+(:mod:`.recovery`), the leader's batches (:mod:`.leader`), and the decisions they take, pure
+functions over plain values (:mod:`.planning`); here, the waiter, and one turn of leading.
 """
 
 from __future__ import annotations
@@ -36,19 +37,76 @@ import contextlib
 import os
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from .. import _constants
 from ..errors import AgentgateError, NotNeeded
+from ..git.repo import BaseRepo
 from ..store.record import Record
-from .leader import Leader
-from .queue_folder import MAX_ROUNDS, Entry, Judge, Outcome
+from .early import EarlyRetests
+from .leader import Lead, Leader
+from .posting import ServerPosts
+from .queue_folder import MAX_ROUNDS, Entry, Judge, Outcome, QueueFiles
+from .recovery import Recovery
 from .retest import BatchRetest
+from .target import Target
 
 __all__ = ["Entry", "Judge", "LandingQueue", "Outcome"]
 
 
-class LandingQueue(Leader):
+class LandingQueue:
     """The queue of one target: the waiter's side (:meth:`land`, :meth:`withdraw`) and the
-    entry to the leader's (:meth:`lead`)."""
+    entry to the leader's (:meth:`lead`), built from the parts it holds."""
+
+    def __init__(
+        self,
+        repo: BaseRepo,
+        target: Target,
+        *,
+        batch_max: int = _constants.DEFAULT_BATCH_MAX,
+        early: bool = False,
+    ) -> None:
+        self.repo = repo
+        self.target = target
+        self.batch_max = max(1, batch_max)
+        self.files = QueueFiles(repo, target)
+        self.posts = ServerPosts(self.files)
+        self.recovery = Recovery(self.files, self.posts)
+        #: Batches' trees tested while their attempts' own gates run (see :mod:`.early`).
+        self.early = EarlyRetests(self, enabled=early)
+        self.leader = Leader(self.files, self.posts, self.recovery, self.early, self.batch_max)
+
+    # -- the queue's files, as waiters and early re-tests read them ------------------------
+
+    @property
+    def folder(self) -> Path:
+        return self.files.folder
+
+    def entries(self) -> list[Entry]:
+        return self.files.entries()
+
+    def intents(self, key: str | None) -> list[tuple[str, dict[str, object]]]:
+        return self.files.intents(key)
+
+    def enqueue(self, new: Entry) -> Entry:
+        return self.files.enqueue(new)
+
+    def verdict(self, uid: str) -> Outcome | None:
+        return self.files.verdict(uid)
+
+    def announce(self, uid: str, key: str, *, tree: str = "", base: str = "") -> float:
+        return self.files.announce(uid, key, tree=tree, base=base)
+
+    def arrived(self, uid: str) -> None:
+        self.files.arrived(uid)
+
+    def discard(self, uid: str) -> None:
+        self.files.discard(uid)
+
+    def settle_posted(self) -> list[str]:
+        return self.recovery.settle_posted()
+
+    # -- the waiter -----------------------------------------------------------------------
 
     def land(
         self,
@@ -84,7 +142,7 @@ class LandingQueue(Leader):
             # Inside the try: an interrupt just after the entry is written still withdraws it.
             entry = self.enqueue(entry)
             self.arrived(uid)  # queued: a leader gathering a batch sees its entry now
-            self._post(entry)
+            self.posts.post(entry)
             written = self.folder / f"{uid}.verdict"
 
             def has_verdict() -> bool:
@@ -96,12 +154,16 @@ class LandingQueue(Leader):
                 # free: that leader may go on to the next batch, a whole re-test more.
                 with self.target.lock_unless(has_verdict) as waited:
                     found = self.verdict(entry.uid)
+                    landed_for_others: list[dict[str, str]] = []
                     if found is None and waited is not None:
-                        self.lead(key, retest, gate_s=gate_s, judge=judge, own=uid)
+                        landed_for_others = self.lead(
+                            key, retest, gate_s=gate_s, judge=judge, own=uid
+                        )
                         found = self.verdict(entry.uid)
                     if found is not None:
                         found.lock_wait_ms = (time.perf_counter() - begin) * 1000
-                        self._forget(entry)
+                        found.landed_for_others = landed_for_others
+                        self.files.forget(entry)
                         return found
             raise AgentgateError(
                 f"the queue gave no verdict for {entry.label} after {MAX_ROUNDS} turns"
@@ -119,13 +181,12 @@ class LandingQueue(Leader):
         with self.target.lock():
             if self.verdict(entry.uid) is not None:
                 return
-            mine = self._landed_record(entry.uid) if self.target.server_queue() is None else None
+            files = self.files
+            mine = files.landed_record(entry.uid) if self.target.server_queue() is None else None
             if mine is not None:
-                self._write_verdict(entry, self._recorded(entry, mine, mine.landed))
-            elif self._take_back(entry):
-                self._forget(entry)
-
-    # -- attempts on their way ------------------------------------------------------------
+                files.write_verdict(entry, files.recorded(entry, mine, mine.landed))
+            elif self.posts.take_back(entry):
+                files.forget(entry)
 
     # -- the leader's side --------------------------------------------------------------
 
@@ -137,29 +198,26 @@ class LandingQueue(Leader):
         gate_s: float = 0.0,
         judge: Judge | None = None,
         own: str = "",
-    ) -> None:
+    ) -> list[dict[str, str]]:
         """Land every queued attempt of this batch key, batch after batch. Call with the
         target's lock held (:meth:`land` does). With ``gate_s`` (how long a gate takes), a
         batch with room first waits briefly for attempts about to finish their own gate.
 
         With ``own`` (the leader's own attempt), it stops after the batch that decided that
         one: its test reports now, and a waiter still without a verdict leads the next batch
-        (each waiter that finds the lock free and no verdict leads)."""
-        self._gate_s = gate_s
-        self._judge = judge
+        (each waiter that finds the lock free and no verdict leads). Returns the other
+        machines' attempts it landed (for its process's summary)."""
         if not any(e.key == key for e in self.entries()):
-            return
+            return []
+        lead = Lead(key, retest, gate_s, judge, own)
         # One leader across machines too, for a branch on a server (its lease). While
         # another machine holds it, this one's attempts wait on the server's queue, for
         # that leader to take into its batches (see :mod:`.server_queue`).
         shared = self.target.server_queue()
-        waiting = None if shared is None else (lambda: self._while_waiting(shared, key))
+        waiting = None if shared is None else (lambda: self.leader.while_waiting(shared, key))
         try:
             with self.target.lease(waiting):
-                self._lead(key, retest, gate_s, own)
+                self.leader.run(lead)
         except NotNeeded:
-            return  # another machine's leader decided every one of them
-
-    # -- the server's queue (a branch on a server: see :mod:`.server_queue`) ---------------
-
-    # -- files ----------------------------------------------------------------------------
+            pass  # another machine's leader decided every one of them
+        return lead.landed_for_others

@@ -15,13 +15,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import _constants, _faults
+from .. import _faults
 from ..git.repo import BaseRepo
 from ..remote import server_records
 from ..store import attempts, locks, pending, records
 from ..store.files import write_whole as _write
 from ..store.record import Record, Status
-from .early import EarlyRetests
 from .target import Target
 
 MAX_ROUNDS = 20
@@ -115,6 +114,8 @@ class Outcome:
     lock_wait_ms: float = 0.0
     tested_with: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    #: Other machines' attempts the waiter's process landed while it led (for its summary).
+    landed_for_others: list[dict[str, str]] = field(default_factory=list)
 
 
 #: One link of a batch's chain: (its entry, the commit that lands it, that commit's tree,
@@ -122,30 +123,12 @@ class Outcome:
 Link = tuple[Entry, str, str, str]
 
 
-class QueueFolder:
-    """The files of one target's queue, and the state its leader keeps between batches."""
+class QueueFiles:
+    """The files of one target's queue: written and read here, decided elsewhere."""
 
-    def __init__(
-        self,
-        repo: BaseRepo,
-        target: Target,
-        *,
-        batch_max: int = _constants.DEFAULT_BATCH_MAX,
-        early: bool = False,
-    ) -> None:
+    def __init__(self, repo: BaseRepo, target: Target) -> None:
         self.repo = repo
         self.target = target
-        self.batch_max = max(1, batch_max)
-        self._gate_s = 0.0
-        #: Batches' trees tested while their attempts' own gates run (see :mod:`.early`).
-        self.early = EarlyRetests(self, enabled=early)
-        #: How the leader judges other machines' posted attempts (None: it takes none).
-        self._judge: Judge | None = None
-        #: Other machines' attempts this process's leader landed (for its summary).
-        self.landed_for_others: list[dict[str, str]] = []
-        #: What the judge said of each posted attempt (by its queue commit): None, passed.
-        self._judged: dict[str, str | None] = {}
-        self._last_poll = 0.0
 
     @property
     def folder(self) -> Path:
@@ -159,9 +142,9 @@ class QueueFolder:
             for path in self.folder.glob(f"*-{uid}.entry"):
                 path.unlink(missing_ok=True)
             (self.folder / f"{uid}.verdict").unlink(missing_ok=True)
-            self._unpost(uid)
+            self.unpost(uid)
 
-    def _forget(self, entry: Entry) -> None:
+    def forget(self, entry: Entry) -> None:
         """Remove ``entry`` and its verdict (by its id: it may not know its number yet)."""
         self.discard(entry.uid)
 
@@ -221,7 +204,7 @@ class QueueFolder:
         """The attempt is judged (queued, landed or rejected): nobody need wait for it."""
         (self.folder / f"{uid}.intent").unlink(missing_ok=True)
 
-    def _in_flight(self, key: str, began_by: float) -> int:
+    def in_flight(self, key: str, began_by: float) -> int:
         """How many attempts of ``key`` are being judged whose gate began by ``began_by``."""
         return sum(1 for _, data in self.intents(key) if float(str(data["since"])) <= began_by)
 
@@ -239,7 +222,7 @@ class QueueFolder:
                     found.append(entry)
             return sorted(found, key=lambda e: e.seq)
 
-    def _write_verdict(self, entry: Entry, outcome: Outcome) -> None:
+    def write_verdict(self, entry: Entry, outcome: Outcome) -> None:
         _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
 
     def _entry_path(self, seq: int, uid: str) -> Path:
@@ -250,11 +233,11 @@ class QueueFolder:
         with locks.ref_lock(self.repo, f"queue/{self.target.ref}"):
             yield
 
-    def _post_of(self, uid: str) -> str:
+    def post_of(self, uid: str) -> str:
         """The commit this machine posted ``uid`` as on the server's queue ("" if none)."""
         return self._posted_note(uid)[0]
 
-    def _posted_key(self, uid: str) -> str:
+    def posted_key(self, uid: str) -> str:
         """The batch key (the folder) ``uid`` was posted under ("" if unknown)."""
         return self._posted_note(uid)[1]
 
@@ -265,13 +248,13 @@ class QueueFolder:
             return "", ""
         return (words[0] if words else "", words[1] if len(words) > 1 else "")
 
-    def _mark_posted(self, uid: str, commit: str, key: str = "") -> None:
+    def mark_posted(self, uid: str, commit: str, key: str = "") -> None:
         _write(self.folder / f"{uid}.posted", f"{commit} {key}".strip())
 
-    def _unpost(self, uid: str) -> None:
+    def unpost(self, uid: str) -> None:
         (self.folder / f"{uid}.posted").unlink(missing_ok=True)
 
-    def _published(
+    def published(
         self, written: tuple[str, str], uid: str, problems: dict[str, str]
     ) -> tuple[str, str]:
         """A record just written, pushed to a remote target's server (its number claimed
@@ -284,7 +267,7 @@ class QueueFolder:
             problems[uid] = problem
         return ref, written[1]
 
-    def _landed_record(self, uid: str) -> attempts.AttemptInfo | None:
+    def landed_record(self, uid: str) -> attempts.AttemptInfo | None:
         """The record of attempt ``uid`` that says it landed (promoted, or passed in a dry
         run), if one was written."""
         return next(
@@ -296,7 +279,7 @@ class QueueFolder:
             None,
         )
 
-    def _recorded(self, entry: Entry, mine: attempts.AttemptInfo, new: str) -> Outcome:
+    def recorded(self, entry: Entry, mine: attempts.AttemptInfo, new: str) -> Outcome:
         """The verdict of an attempt a leader landed and recorded, then stopped (SIGKILL)
         before it wrote the verdict: its record says what it is."""
         return Outcome(
@@ -308,7 +291,11 @@ class QueueFolder:
             record_commit=mine.record_commit,
         )
 
-    def _mark_leading(self) -> bool:
+    def unmark_leading(self) -> None:
+        """The leader's work is done (or it gave up): no mark of it is left."""
+        (self.folder / "leading").unlink(missing_ok=True)
+
+    def mark_leading(self) -> bool:
         """Mark that a leader is at work (gone when it finishes); whether an earlier one may
         have died leading, so that its pending lines must be read: its mark is still there,
         or no mark can be written (then every round reads them, as nobody would know)."""

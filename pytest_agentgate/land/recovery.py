@@ -1,5 +1,7 @@
 """What a dead waiter or a dead leader left in the queue, settled by the next leader: entries
-whose waiter died, moves whose records were not written, verdicts nobody will read."""
+whose waiter died, moves whose records were not written, verdicts nobody will read.
+
+A part of the queue (see :mod:`.queue`), given its files and its server posts."""
 
 from __future__ import annotations
 
@@ -9,14 +11,20 @@ from dataclasses import replace
 from ..store import attempts, pending
 from ..store.oplog import OpRecord
 from ..store.record import Record
-from .posting import ServerPosting
-from .queue_folder import Entry, Outcome, landed_kind
+from .posting import ServerPosts
+from .queue_folder import Entry, Outcome, QueueFiles, landed_kind
 
 
-class Recovery(ServerPosting):
+class Recovery:
     """How a leader finds and finishes what the processes before it left undone."""
 
-    def _sweep_answered(self) -> None:
+    def __init__(self, files: QueueFiles, posts: ServerPosts) -> None:
+        self.files = files
+        self.posts = posts
+        self.repo = files.repo
+        self.target = files.target
+
+    def sweep_answered(self) -> None:
         """Forget the entries that have a verdict and no waiter left to read it (it died
         after its verdict was written: its record is the leader's), else they would stay in
         the queue's folder for good. Not for a branch on a server: a dead
@@ -24,18 +32,18 @@ class Recovery(ServerPosting):
         it (:meth:`settle_posted`)."""
         if self.target.server_queue() is not None:
             return
-        for path in self.folder.glob("*.entry"):
+        for path in self.files.folder.glob("*.entry"):
             uid = path.stem.split("-", 1)[-1]
-            if not (self.folder / f"{uid}.verdict").exists():
+            if not (self.files.folder / f"{uid}.verdict").exists():
                 continue
             try:
                 pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
             except (OSError, ValueError, TypeError, KeyError):
                 continue
             if not pending.pid_alive(pid):
-                self.discard(uid)
+                self.files.discard(uid)
 
-    def _without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
+    def without_dead_owners(self, queued: list[Entry]) -> list[Entry]:
         """Drop the entries whose process is gone: nobody would report them, so nothing of
         theirs lands (what a dead leader already landed was finished just before)."""
         alive = []
@@ -43,7 +51,7 @@ class Recovery(ServerPosting):
             if entry.foreign or pending.pid_alive(entry.pid):  # posted: its heartbeat said
                 alive.append(entry)
             else:
-                self._drop_dead(entry)
+                self.drop_dead(entry)
         return alive
 
     def settle_posted(self) -> list[str]:
@@ -51,36 +59,40 @@ class Recovery(ServerPosting):
         taken back from the server, or, when another machine's leader decided it meanwhile,
         recorded as it decided (nobody else would: that leader records its own machine's
         attempts only). What the server cannot be asked about now stays for the next run."""
-        if self.target.server_queue() is None or not any(self.folder.glob("*.posted")):
+        if self.target.server_queue() is None or not any(self.files.folder.glob("*.posted")):
             return []
         settled = []
         with self.target.lock():
-            for entry in self.entries():
-                if entry.foreign or pending.pid_alive(entry.pid) or not self._post_of(entry.uid):
+            for entry in self.files.entries():
+                if (
+                    entry.foreign
+                    or pending.pid_alive(entry.pid)
+                    or not self.files.post_of(entry.uid)
+                ):
                     continue
-                if (note := self._drop_dead(entry)) is not None:
+                if (note := self.drop_dead(entry)) is not None:
                     settled.append(note)
         return settled
 
-    def _drop_dead(self, entry: Entry) -> str | None:
+    def drop_dead(self, entry: Entry) -> str | None:
         """A dead process's entry: taken back (from the server too, if it was posted) and
         forgotten, or recorded as another machine's leader decided it; what became of a
         posted one (None: nothing to say, or no verdict known yet)."""
-        posted = bool(self._post_of(entry.uid))
-        if self._take_back(entry):
-            self._forget(entry)
+        posted = bool(self.files.post_of(entry.uid))
+        if self.posts.take_back(entry):
+            self.files.forget(entry)
             return f"took back {entry.label}, posted by a run that stopped" if posted else None
         return self._settle_posted(entry)
 
     def _settle_posted(self, entry: Entry) -> str | None:
         """Record a dead process's posted attempt as another machine's leader decided it
         (its verdict, read here); None while no verdict is known."""
-        found = self.verdict(entry.uid)
+        found = self.files.verdict(entry.uid)
         if found is None:
             return None
         landed = found.status in ("promoted", "passed") and found.kind != "already"
         problems: dict[str, str] = {}
-        ref, _ = self._published(
+        ref, _ = self.files.published(
             attempts.write_record(
                 self.repo,
                 replace(entry.record, batch=found.batch, status=found.status),
@@ -93,10 +105,10 @@ class Recovery(ServerPosting):
             entry.uid,
             problems,
         )
-        self.discard(entry.uid)
+        self.files.discard(entry.uid)
         return f"recorded {entry.label} as {found.status} ({ref}), decided after its run stopped"
 
-    def _settle_dead_leaders(self, queued: list[Entry]) -> list[Entry]:
+    def settle_dead_leaders(self, queued: list[Entry]) -> list[Entry]:
         """Entries an earlier leader died landing: finish them from its pending lines.
 
         With the target's lock held no mover is at work, so an open pending line for one of
@@ -117,11 +129,11 @@ class Recovery(ServerPosting):
                 continue
             if line.new and tip and self.repo.is_ancestor(line.new, tip):
                 found: dict[str, str] = {}
-                written = self._landed_record(entry.uid)  # killed after its records
+                written = self.files.landed_record(entry.uid)  # killed after its records
                 ref, commit = (
                     (written.record_ref, written.record_commit)
                     if written is not None
-                    else self._published(
+                    else self.files.published(
                         attempts.write_record(
                             self.repo,
                             Record.from_json(line.record),
@@ -134,7 +146,7 @@ class Recovery(ServerPosting):
                 log.append(
                     OpRecord("pending-done", self.target.ref, None, None, pending=line.pending)
                 )
-                self._decide(
+                self.posts.decide(
                     entry,
                     Outcome(
                         Record.from_json(line.record).status,
@@ -154,15 +166,15 @@ class Recovery(ServerPosting):
                 left.append(entry)
         return left
 
-    def _already(self, entry: Entry, tip: str) -> None:
+    def already(self, entry: Entry, tip: str) -> None:
         """Nothing to land is not a merge: no commit, no move, no re-test. Unless this very
         attempt landed it: a leader that stopped (SIGKILL) after its move and records, before
         its verdicts, left its record: the verdict says so, and no second record is made."""
-        mine = self._landed_record(entry.uid)
+        mine = self.files.landed_record(entry.uid)
         if mine is not None:
-            self._decide(entry, self._recorded(entry, mine, mine.landed or tip))
+            self.posts.decide(entry, self.files.recorded(entry, mine, mine.landed or tip))
             return
-        self._decide(
+        self.posts.decide(
             entry,
             Outcome(
                 entry.record.status,

@@ -162,7 +162,7 @@ def _queued_and_posted(
     )  # fmt: skip
     posted = shared.post(uid, change, KEY, {"key": KEY, "base": base})
     assert posted is not None
-    queue._mark_posted(uid, posted, KEY)
+    queue.files.mark_posted(uid, posted, KEY)
     return entry
 
 
@@ -342,7 +342,7 @@ def test_a_forged_verdict_of_a_landing_is_not_believed(daemon: str, tmp_path: Pa
     forged = git(work, "commit-tree", empty, "-p", tip, "-m", f"{VERDICT_TITLE}\n{body}")
     git(work, "push", "-q", daemon, f":refs/agentgate/queue/main/{KEY}/{entry.uid}",
         f"{forged}:refs/agentgate/verdicts/main/{entry.uid}")  # fmt: skip
-    queue._sync_posted(shared, shared.listing())
+    queue.posts.sync_posted(shared, shared.listing())
     assert queue.verdict(entry.uid) is None  # not believed: still this machine's to land
     with leader.engine.target.lock():
         queue.lead(KEY, leader.retest)
@@ -580,7 +580,7 @@ def test_a_rejection_written_over_a_landing_is_not_believed(daemon: str, tmp_pat
     body = json.dumps({"status": "rejected", "reason": "forged", "uid": uid})
     forged = git(work, "commit-tree", empty, "-m", f"{VERDICT_TITLE}\n{body}")
     git(work, "push", "-q", "-f", daemon, f"{forged}:refs/agentgate/verdicts/main/{uid}")
-    queue._sync_posted(shared, shared.listing())
+    queue.posts.sync_posted(shared, shared.listing())
     assert queue.verdict(uid) is None  # not believed
     with poster.engine.target.lock():
         queue.lead(KEY, poster.retest)
@@ -747,7 +747,7 @@ def test_with_the_chain_blocked_a_posted_attempt_still_gets_its_verdict_with_the
     assert said["status"] == "promoted" and said["kind"] == "merge", said
     assert git(server, "merge-base", "--is-ancestor", str(said["new"]), "main") == ""
     assert _refs(server, "refs/agentgate/queue/") == []  # taken, once
-    assert poster.engine.queue._take_back(entry) is False  # landed: not withdrawn
+    assert poster.engine.queue.posts.take_back(entry) is False  # landed: not withdrawn
     found = poster.engine.queue.verdict(entry.uid)
     assert found is not None and found.kind == "merge", found
     fsck(server)
@@ -770,11 +770,11 @@ def test_the_same_uid_under_another_folder_never_hides_a_poster_s_own_post(
     junk = git(work, "commit-tree", empty, "-m", "junk")
     elsewhere = f"refs/agentgate/queue/main/{'f' * 24}/{entry.uid}"
     git(work, "push", "-q", daemon, f"{junk}:{elsewhere}")
-    queue._sync_posted(shared, shared.listing())
-    assert queue._post_of(entry.uid)  # still its own post
+    queue.posts.sync_posted(shared, shared.listing())
+    assert queue.files.post_of(entry.uid)  # still its own post
     git(work, "push", "-q", daemon, f":{elsewhere}")
     Leader(daemon, tmp_path / "l").land_own("mine")
-    queue._sync_posted(shared, shared.listing())
+    queue.posts.sync_posted(shared, shared.listing())
     found = queue.verdict(entry.uid)
     assert found is not None and found.status == "promoted", found
     assert "posted.txt" in git(_server(tmp_path), "ls-tree", "--name-only", "main").splitlines()
