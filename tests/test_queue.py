@@ -589,8 +589,8 @@ def test_attempts_allowed_to_remove_other_tests_never_share_a_re_test(service: P
     e = Engine.open(service, "main", gate=GateSpec(commands=("python -m pytest -q",)))
     plain = GateSpec(commands=("python -m pytest -q",))
     removes = dataclasses.replace(plain, allow_removed=("tests/test_ledger.py::test_add",))
-    assert e._batch_key(plain) != e._batch_key(removes)
-    assert e._batch_key(removes) == e._batch_key(dataclasses.replace(removes))
+    assert e.lander.batch_key(plain) != e.lander.batch_key(removes)
+    assert e.lander.batch_key(removes) == e.lander.batch_key(dataclasses.replace(removes))
     e.close()
 
 

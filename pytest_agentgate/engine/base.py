@@ -36,6 +36,7 @@ from ..workspace import snapshot as snapshots
 from ..workspace.fork import Workspace
 from ..workspace.snapshot import Snapshot
 from .attempt import Attempt
+from .landing import Lander
 from .pool import WorkspacePool
 from .settings import EngineSettings, make_target, program_exists
 
@@ -102,6 +103,17 @@ class EngineBase:
         #: The Python checks of each test of this run, by its id: a leader runs them on
         #: another machine's posted attempt of the same test.
         self.checks_by_test: dict[str, tuple[Check, ...]] = {}
+        #: How a passed attempt lands: its record, the queue, the batch's re-test.
+        self.lander = Lander(
+            repo,
+            self.target,
+            self.queue,
+            self.baselines,
+            settings,
+            self.pool,
+            self.checks_by_test,
+            self._step,
+        )
 
     @classmethod
     def open(

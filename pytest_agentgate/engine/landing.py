@@ -1,17 +1,21 @@
 """How a passed attempt lands: its record's fields and message, the queue it waits in (a
 batch's re-test with the baselines of its bases), and how another machine's posted attempt
-is judged before a batch takes it."""
+is judged before a batch takes it.
+
+A part the engine holds (:class:`Lander`), given the engine's parts it uses."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from ..errors import AgentgateError
+from ..git.repo import BaseRepo
 from ..judge import results
-from ..judge.baseline import Stored, either_passed
+from ..judge.baseline import Baselines, Stored, either_passed
 from ..judge.channel import unexpected
 from ..judge.gate import (
+    Check,
     GateSpec,
     Judging,
     Verdict,
@@ -20,8 +24,9 @@ from ..judge.gate import (
 )
 from ..land.landings import Landed, landing_commit
 from ..land.promote import Move, PromoteOutcome, promote
-from ..land.queue import Outcome
+from ..land.queue import LandingQueue, Outcome
 from ..land.retest import BatchRetest, Retested, no_retest
+from ..land.target import Target
 from ..remote import server_records
 from ..sandbox.process import TAIL_LINES, Running
 from ..store import attempts, checkpoints, records
@@ -29,11 +34,34 @@ from ..store.record import Record, Retest, Status
 from ..workspace import snapshot as snapshots
 from ..workspace.fork import Workspace
 from .attempt import Attempt, posted_checks
-from .base import EngineBase
+from .pool import WorkspacePool
+from .settings import EngineSettings
 
 
-class Landing(EngineBase):
+class Lander:
     """The engine's landing: records, the queue, the batch re-test."""
+
+    def __init__(
+        self,
+        repo: BaseRepo,
+        target: Target,
+        queue: LandingQueue,
+        baselines: Baselines,
+        settings: EngineSettings,
+        pool: WorkspacePool,
+        checks_by_test: Mapping[str, tuple[Check, ...]],
+        step: Callable[[Attempt, str], None],
+    ) -> None:
+        self.repo = repo
+        self.target = target
+        self.queue = queue
+        self.baselines = baselines
+        self.settings = settings
+        self.pool = pool
+        #: The Python checks of each test of this run (the engine's, filled as tests run).
+        self.checks_by_test = checks_by_test
+        #: Tell the engine an attempt enters a step (the queue).
+        self._step = step
 
     def land(self, attempt: Attempt, spec: GateSpec) -> PromoteOutcome:
         """Land the attempt's change commit on the target (or the dry-run ref): a
@@ -114,10 +142,10 @@ class Landing(EngineBase):
         if not (spec.commands and self.settings.retest):
             if spec.commands:
                 attempt.retest_skipped = True
-            return no_retest, f"untested-{self._batch_key(spec)}"
+            return no_retest, f"untested-{self.batch_key(spec)}"
         if attempt.graded_tree is not None:
             return self._graded_retest(attempt, spec), f"graded-{attempt.uid}"
-        return self._batch_retest(spec), attempt.batch_key or self._batch_key(spec)
+        return self.batch_retest(spec), attempt.batch_key or self.batch_key(spec)
 
     def _graded_retest(self, attempt: Attempt, spec: GateSpec) -> BatchRetest:
         """The re-test of a graded attempt's merge: held to what passed in its graded run on
@@ -172,7 +200,7 @@ class Landing(EngineBase):
             raise
         return self._queued_outcome(attempt, found)
 
-    def _batch_retest(self, spec: GateSpec) -> BatchRetest:
+    def batch_retest(self, spec: GateSpec) -> BatchRetest:
         """How this run re-tests a merged tree of ``spec``'s batches (see :mod:`.queue`)."""
 
         def batch_retest(
@@ -213,7 +241,7 @@ class Landing(EngineBase):
         """Run the gate on a merged tree, held to ``held``; a pass is kept as that tree's
         baseline (it comes for free). Bytecode is compiled from ``trusted``'s bytes only."""
         how = Judging("retest", held, expected, trusted=trusted)
-        result = run_commands(self.repo, tree, spec, self.gate_context(), how, running)
+        result = run_commands(self.repo, tree, spec, self.pool.gate_context(), how, running)
         if result.ok and result.tests:
             self.baselines.keep(tree, spec, result)
         return Retested(
@@ -314,9 +342,9 @@ class Landing(EngineBase):
             return found.message
         test = declared.test
         return posted_checks(self.repo, snap, test, self.checks_by_test.get(test, ()),
-                             self.private_root())  # fmt: skip
+                             self.pool.private_root())  # fmt: skip
 
-    def _batch_key(self, spec: GateSpec) -> str:
+    def batch_key(self, spec: GateSpec) -> str:
         """Which attempts may share a re-test: the same gate, environment and sandbox, and
         the same tests allowed to go (one batch's re-test judges every attempt in it so)."""
         import hashlib

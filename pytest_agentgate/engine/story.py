@@ -32,11 +32,11 @@ from ..workspace import state as state_module
 from ..workspace.fork import Workspace
 from . import resume
 from .attempt import Attempt
-from .landing import Landing
+from .base import EngineBase
 from .settings import NO_GATE
 
 
-class Engine(Landing):
+class Engine(EngineBase):
     """The lifecycle against one base repository and one target."""
 
     # -- what the settings say, by name --------------------------------------------------
@@ -276,7 +276,7 @@ class Engine(Landing):
                 attempt.target_before = self.repo.ref_value(self.target.ref)
             if attempt.record_problem is None:
                 try:
-                    self.record(attempt)
+                    self.lander.record(attempt)
                 except (AgentgateError, OSError, ValueError) as exc:
                     attempt.record_problem = f"the attempt record could not be written: {exc}"
             attempt.timings["record"] = (time.perf_counter() - clock) * 1000
@@ -428,7 +428,7 @@ class Engine(Landing):
         self._step(attempt, "gate")
         if spec.commands and self.settings.retest and spec.grading is None:
             # A leader may wait for it.
-            attempt.batch_key = self._batch_key(spec)
+            attempt.batch_key = self.lander.batch_key(spec)
             attempt.gate_began = self.queue.announce(
                 attempt.uid,
                 attempt.batch_key,
@@ -438,7 +438,7 @@ class Engine(Landing):
             self.queue.early.begin(
                 attempt.uid,
                 attempt.batch_key,
-                self._batch_retest(spec),
+                self.lander.batch_retest(spec),
                 last_gate_s=self._last_gate_s,
             )
         gate_spec = replace(spec, commands=()) if spec.grading is not None else spec
@@ -498,7 +498,7 @@ class Engine(Landing):
             )
         # promote -> the target moves; record (written by land() right after the move)
         self._step(attempt, "promote")
-        outcome = self.land(attempt, spec)
+        outcome = self.lander.land(attempt, spec)
         lap("promote")
         if outcome.conflicts:
             return Verdict(

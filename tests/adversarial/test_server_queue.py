@@ -140,7 +140,7 @@ class Leader:
         return queue.land(
             _record(uid, name, base, git(self.work, "rev-parse", f"{change}^{{tree}}")), change,
             key, self.retest,
-            judge=lambda c, b, d: self.engine.judge_posted(self.engine.gate, c, b, d),
+            judge=lambda c, b, d: self.engine.lander.judge_posted(self.engine.gate, c, b, d),
         )  # fmt: skip
 
 
@@ -444,7 +444,7 @@ def test_a_poster_interrupted_after_its_landing_records_it_as_landed(
     "interrupted", and no record named the landing)."""
     leader = Leader(daemon, tmp_path)
     engine = leader.engine
-    key = engine._batch_key(engine.gate)
+    key = engine.lander.batch_key(engine.gate)
     poster = _clone(daemon, tmp_path / "poster")
     server = _server(tmp_path)
     with engine.target.lease():  # machine A leads: the poster posts and waits
