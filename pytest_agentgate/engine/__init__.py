@@ -16,9 +16,10 @@ workspaces come from a :class:`~.pool.WorkspacePool`; what a test is held to fro
 :mod:`..store.records`. Its settings are one frozen :class:`EngineSettings`, given whole.
 
 Its modules, each using only those after it: :mod:`.story` (the one place that tells the
-lifecycle in order: :meth:`Engine.run_attempt`), :mod:`.base` (its parts and the steps
-that stand alone), :mod:`.landing` (the lander it holds: records, the queue, the batch
-re-test), :mod:`.settings`;
+lifecycle in order: :meth:`Engine.run_attempt`, over the parts it holds); then, side by
+side, :mod:`.parts` (its parts and the steps that stand alone), :mod:`.tries` (checkpoints,
+declared state, what a retry starts from) and :mod:`.landing` (the lander it holds:
+records, the queue, the batch re-test); :mod:`.settings`;
 then the values and parts it holds: :mod:`.attempt` (one attempt, filled in as the story
 goes), :mod:`.pool` (a run's workspaces and gate contexts) and :mod:`.resume` (what a try
 starts from, and the declared state around a test); under them :mod:`.resolving` (settings

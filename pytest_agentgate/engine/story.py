@@ -7,43 +7,191 @@ grading, the merge preview and the landing), and writes the record.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import Any, Self
 
 from ..errors import AgentgateError, ConfigError
-from ..git.repo import Author, BaseRepo
+from ..git.repo import BaseRepo, MergePreview
 from ..judge import grader
 from ..judge.baseline import HarnessBroken
 from ..judge.gate import (
     Check,
+    CheckResult,
+    GateContext,
     GateSpec,
+    Judging,
     Verdict,
+    judge,
 )
 from ..land import clashes
 from ..land.promote import Move
-from ..land.remote_branch import RemoteBranch
 from ..sandbox.process import terminate_as_interrupt
-from ..store import attempts, checkpoints, records
-from ..workspace import recycle as recycling
+from ..store import records, schema
 from ..workspace import snapshot as snapshots
 from ..workspace import state as state_module
 from ..workspace.fork import Workspace
-from . import resume
+from ..workspace.snapshot import Snapshot
+from . import parts, resume, tries
 from .attempt import Attempt
-from .base import EngineBase
-from .settings import NO_GATE
+from .landing import Lander
+from .settings import NO_GATE, EngineSettings
 
 
-class Engine(EngineBase):
-    """The lifecycle against one base repository and one target."""
+class Engine:
+    """The lifecycle against one base repository and one target, told in order over the
+    parts it holds (:mod:`.parts`), its lander (:mod:`.landing`) and its tries
+    (:mod:`.tries`)."""
 
-    # -- what the settings say, by name --------------------------------------------------
+    def __init__(
+        self,
+        repo: BaseRepo,
+        settings: EngineSettings,
+        *,
+        pinned_base: str | None = None,
+        **options: Any,
+    ) -> None:
+        if options:
+            raise TypeError(f"unknown argument(s): {', '.join(sorted(options))}")
+        self.parts = made = parts.assemble(repo, settings, pinned_base)
+        self.repo, self.settings, self.pinned_base = repo, settings, pinned_base
+        self.log, self.target, self.sandbox = made.log, made.target, made.sandbox
+        self.pool, self.baselines, self.queue = made.pool, made.baselines, made.queue
+        self.external, self.checks_by_test = made.external, made.checks_by_test
+        #: What the start of the run completed for earlier runs (records of pending moves).
+        self.settled: list[str] = []
+        #: How long this process's last gate took (seconds; 0: none yet), for early re-tests.
+        self._last_gate_s = 0.0
+        self._started = False
+        #: Told each step an attempt enters (snapshot, gate, queue...); None: nobody listens.
+        self.on_step: Callable[[str], None] | None = None
+        #: How a passed attempt lands: its record, the queue, the batch's re-test.
+        self.lander = Lander(
+            repo, self.target, self.queue, self.baselines, settings, self.pool,
+            self.checks_by_test, self._step,
+        )  # fmt: skip
 
-    # -- the run ----------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        repo: str | Path,
+        target: str | None = None,
+        *,
+        sources: dict[str, str] | None = None,
+        settings: EngineSettings | None = None,
+        **options: Any,
+    ) -> Self:
+        """Open the repository, check names and git's version, resolve the base, and make
+        the engine's parts (see :func:`.parts.opened`)."""
+        base_repo, settings, pinned = parts.opened(repo, target, sources, settings, options)
+        return cls(base_repo, settings, pinned_base=pinned)
 
-    # -- the lifecycle, step by step ------------------------------------------------------
+    @property
+    def gate(self) -> GateSpec:
+        return self.settings.gate
+
+    @property
+    def agent(self) -> str:
+        return self.settings.agent
+
+    @property
+    def workdir(self) -> Path:
+        return self.pool.workdir
+
+    @property
+    def ref(self) -> str:
+        """The ref attempts are judged against and promoted to (``target.ref``)."""
+        return self.target.ref
+
+    def start(self, run_id: str | None = None) -> None:
+        """Begin a run: settle what earlier runs left; a dry run resets its scratch ref once.
+
+        Every process of one run (pytest-xdist workers) passes the same ``run_id``, so the
+        first one resets the scratch ref and the others judge against what it accumulates.
+        """
+        if self._started:
+            return
+        self._started = True
+        schema.ensure_layout(self.repo)  # a newer layout is refused before anything is written
+        self.settled = self.target.start(run_id or self.settings.run_id)
+        # Attempts an earlier run here posted on a server and died waiting for: taken back,
+        # or, when another machine's leader landed one meanwhile, recorded now.
+        self.settled += self.queue.settle_posted()
+
+    def close(self) -> None:
+        """End this process's early re-tests; remove the kept workspaces and the run's
+        private directory."""
+        try:
+            self.queue.early.close()
+        finally:
+            self.pool.close()
+
+    def release(self, ws: Workspace) -> None:
+        """Hand a workspace back once its attempt is recorded: kept for reuse, or removed."""
+        self.pool.release(ws)
+
+    def private_root(self) -> Path:
+        return self.pool.private_root()
+
+    def gate_context(self) -> GateContext:
+        return self.pool.gate_context()
+
+    def snapshot(self, ws: Workspace) -> Snapshot:
+        """What ``ws`` holds as a tree (a checkpoint's, or the attempt's own)."""
+        s = self.settings
+        return snapshots.snapshot(
+            ws,
+            exclude=s.exclude,
+            max_files=s.max_files,
+            max_bytes=s.max_bytes,
+            allow_symlinks=s.allow_symlinks,
+        )
+
+    def judge(
+        self, attempt: Attempt, spec: GateSpec, extra_checks: Sequence[Check] = ()
+    ) -> list[CheckResult]:
+        assert attempt.snapshot is not None
+        base = self.baselines.stored_of_commit(attempt.base, spec)
+        return judge(
+            self.repo,
+            attempt.snapshot,
+            spec,
+            attempt,
+            self.gate_context(),
+            extra_checks,
+            Judging(
+                baseline=base.tests if base is not None else None,
+                expected=base.fingerprint if base is not None and base.fingerprint else None,
+            ),
+            allow_symlinks=self.settings.allow_symlinks,
+        )
+
+    def baseline(self, base: str, spec: GateSpec) -> dict[str, str] | None:
+        """The gate's per-test results on ``base``'s tree (see :class:`Baselines`)."""
+        return self.baselines.of_commit(base, spec)
+
+    def check_harness(self, specs: Sequence[GateSpec]) -> list[str]:
+        """Before any agent works: can the gate judge anything at all? Returns warnings
+        (see :func:`.parts.check_harness`)."""
+        return parts.check_harness(self.parts, specs)
+
+    def preflight(self, attempt: Attempt) -> MergePreview:
+        """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
+        return parts.preflight(self.parts, attempt)
+
+    def _step(self, attempt: Attempt, step: str) -> None:
+        """The attempt enters ``step``: kept on it (an interrupt's record names it) and told
+        to :attr:`on_step` (the plugin's progress line)."""
+        attempt.step = step
+        if self.on_step is not None:
+            with contextlib.suppress(Exception):  # a display must never change a verdict
+                self.on_step(step)
+
+    def note_external_move(self, tip: str, agent: str = "") -> str | None:
+        """Log (once) a target tip no agentgate record accounts for (:mod:`.land.external`)."""
+        return self.external.note(tip)
 
     def fork(
         self,
@@ -79,67 +227,12 @@ class Engine(EngineBase):
 
     def capture_state(self, attempt: Attempt, paths: Sequence[str]) -> str | None:
         """Commit the declared state the agent left into ``attempt.state``; say what failed."""
-        try:
-            attempt.state = state_module.capture(
-                self.repo,
-                attempt.path,
-                paths,
-                message=records.state_message(attempt.task),
-                author=Author.for_agent(attempt.agent),
-                parent=attempt.resumed_from,
-                keep=state_module.Keep(self.settings.exclude, self.settings.max_state_bytes),
-                skipped=attempt.state_excluded,
-            )
-        except state_module.StateTooLarge as exc:
-            attempt.state_refused = str(exc)
-            return None
-        except (state_module.StateError, OSError, sqlite3.Error) as exc:
-            return f"state could not be captured: {exc}"
-        return None
+        return tries.capture_state(self.repo, self.settings, attempt, paths)
 
     def prepare_retry(self, ws: Workspace, mode: str, last: Attempt) -> str:
-        """Bring ``ws`` back for another try at its task after ``last`` was not accepted, and
-        say what the try starts from.
-
-        The workspace keeps its base (but after a conflict, a try that starts afresh starts on
-        the target's tip): protection, the harness, the limits and the baseline
-        stay those of the original base whatever a retry resumes, so an earlier try's edit
-        to a protected file is judged again, never taken for the base. ``restart``: the base
-        code (and the base state); ``code``: the code of the last checkpoint (else of the
-        last try's snapshot) over the base, the agent's own git still at the base (it sees
-        the earlier work as changes); ``full``: that code, its declared state and the
-        agent's git state.
-        """
-        made = list(ws.checkpoints)
-        if made:
-            source = self.resume_source(made[-1])
-        elif last.snapshot is not None:
-            source = resume.ResumeSource(
-                ws.base,
-                last.snapshot.tree,
-                last.state,
-                None,
-                last.record_commit or last.change_commit or last.snapshot.tree,
-                "the last try's snapshot (it made no checkpoint)",
-            )
-        else:
-            source = None
-        conflicted = last.verdict is not None and last.verdict.status == "conflict"
-        tip = self.repo.ref_value(self.target.ref) if conflicted else None
-        if tip is not None and (mode == "restart" or source is None):
-            # From the same base the try would meet the same conflict: it starts on the tip.
-            recycling.recycle(ws, tip)
-            ws.new_try()
-            self.resume_into(ws, None, mode)
-            return f"a fresh workspace at the target's tip {tip[:12]} (the last try conflicted)"
-        recycling.recycle(ws, ws.base)
-        ws.new_try()
-        if mode == "restart" or source is None:
-            self.resume_into(ws, None, mode)
-            if source is None and mode != "restart":
-                return f"a fresh workspace at the base (the last try left no snapshot to {mode!r} from)"
-            return "a fresh workspace at the base, with the base state"
-        return self.resume_into(ws, source, mode)
+        """Bring ``ws`` back for another try after ``last`` was not accepted; what the try
+        starts from (see :func:`.tries.prepare_retry`)."""
+        return tries.prepare_retry(self.repo, self.target.ref, ws, mode, last)
 
     def resume_source(self, spec: str) -> resume.ResumeSource:
         """What a checkpoint or a recorded attempt (a ref or an id) can resume from."""
@@ -151,41 +244,7 @@ class Engine(EngineBase):
 
     def checkpoint(self, ws: Workspace, message: str) -> str:
         """Record ``ws``'s code, declared state and agent git state (see :mod:`.checkpoints`)."""
-        author = Author.for_agent(ws.agent)
-        snap = self.snapshot(ws)
-        state = (
-            state_module.capture(
-                self.repo,
-                ws.path,
-                ws.state_declared,
-                message=records.state_message(ws.task),
-                author=author,
-                keep=state_module.Keep(self.settings.exclude),
-            )
-            if ws.state_declared
-            else None
-        )
-        point = checkpoints.write(
-            self.repo,
-            slug=attempts.slugify(ws.task or "task"),
-            try_id=ws.try_id,
-            base=ws.base,
-            contents=checkpoints.Contents(
-                snap.tree,
-                state,
-                checkpoints.capture_agent_git(
-                    self.repo,
-                    ws.path,
-                    author,
-                    max_files=self.settings.max_files,
-                    max_bytes=self.settings.max_bytes,
-                ),
-            ),
-            message=message,
-            author=author,
-        )
-        ws.checkpoints.append(point.ref)
-        return point.commit
+        return tries.checkpoint(self.repo, self.settings, ws, message, self.snapshot(ws))
 
     def state_held(
         self, ws: Workspace, declared: Sequence[str]
@@ -294,58 +353,6 @@ class Engine(EngineBase):
         if not attempt.external_move and before is not None and move.old not in (before, None):
             attempt.external_move = self.external.between(before, move.old)
 
-    def _known_conflict(self, attempt: Attempt, spec: GateSpec) -> Verdict | None:
-        """A conflict with the target's tip as it is now, found before any gate command runs
-        (a merge preview costs milliseconds, a gate seconds): the gate is not spent on it.
-        The preflight after the gate looks again, as the tip may move meanwhile."""
-        snap = attempt.snapshot
-        tip = self.repo.ref_value(self.target.ref)
-        if snap is None or tip in (None, attempt.base) or spec.grading is not None:
-            return None
-        if not spec.commands or isinstance(self.target, RemoteBranch):
-            return None  # nothing to save; a server's branch is read at the preflight
-        found = self.repo.merge_preview(tip, _change_commit(self.repo, attempt))
-        if not found.conflicts:
-            return None
-        attempt.preview = found
-        clash = clashes.conflicting(self.repo, attempt.base, tip, found.conflicts)
-        return Verdict(
-            "conflict",
-            f"preflight merge conflicts in: {', '.join(found.conflicts)} "
-            f"(found before the gate ran: no gate command was run{'; ' + clash if clash else ''})",
-            "preflight",
-        )
-
-    def _note_checks(self, attempt: Attempt, spec: GateSpec) -> None:
-        """What the gate's checks tell beyond pass or fail: the per-test comparison, the
-        passing tree's baseline (kept, free), the commands judged by exit code, flaky tests."""
-        assert attempt.snapshot is not None
-        for check in attempt.checks:
-            if check.comparison is not None:
-                attempt.results = check.comparison.as_dict()
-            # Results of the base's tests on the attempt's code are not its tree's.
-            whole = check.results_tree in ("", attempt.snapshot.tree)
-            if check.ok and check.tests and check.name == "gate" and whole:
-                self.baselines.keep(attempt.snapshot.tree, spec, check)
-            if check.logs:
-                attempt.logs += list(check.logs)
-                attempt.results = {
-                    **(attempt.results or {}),
-                    "gate_log": [[name, size] for name, _, size in attempt.logs],
-                }
-            if check.changed_tests:
-                attempt.results = {
-                    **(attempt.results or {}),
-                    "changed_tests": list(check.changed_tests),
-                }
-            if check.by_exit_code:
-                attempt.results = {
-                    **(attempt.results or {}),
-                    "judged_by_exit_code": list(check.by_exit_code),
-                }
-            if check.flaky:
-                attempt.results = {**(attempt.results or {}), "flaky_ids": list(check.flaky)}
-
     def _decide(
         self,
         attempt: Attempt,
@@ -413,7 +420,7 @@ class Engine(EngineBase):
             return Verdict("rejected", "no changes", "snapshot")
         if not spec.has_gate:
             return Verdict("error", NO_GATE, "gate")
-        if (known := self._known_conflict(attempt, spec)) is not None:
+        if (known := parts.known_conflict(self.parts, attempt, spec)) is not None:
             return known
         return None
 
@@ -448,7 +455,7 @@ class Engine(EngineBase):
             return Verdict("error", str(exc), "baseline", exc.output), spec
         lap("gate")
         self._last_gate_s = timings["gate"] / 1000
-        self._note_checks(attempt, spec)
+        parts.note_checks(self.baselines, attempt, spec)
         failed = next((c for c in attempt.checks if not c.ok), None)
         if failed is not None:
             if failed.harness_error:
@@ -484,7 +491,7 @@ class Engine(EngineBase):
         moved tip); the record is written by :meth:`land` right after the move."""
         # preflight -> merge preview
         self._step(attempt, "preflight")
-        _change_commit(self.repo, attempt)
+        parts.change_commit(self.repo, attempt)
         attempt.preview = self.preflight(attempt)
         lap("preflight")
         if attempt.preview.conflicts:
@@ -529,19 +536,3 @@ class _Laps:
         now = time.perf_counter()
         self.timings[name] = (now - self.clock) * 1000
         self.clock = now
-
-
-def _change_commit(repo: BaseRepo, attempt: Attempt) -> str:
-    """The clean commit of the attempt's tree (its graded tree, if any) on its base, made
-    once: the preview before the gate and the preflight after it merge the same one (a
-    graded task has no preview before the gate: its commit is of the graded tree)."""
-    assert attempt.snapshot is not None
-    made = attempt.change_commit
-    if made is None or attempt.graded_tree is not None:
-        made = attempt.change_commit = repo.commit_tree(
-            attempt.graded_tree or attempt.snapshot.tree,
-            [attempt.base],
-            records.change_message(attempt.task, attempt.agent),
-            Author.for_agent(attempt.agent),
-        )
-    return made

@@ -55,7 +55,7 @@ def test_the_import_contracts_are_kept() -> None:
         ("git/index.py", "from . import repo as _r  # noqa", "inside git/"),
         ("judge/results.py", "from . import gate as _g  # noqa", "inside judge/"),
         ("sandbox/supervisor.py", "from . import process as _p  # noqa", "inside sandbox/"),
-        ("engine/base.py", "from . import story as _s  # noqa", "inside engine/"),
+        ("engine/parts.py", "from . import story as _s  # noqa", "inside engine/"),
         ("land/queue_folder.py", "from . import leader as _l  # noqa", "inside land/"),
         ("workspace/fork.py", "from . import snapshot as _s  # noqa", "inside workspace/"),
         ("remote/lease.py", "from . import server_queue as _q  # noqa", "inside remote/"),
