@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+from ._constants import VERSION as __version__
 
 _EXPORTS = {
     "Engine": "engine",

@@ -1,5 +1,9 @@
 """Names shared by the plugin (which must import nothing heavy) and the engine."""
 
+#: The one place the version is written (the build reads it here; the package and the
+#: command show it).
+VERSION = "0.2.0"
+
 #: A file that marks a directory as the plugin's own workspace root: prune may remove such a
 #: directory, and pytest never collects tests from it.
 RUN_MARKER = ".agentgate-run"

@@ -858,6 +858,18 @@ def test_unwritable_report_and_bad_workdir_exit_4_before_anything_runs(
     assert git(service, "rev-parse", "main") == before
 
 
+def test_a_run_without_gated_tests_never_reads_where_its_summary_would_go(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$GITHUB_STEP_SUMMARY names the Markdown table's file by default; a run that has no
+    row to show writes none, so a value that names nowhere is not its business."""
+    pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "missing" / "summary.md"))
+    result = pytester.runpytest_subprocess(f"--agentgate-repo={service}", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    result.assert_outcomes(passed=1)
+
+
 def test_gated_test_must_use_the_workspace_and_state_stays_inside(
     pytester: pytest.Pytester, service: Path
 ) -> None:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .._constants import VERSION
 from .common import (
     EXIT_REFUSED,
     EXIT_USAGE,
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentgate", description="Read, undo and tidy what gated agents did."
     )
-    parser.add_argument("--version", action="version", version=f"agentgate {__version__}")
+    parser.add_argument("--version", action="version", version=f"agentgate {VERSION}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_reading_parsers(sub, common)
     _add_moving_parsers(sub, common)

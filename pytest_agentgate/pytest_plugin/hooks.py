@@ -344,7 +344,10 @@ class AgentgateRun:
             from .rundirs import prune_old_runs
 
             prune_old_runs(Path(workdir), int(self._finish_setting("keep_runs")))
-        json_path, markdown_path = self._finish_setting("report"), self._finish_setting("markdown")
+        json_path = self._finish_setting("report")
+        # The table is appended only when there is a row to show: a run without one does
+        # not even read where it would go ($GITHUB_STEP_SUMMARY may name anything).
+        markdown_path = self._finish_setting("markdown") if self.rows else None
         if json_path or markdown_path:
             from . import report
 
@@ -681,7 +684,7 @@ def _judge(
     run = item.config.stash[RUN_KEY]
     engine = run.engine()
     hook = item.config.hook
-    agent_name = marker.agent or run.settings.agent
+    agent_name = ws.agent  # the test's agent, named once when its workspace was made
     probe = Attempt(task=marker.task, agent=agent_name, workspace=ws, test=item.nodeid)
     checks = [
         c for found in hook.pytest_agentgate_checks(item=item, attempt=probe) for c in (found or ())
