@@ -469,15 +469,19 @@ def _reusable(
     """Whether an early re-test's ``found`` answers for the batch's re-test, which would be
     held to ``held`` (what passed on the batch's bases and on the tip it lands on; the early
     run knew neither that tip nor, for a batch of other attempts with the same top, those
-    bases). A gate that reports no tests: its answer is the same either way. Else only a
+    bases). A gate that reports no tests: its pass is the same either way. Else only a
     pass with no failing test at all (so its exit status was 0, whatever it is held to)
     that the comparison with ``held`` accepts as a re-test's would, nothing removed allowed:
     what passed there passes, a test new to it passes. A failure is never taken as is (held
     to other bases, it may have failed a test the batch may fail): the tree is run again.
-    A pass held to other bases is not enough either: a re-test held to these may fail it."""
+    A pass held to other bases is not enough either: a re-test held to these may fail it.
+    Nor is a failure taken from a gate that reports no tests: a run ended half-way, or a
+    sandbox that could not start, fails the same way as the code would."""
+    if not found.ok:
+        return False
     if found.tests is None:
         return not held
-    if not found.ok or results.failing(found.tests):
+    if results.failing(found.tests):
         return False
     if (
         expected is not None
