@@ -660,3 +660,40 @@ def test_every_merge_lands_through_the_queue(service: Path, gate: str) -> None:
     assert sorted(p.name for p in e.queue.folder.glob("*.entry")) == []
     e.close()
     fsck(service)
+
+
+def test_a_re_test_the_harness_failed_runs_again_and_never_rejects(
+    service: Path, tmp_path: Path
+) -> None:
+    """Found under load: a re-test whose sandbox could not start the command (bwrap killed
+    before it ran) failed as a broken tree does, and the bisection rejected the batch's
+    last attempt. Such a failure says nothing of the tree: it runs once more; failing so
+    again, the attempt it would blame gets an error of the run, never a rejection."""
+    b = Bench(service, tmp_path)
+    b.lead([b.attempt("a0", {"a0.txt": "0"})])  # the tip moves: the next ones are merges
+    killed = "the sandbox could not start the command: bwrap exited -9"
+    faults = [True]  # the next re-test is the harness's failure; then they pass
+
+    def once(tree: str, tip: str, bases: Sequence[str], **_: object) -> Retested:
+        b.retests.append(tree)
+        return Retested(False, killed, fault=True) if faults and faults.pop() else Retested(True)
+
+    queued = [b.queue.enqueue(b.attempt(n, {f"{n}.txt": n})) for n in ("x", "y")]
+    with b.target.lock():
+        b.queue.lead(KEY, once)  # type: ignore[arg-type]
+    found = [b.queue.verdict(e.uid) for e in queued]
+    assert [o.status if o else None for o in found] == ["promoted", "promoted"]
+    assert len(b.retests) == 2  # the batch's top, then once more
+
+    def always(tree: str, tip: str, bases: Sequence[str], **_: object) -> Retested:
+        return Retested(False, killed, fault=True)
+
+    queued = [b.queue.enqueue(b.attempt(n, {f"{n}.txt": n})) for n in ("p", "q")]
+    with b.target.lock():
+        b.queue.lead(KEY, always)  # type: ignore[arg-type]
+    found = [b.queue.verdict(e.uid) for e in queued]
+    assert [o.status if o else None for o in found] == ["error", "error"]
+    assert all(o and "could not run, twice" in o.reason and killed in o.reason for o in found)
+    on_main = set(git(b.path, "ls-tree", "--name-only", "main").splitlines())
+    assert {"x.txt", "y.txt"} <= on_main and not {"p.txt", "q.txt"} & on_main
+    fsck(b.path)

@@ -239,12 +239,9 @@ class Leader:
             if planning.as_judged(tip, chain[:k]):
                 return True  # exactly the attempts' own trees, judged by their gates here
             if k not in tested:
-                if k == len(chain):
-                    tested[k] = self._top_test(tip, chain, lead)
-                else:
-                    bases = [entry.base for entry, _, _, _ in chain[:k]]
-                    self.early.decide(chain[0][0].key, chain[k - 1][2])
-                    tested[k] = lead.retest(chain[k - 1][2], tip, bases)
+                tested[k] = self._prefix_test(tip, chain[:k], lead, top=k == len(chain))
+                if tested[k].fault:  # the harness failed, not the tree: once more
+                    tested[k] = self._prefix_test(tip, chain[:k], lead, top=False)
             return tested[k].ok
 
         good = self._longest_passing(tip, chain, passes, tested, batch_id)
@@ -259,6 +256,15 @@ class Leader:
             untested=any(t.skipped for t in tested.values()),
         )  # fmt: skip
         return self._move_batch(landed, lead)
+
+    def _prefix_test(self, tip: str, links: list[Link], lead: Lead, *, top: bool) -> Retested:
+        """Re-test the tip merged with ``links`` (the whole chain: ``top``, which may take
+        the early re-test of exactly its tree)."""
+        if top:
+            return self._top_test(tip, links, lead)
+        bases = [entry.base for entry, _, _, _ in links]
+        self.early.decide(links[0][0].key, links[-1][2])
+        return lead.retest(links[-1][2], tip, bases)
 
     def _move_batch(self, landed: _Landed, lead: Lead) -> str | None:
         """Move the target to the top of ``landed``'s chain, its records written right
@@ -354,6 +360,21 @@ class Leader:
         why, output = tested[hi].why, tested[hi].output
         others = [e.label for e, _, _, _ in chain[: hi - 1]]
         # Who it clashes with: what landed since its base, or a neighbour before it here.
+        if tested[hi].fault:
+            # Twice the harness's failure, not the change's: an error of the run, which
+            # rejects nothing (the attempts after it stay queued, as on a rejection).
+            self.posts.decide(
+                culprit,
+                Outcome(
+                    "error",
+                    f"the re-test of its merge could not run, twice: {why}",
+                    "retest",
+                    output,
+                    batch=batch_id,
+                    tested_with=others,
+                ),
+            )
+            return lo
         suspect = clashes.retest_suspects(
             self.repo, culprit.base, tip, output, [c for _, c, _, _ in chain[: hi - 1]]
         )

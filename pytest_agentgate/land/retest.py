@@ -29,6 +29,9 @@ class Retested:
     #: Nothing ran: the attempt lands without a re-test (no gate command to run, or
     #: re-tests turned off), so a merge is not a tested tree.
     skipped: bool = False
+    #: It failed through the harness, not the tree: the command could not start in its
+    #: sandbox, its exit status was lost (see ``CheckResult.harness_error``).
+    fault: bool = False
 
 
 def no_retest(
