@@ -841,17 +841,17 @@ def test_unwritable_report_and_bad_workdir_exit_4_before_anything_runs(
 ) -> None:
     pytester.makepyfile(test_agent=gated_test(marker='task="t", gate=[]'))
     before = git(service, "rev-parse", "main")
+    (tmp_path / "a-file").write_text("")
     result = run(
         pytester,
         service,
         "--agentgate-promote",
-        f"--agentgate-report={tmp_path / 'missing' / 'r.json'}",
+        f"--agentgate-report={tmp_path / 'a-file' / 'r.json'}",
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*invalid --agentgate-report*its directory does not exist or is not writable*"]
+        ["*invalid --agentgate-report*its directory cannot be made or is not writable*"]
     )
-    (tmp_path / "a-file").write_text("")
     result = run(pytester, service, f"--agentgate-workdir={tmp_path / 'a-file'}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--agentgate-workdir*is not a directory*"])
@@ -868,6 +868,20 @@ def test_a_run_without_gated_tests_never_reads_where_its_summary_would_go(
     result = pytester.runpytest_subprocess(f"--agentgate-repo={service}", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.assert_outcomes(passed=1)
+
+
+def test_a_report_goes_into_a_folder_made_for_it_with_or_without_gated_tests(
+    pytester: pytest.Pytester, service: Path, tmp_path: Path
+) -> None:
+    """A review found a run without gated tests refused a report whose folder was not made
+    yet (exit 4, after its tests passed): the report's writer makes it, as it always did."""
+    pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
+    report = tmp_path / "reports" / "new" / "r.json"
+    result = pytester.runpytest_subprocess(
+        f"--agentgate-repo={service}", f"--agentgate-report={report}", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+    assert json.loads(report.read_text())["attempts"] == []
 
 
 def test_gated_test_must_use_the_workspace_and_state_stays_inside(

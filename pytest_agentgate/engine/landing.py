@@ -246,7 +246,7 @@ class Lander:
             self.baselines.keep(tree, spec, result)
         return Retested(
             result.ok, result.message, result.output, result.tests,
-            fingerprint=result.fingerprint, fault=not result.ok and result.harness_error,
+            fingerprint=result.fingerprint, fault=not result.ok and result.never_ran,
         )  # fmt: skip
 
     def _expected(

@@ -61,6 +61,8 @@ class Option(NamedTuple):
     env: str | None = None  # an environment variable that sets it, below the command line
     choices: tuple[str, ...] = ()  # case-folded
     parse: Parse | None = None
+    #: A number that may be 0 (none: no re-runs, no old run kept); else it must be above 0.
+    zero: bool = False
 
     @property
     def flag(self) -> str:
@@ -104,11 +106,15 @@ def _path(value: Any) -> Path | None:
 
 
 def _writable(value: Any) -> Path | None:
+    """A file the run writes: its folder, or the nearest one that exists (the folders
+    between are made when it is written), must be a folder this user can write in."""
     path = _path(value)
     if path is not None:
-        parent = path.resolve().parent
-        if not (parent.is_dir() and os.access(parent, os.W_OK)):
-            raise ValueError("its directory does not exist or is not writable")
+        folder = path.resolve().parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not (folder.is_dir() and os.access(folder, os.W_OK)):
+            raise ValueError("its directory cannot be made or is not writable")
     return path
 
 
@@ -422,6 +428,7 @@ OPTIONS = (
         "int",
         0,
         "N",
+        zero=True,
     ),
     Option(
         "flaky",
@@ -469,11 +476,13 @@ OPTIONS = (
     ),
     Option(
         "keep_runs",
-        "with --agentgate-workdir: how many runs' directories to keep (default 3)",
+        "with --agentgate-workdir: how many runs' directories to keep (default 3; 0: none "
+        "but a live run's)",
         "run.keep_runs",
         "int",
         DEFAULT_KEEP_RUNS,
         "N",
+        zero=True,
     ),
     Option(
         "fresh_workspaces",

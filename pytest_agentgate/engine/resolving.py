@@ -83,14 +83,14 @@ def resolve(
             groups[option.group][option.field] = value
     sources = {name: raw.source for name, raw in given.items()}
     _protect_none(groups["gate"])
-    _exit_code_commands(groups["gate"])
+    _gate_commands(groups["gate"])
     _preset(groups, sources, os.environ if environ is None else environ)
     return Resolved(groups, sources)
 
 
 def _by_kind(option: Option, value: Any) -> Any:
-    """A raw value as its option's kind: a number (above 0, or 0 too where 0 is the
-    default: no re-runs), a flag from ini or environment text."""
+    """A raw value as its option's kind: a number (above 0, or 0 too where the option takes
+    it: no re-runs, no old run kept), a flag from ini or environment text."""
     kind = option.kind
     if value is None:
         return None
@@ -101,10 +101,8 @@ def _by_kind(option: Option, value: Any) -> Any:
             raise ValueError(
                 f"expected a {'whole number' if kind == 'int' else 'number'}"
             ) from None
-        if number < 0 or (number == 0 and option.default != 0):
-            raise ValueError(
-                "expected a number above 0" if option.default else "expected 0 or more"
-            )
+        if number < 0 or (number == 0 and not option.zero):
+            raise ValueError("expected 0 or more" if option.zero else "expected a number above 0")
         return number
     if kind == "bool" and isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
@@ -122,10 +120,10 @@ def _protect_none(gate: dict[str, Any]) -> None:
         gate["protect"], gate["harness"] = (), ()
 
 
-def _exit_code_commands(gate: dict[str, Any]) -> None:
-    """A command judged by its exit code is a gate command too (named once)."""
-    if gate.get("exit_code"):
-        both = (*gate.get("commands", ()), *gate["exit_code"])
+def _gate_commands(gate: dict[str, Any]) -> None:
+    """The gate's commands, each once: a command judged by its exit code is one of them."""
+    if gate.get("commands") or gate.get("exit_code"):
+        both = (*gate.get("commands", ()), *gate.get("exit_code", ()))
         gate["commands"] = tuple(dict.fromkeys(both))
 
 

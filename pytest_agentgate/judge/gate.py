@@ -563,7 +563,7 @@ class _Run:
         fail = functools.partial(CheckResult, False, name=where, output=result.tail())
         if result.launch_error:
             message = f"{result.launch_error} ({shown})" + notes.outside_view(self.context, result)
-            return _Ran(fail(message, harness_error=True), None)
+            return _Ran(fail(message, harness_error=True, never_ran=result.never_ran), None)
         found: dict[str, str] | None = None
         fingerprint: frozenset[str] = frozenset()
         if report.sessions:

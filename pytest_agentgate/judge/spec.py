@@ -40,6 +40,9 @@ class CheckResult:
     output: str = ""
     #: The harness failed (a gate that could not start, a lost exit status), not the agent.
     harness_error: bool = False
+    #: ... and before the command ran: nothing of the tree judged ran (see
+    #: ``CommandResult.never_ran``).
+    never_ran: bool = False
     #: Per-test outcomes the gate reported (test id -> passed, failed, error, skipped, xfail).
     tests: Mapping[str, str] | None = None
     #: The comparison with the base's results, when the gate reported any.

@@ -223,7 +223,10 @@ class QueueFiles:
             return sorted(found, key=lambda e: e.seq)
 
     def write_verdict(self, entry: Entry, outcome: Outcome) -> None:
-        _write(self.folder / f"{entry.uid}.verdict", json.dumps(asdict(outcome)))
+        # What the waiter's own process adds after reading it stays out of the file (a
+        # waiter of another version sharing the queue reads the fields it knows).
+        said = {k: v for k, v in asdict(outcome).items() if k != "landed_for_others"}
+        _write(self.folder / f"{entry.uid}.verdict", json.dumps(said))
 
     def _entry_path(self, seq: int, uid: str) -> Path:
         return self.folder / f"{seq:012d}-{uid}.entry"

@@ -29,8 +29,10 @@ class Retested:
     #: Nothing ran: the attempt lands without a re-test (no gate command to run, or
     #: re-tests turned off), so a merge is not a tested tree.
     skipped: bool = False
-    #: It failed through the harness, not the tree: the command could not start in its
-    #: sandbox, its exit status was lost (see ``CheckResult.harness_error``).
+    #: It failed through the harness before the command ran (its program could not be
+    #: executed, its sandbox could not start: ``CheckResult.never_ran``), so nothing of the
+    #: tree ran; a command that ran and lost its exit status is the tree's failure, as the
+    #: tree could have ended its own supervisor.
     fault: bool = False
 
 

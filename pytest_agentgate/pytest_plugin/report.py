@@ -188,5 +188,6 @@ def write_all(
     if json_path is not None:
         write_json(json_path, rows, meta)
     if markdown_path is not None and rows:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
         with open(markdown_path, "a", encoding="utf-8") as out:
             out.write("### agentgate\n\n" + markdown(rows) + "\n")

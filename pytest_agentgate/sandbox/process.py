@@ -87,6 +87,9 @@ class CommandResult:
     #: Connections its network's allow-list refused (the first ones), and how many in all.
     refused: tuple[Refusal, ...] = ()
     refused_count: int = 0
+    #: The launch failed before the command could run (its program could not be executed,
+    #: its sandbox could not start): nothing the command would run has run.
+    never_ran: bool = False
 
     @property
     def ok(self) -> bool:
@@ -284,6 +287,7 @@ def run_command(
         int(str(report.get("survivors") or 0)) + stragglers,
         contained,
         size,
+        never_ran=problem.startswith(NEVER_RAN),
     )
 
 
@@ -574,6 +578,11 @@ def _report(data: bytes) -> dict[str, object]:
         if key not in _REPORT_FIELDS or not isinstance(value, _REPORT_FIELDS[key]):
             return {}
     return found
+
+
+#: How a launch problem begins when the command never ran (the two cases of :func:`_outcome`
+#: that stop before the command's program is executed).
+NEVER_RAN = ("could not start the command: ", "the sandbox could not start the command: ")
 
 
 def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:

@@ -710,3 +710,16 @@ def test_a_report_written_into_pytest_s_end_of_the_channel_is_not_believed(
     result = run_command(f"{sys.executable} forge.py; exit 1", cwd=tmp_path, env=ENV, timeout=10)
     assert not result.ok, result
     assert result.returncode != 0, result
+
+
+def test_a_launch_that_failed_before_the_command_ran_says_so_and_a_killed_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """Only a launch that failed before the command ran is the harness's alone: a re-test
+    is run again for it. A command that ends its own supervisor also loses its exit status,
+    but it ran: the tree it was judging could have done that on purpose."""
+    missing = run_command([str(tmp_path / "no-such-program")], cwd=tmp_path, env=ENV, timeout=30)
+    assert missing.launch_error and missing.never_ran
+    killer = run_command(["sh", "-c", "kill -9 $PPID; sleep 5"], cwd=tmp_path, env=ENV, timeout=30)
+    assert not killer.ok and not killer.never_ran, killer
+    assert run_command(["true"], cwd=tmp_path, env=ENV, timeout=30).never_ran is False

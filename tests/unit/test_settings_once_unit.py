@@ -198,6 +198,17 @@ def test_the_plugin_and_the_command_resolve_a_setting_alike() -> None:
         resolve({"gate_timeout": Given("-5", "here")})
 
 
+def test_a_gate_command_named_twice_runs_once_and_zero_is_taken_where_it_means_none() -> None:
+    """Found by a review: the table kept a command given twice (it ran twice), and the
+    command's ``prune --keep-runs 0`` (every old run removed) was refused."""
+    twice = resolve({"gate": Given(["pytest -q", "pytest -q"]), "gate_exit_code": Given(["ruff"])})
+    assert twice.of("gate")["commands"] == ("pytest -q", "ruff")
+    assert resolve({"keep_runs": Given("0")}).value("keep_runs") == 0
+    assert resolve({"rerun_gate": Given("0")}).value("rerun_gate") == 0
+    with pytest.raises(SettingError, match="expected a number above 0"):
+        resolve({"batch_max": Given("0")})
+
+
 def test_resolving_fills_what_settings_read_together() -> None:
     gate = resolve({"gate": Given(["pytest -q"]), "gate_exit_code": Given(["ruff check ."])})
     assert gate.of("gate")["commands"] == ("pytest -q", "ruff check .")

@@ -75,7 +75,8 @@ def test_lists_bools_and_numbers(pytester: pytest.Pytester) -> None:
         (["--agentgate-gate-env=NOT-A-NAME"], "expected the name of an environment variable"),
         (["--agentgate-unprotect=conftest"], "the rules are"),
         (["--agentgate-agent=a\nb"], "control character"),
-        (["--agentgate-report=/no/such/dir/r.json"], "its directory does not exist"),
+        (["--agentgate-report=/dev/null/r.json"], "its directory cannot be made"),
+        (["--agentgate-keep-runs=-1"], "expected 0 or more"),
     ],
 )
 def test_bad_values_are_usage_errors(
