@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Protocol
+from typing import IO, TYPE_CHECKING, NamedTuple, Protocol
 
 from .. import _faults
 from .excerpt import pytest_failures
@@ -276,18 +276,18 @@ def run_command(
         size = sink.seek(0, os.SEEK_END)
         output = _kept(sink, size).decode("utf-8", "replace")
     duration = (time.perf_counter() - begin) * 1000
-    code, problem = _outcome(report, contained, output)
+    ended = _outcome(report, contained, output)
     return CommandResult(
         label,
-        code,
+        ended.code,
         mask_secrets(plain(output)),
         duration,
         bool(report.get("timed_out")),
-        problem,
+        ended.problem,
         int(str(report.get("survivors") or 0)) + stragglers,
         contained,
         size,
-        never_ran=problem.startswith(NEVER_RAN),
+        never_ran=ended.never_ran,
     )
 
 
@@ -580,28 +580,38 @@ def _report(data: bytes) -> dict[str, object]:
     return found
 
 
-#: How a launch problem begins when the command never ran (the two cases of :func:`_outcome`
-#: that stop before the command's program is executed).
-NEVER_RAN = ("could not start the command: ", "the sandbox could not start the command: ")
+class _Ended(NamedTuple):
+    """How a command ended: its exit code, what went wrong with the launch itself (if
+    anything), and whether that stopped it before its program was executed."""
+
+    code: int
+    problem: str = ""
+    never_ran: bool = False
 
 
-def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tuple[int, str]:
-    """The command's exit code, and what went wrong with the launch itself, if anything."""
+def _outcome(report: Mapping[str, object], contained: bool, output: str) -> _Ended:
+    """How the command ended, as its supervisor's report says."""
     if not report:
-        return -1, "the command's exit status was lost (its supervisor ended without reporting)"
+        return _Ended(
+            -1, "the command's exit status was lost (its supervisor ended without reporting)"
+        )
     if report.get("exec_error"):
-        return -1, f"could not start the command: {report['exec_error']}"
+        return _Ended(-1, f"could not start the command: {report['exec_error']}", never_ran=True)
     if report.get("unended"):  # the sweep could not end them: a pass would leave them
-        return -1, (
+        return _Ended(
+            -1,
             f"{report['unended']} of the command's processes could not be ended (a frozen "
-            "process ignores SIGKILL)"
+            "process ignores SIGKILL)",
         )
     if report.get("interrupted"):  # whatever it exited with then, it did not finish
-        return -1, "the command was ended before it finished (its supervisor was told to stop)"
+        return _Ended(
+            -1, "the command was ended before it finished (its supervisor was told to stop)"
+        )
     if report.get("stopped"):  # its end could not be placed before or after its deadline
-        return -1, (
+        return _Ended(
+            -1,
             "the command's supervisor was stopped or frozen while it ran, so its end and "
-            "its timeout could not be watched: the command was ended"
+            "its timeout could not be watched: the command was ended",
         )
     code = report.get("returncode")
     # bwrap writes one JSON object per line; "exit-code" only once the command ran.
@@ -611,10 +621,10 @@ def _outcome(report: Mapping[str, object], contained: bool, output: str) -> tupl
             (ln for ln in reversed(output.splitlines()) if ln.startswith("bwrap:")),
             f"bwrap exited {code}",
         )
-        return -1, f"the sandbox could not start the command: {why}"
+        return _Ended(-1, f"the sandbox could not start the command: {why}", never_ran=True)
     if not isinstance(code, int):
-        return -1, "the command's exit status was lost"
-    return code, ""
+        return _Ended(-1, "the command's exit status was lost")
+    return _Ended(code)
 
 
 def processes_in(root: Path) -> list[int]:
