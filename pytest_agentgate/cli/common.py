@@ -150,19 +150,15 @@ def cli_flag(option: Option) -> str:
 def settings_of(args: argparse.Namespace, *names: str) -> Resolved:
     """The settings :func:`add_settings` added, resolved through their declarations: the
     command line over the environment (a setting that has a variable), as in the plugin."""
-    import os
-
     from ..engine.options import BY_NAME
-    from ..engine.resolving import Given, resolve
+    from ..engine.resolving import first_given, resolve
     from ..errors import ConfigError
 
     given = {}
     for name in names:
-        option = BY_NAME[name]
-        if getattr(args, name) is not None:
-            given[name] = Given(getattr(args, name), f"command line {cli_flag(option)}")
-        elif option.env and os.environ.get(option.env):
-            given[name] = Given(os.environ[option.env], f"environment {option.env}")
+        found = first_given(BY_NAME[name], getattr(args, name), cli_flag(BY_NAME[name]))
+        if found is not None:
+            given[name] = found
     try:
         return resolve(given, spelled=cli_flag)
     except ConfigError as exc:

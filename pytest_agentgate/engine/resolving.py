@@ -43,6 +43,16 @@ class Resolved:
         return held[option.field] if option.field in held else one(option, Given(option.default))
 
 
+def first_given(option: Option, value: Any, flag: str) -> Given | None:
+    """What a face read for ``option`` on its own command line (spelled ``flag``; None: not
+    there) over the option's environment variable; None when neither names it."""
+    if value is not None:
+        return Given(value, f"command line {flag}")
+    if option.env and os.environ.get(option.env):
+        return Given(os.environ[option.env], f"environment {option.env}")
+    return None
+
+
 def one(option: Option, given: Given, spelled: str | None = None) -> Any:
     """One setting's field value from its raw one: its choices checked, its parser run. A bad
     value is a :class:`SettingError` naming the setting (``spelled``: as the face that read

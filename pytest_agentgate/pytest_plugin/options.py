@@ -8,7 +8,6 @@ Loaded with the plugin in every pytest run, so it holds only the reader; the che
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -41,14 +40,12 @@ def add_options(parser: pytest.Parser) -> None:
 def given(config: pytest.Config, name: str) -> Given | None:
     """One setting's raw value and where it came from: the command line over the
     environment over the ini file; None when none of them names it (its default holds)."""
-    from ..engine.resolving import Given
+    from ..engine.resolving import Given, first_given
 
     option = BY_NAME[name]
-    value = config.getoption(option.flag)
-    if value is not None:
-        return Given(value, f"command line {option.flag}")
-    if option.env and os.environ.get(option.env):
-        return Given(os.environ[option.env], f"environment {option.env}")
+    found = first_given(option, config.getoption(option.flag), option.flag)
+    if found is not None:
+        return found
     try:
         raw = config.getini(option.ini)
     except ValueError as exc:
