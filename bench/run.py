@@ -193,7 +193,7 @@ class Bench:
         self, repo: BaseRepo, size: int, runs: int, disk: Path, memory: Path | None
     ) -> None:
         self.repo, self.size, self.runs, self.disk, self.memory = repo, size, runs, disk, memory
-        self.base = repo.resolve_commit("main")
+        self.base = repo.history.resolve_commit("main")
         self.rows: list[Row] = []
         self.counter = 0
         self.hashed: dict[int, int] = {}
@@ -892,7 +892,7 @@ from pytest_agentgate.engine.pool import WorkspacePool
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
 repo = BaseRepo(Path(sys.argv[1]), None)
-ref, base, me = sys.argv[2], repo.resolve_commit("main"), sys.argv[3]
+ref, base, me = sys.argv[2], repo.history.resolve_commit("main"), sys.argv[3]
 waits = []
 for k in range(5):
     idx = repo.index(None, Path(tempfile.mkdtemp()) / "index")
@@ -912,7 +912,7 @@ print(json.dumps(waits))
 
 def lock_waits(repo: BaseRepo, processes: int) -> list[float]:
     ref = "refs/heads/bench-lock"
-    raw_git(repo, "update-ref", ref, repo.resolve_commit("main"))
+    raw_git(repo, "update-ref", ref, repo.history.resolve_commit("main"))
     root = str(Path(__file__).resolve().parent.parent)
     procs = [
         subprocess.Popen(

@@ -34,7 +34,7 @@ def commit_with(repo: BaseRepo, files: dict[str, bytes], parent: str) -> str:
 
 
 def test_trees_and_diffs_keep_any_name(repo: BaseRepo) -> None:
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     new = commit_with(repo, {n: n.replace("\n", " ").encode() for n in ODD_NAMES}, base)
     changes = repo.diff_tree(base, new)
     assert sorted(c.path for c in changes) == sorted(ODD_NAMES)
@@ -65,7 +65,7 @@ def test_a_kept_diff_answers_as_git_does_and_starts_no_git(
     what ``diff-tree`` itself prints, a file that became a directory included."""
     from pytest_agentgate.git import runner
 
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     files = {"ledger/core.py": b"gone\n", "new/dir/file.txt": b"x\n", "ledger/core.py.d/a": b""}
     first = commit_with(repo, files, base)
     index = repo.index(None, repo.private_dir / "layer-index-2")
@@ -93,25 +93,25 @@ def test_a_kept_diff_answers_as_git_does_and_starts_no_git(
 
 def test_loose_ref_reads_agree_with_git(repo: BaseRepo, service: Path) -> None:
     main = git(service, "rev-parse", "main")
-    assert repo.ref_value("refs/heads/main") == main
+    assert repo.refs.value("refs/heads/main") == main
     git(service, "update-ref", "refs/agentgate/attempts/t/1", main)
     git(service, "update-ref", "refs/agentgate/attempts/t/2", main)
     git(service, "pack-refs", "--all")  # now both are only in packed-refs
     git(service, "update-ref", "refs/agentgate/attempts/t/3", main)  # and one loose
-    assert repo.ref_value("refs/agentgate/attempts/t/1") == main  # packed: asked of git
-    assert repo.ref_names("refs/agentgate/attempts/t/") == [
+    assert repo.refs.value("refs/agentgate/attempts/t/1") == main  # packed: asked of git
+    assert repo.refs.names("refs/agentgate/attempts/t/") == [
         f"refs/agentgate/attempts/t/{n}" for n in (1, 2, 3)
     ]
     (service / ".git" / "refs" / "agentgate" / "attempts" / "t" / "4.lock").write_text("x")
-    assert len(repo.ref_names("refs/agentgate/attempts/t/")) == 3  # a lock file is no ref
+    assert len(repo.refs.names("refs/agentgate/attempts/t/")) == 3  # a lock file is no ref
     git(service, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
-    assert repo.ref_value("refs/heads/alias") == main  # symbolic: asked of git
-    assert repo.ref_value("refs/heads/missing") is None
-    assert repo.ref_value("refs/heads/../../HEAD") is None
+    assert repo.refs.value("refs/heads/alias") == main  # symbolic: asked of git
+    assert repo.refs.value("refs/heads/missing") is None
+    assert repo.refs.value("refs/heads/../../HEAD") is None
 
 
 def test_loose_commit_trees_agree_with_git(repo: BaseRepo, service: Path) -> None:
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     new = commit_with(repo, {"x.txt": b"x"}, base)
     fresh = BaseRepo.open(service)  # no cache: the object file is read
     assert fresh.tree_of(new) == git(service, "rev-parse", f"{new}^{{tree}}")
@@ -132,7 +132,7 @@ def test_a_broken_loose_ref_is_git_s_to_judge(repo: BaseRepo, service: Path) -> 
     """A SHA-1 repository's ref file holding 64 hex digits is broken: git ignores it, so does
     the shortcut."""
     (service / ".git" / "refs" / "heads" / "broken").write_text("ab" * 32 + "\n")
-    assert repo.ref_value("refs/heads/broken") is None
+    assert repo.refs.value("refs/heads/broken") is None
 
 
 def test_a_forged_loose_commit_is_not_believed(repo: BaseRepo, service: Path) -> None:
@@ -142,7 +142,7 @@ def test_a_forged_loose_commit_is_not_believed(repo: BaseRepo, service: Path) ->
 
     from pytest_agentgate.errors import GitError
 
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     real = commit_with(repo, {"real.txt": b"r"}, base)
     fake = "0" * 39 + "1"
     target = service / ".git" / "objects" / fake[:2] / fake[2:]
@@ -169,7 +169,7 @@ def test_worktrees_are_those_git_lists_seen_from_any_of_them(tmp_path: Path) -> 
         if line.startswith("worktree ")
     }
     for where in (main, linked):
-        assert {p.resolve() for p in BaseRepo.open(where).worktrees()} == listed
+        assert {p.resolve() for p in BaseRepo.open(where).place.worktrees()} == listed
 
 
 def test_a_loose_blob_is_read_from_its_file_and_checked_against_its_id(repo: BaseRepo) -> None:
@@ -273,7 +273,7 @@ def test_a_commit_written_without_git_is_byte_for_byte_git_s(
     git(path, "add", "f.txt")
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-qm", "first")
     repo = BaseRepo.open(path)
-    first, tree = repo.resolve_commit("main"), repo.tree_of("main")
+    first, tree = repo.history.resolve_commit("main"), repo.tree_of("main")
     agent = Author.for_agent("agent ü-1")
     second = repo.commit_tree(tree, [first], "two\n", agent)
     for parents, message, author in [
@@ -305,7 +305,7 @@ def test_what_git_would_refuse_or_write_otherwise_is_left_to_git(
     the permissions git gives; an identity git would rewrite is git's to write."""
     from pytest_agentgate.git import objects
 
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     tree = repo.tree_of(base)
     blob = repo.hash_blob(b"a blob\n")
     author = Author("t", "t@e")
@@ -378,26 +378,26 @@ def test_a_plugin_ref_created_without_git_is_the_one_git_creates(
     git's to report, as before."""
     from pytest_agentgate.errors import StaleLock
 
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     made = repo.commit_tree(repo.tree_of(base), [base], "a record\n", Author("t", "t@e"))
-    assert repo.update_ref("refs/agentgate/attempts/t/1", made, None, "m")
+    assert repo.refs.update("refs/agentgate/attempts/t/1", made, None, "m")
     assert git(service, "rev-parse", "refs/agentgate/attempts/t/1") == made
-    assert not repo.update_ref("refs/agentgate/attempts/t/1", base, None, "m")  # lost race
+    assert not repo.refs.update("refs/agentgate/attempts/t/1", base, None, "m")  # lost race
     assert git(service, "rev-parse", "refs/agentgate/attempts/t/1") == made
     assert not (repo.common_dir / "refs/agentgate/attempts/t/1.lock").exists()
     git(service, "update-ref", "refs/agentgate/packed/1", base)
     git(service, "pack-refs", "--all")
-    assert not repo.update_ref("refs/agentgate/packed/1", made, None, "m")  # packed: exists
+    assert not repo.refs.update("refs/agentgate/packed/1", made, None, "m")  # packed: exists
     with pytest.raises(GitError):  # a ref where its folder would be: git's conflict
-        repo.update_ref("refs/agentgate/packed/1/below", made, None, "m")
+        repo.refs.update("refs/agentgate/packed/1/below", made, None, "m")
     with pytest.raises(GitError):
-        repo.update_ref("refs/agentgate/attempts/t/1/below", made, None, "m")
+        repo.refs.update("refs/agentgate/attempts/t/1/below", made, None, "m")
     with pytest.raises(GitError):  # an object that is not there is never named
-        repo.update_ref("refs/agentgate/attempts/t/2", "3" * 40, None, "m")
+        repo.refs.update("refs/agentgate/attempts/t/2", "3" * 40, None, "m")
     lock = repo.common_dir / "refs/agentgate/attempts/t/3.lock"
     lock.write_text("")
     with pytest.raises(StaleLock):
-        repo.update_ref("refs/agentgate/attempts/t/3", made, None, "m")
+        repo.refs.update("refs/agentgate/attempts/t/3", made, None, "m")
     assert lock.read_text() == ""  # somebody else's lock, left as it was
     subprocess.run(["git", "-C", str(service), "fsck", "--strict"], check=True, capture_output=True)
 
@@ -496,7 +496,7 @@ def test_a_plugin_ref_is_git_s_to_create_wherever_git_would_do_otherwise(
     git's now, with git's answer: an interrupt left the ref's lock behind, and names, a
     message, a commit, settings, a HEAD, a symbolic ref or a ``packed-refs`` git refuses or
     treats otherwise were taken as they were."""
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     made = repo.commit_tree(repo.tree_of(base), [base], "a record\n", Author("t", "t@e"))
 
     def interrupted(*_args: object) -> str:
@@ -506,36 +506,36 @@ def test_a_plugin_ref_is_git_s_to_create_wherever_git_would_do_otherwise(
 
     monkeypatch.setattr(ref_files, "_in_the_way", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        repo.update_ref("refs/agentgate/t/1", made, None, "m")
+        repo.refs.update("refs/agentgate/t/1", made, None, "m")
     monkeypatch.undo()
     assert not (repo.common_dir / "refs/agentgate/t/1.lock").exists()
-    assert repo.update_ref("refs/agentgate/t/1", made, None, "m")
+    assert repo.refs.update("refs/agentgate/t/1", made, None, "m")
     for name, message in [("refs/agentgate/x.", "m"), ("refs/agentgate/x\n", "m"),
                           ("refs/agentgate/t/2", "")]:  # fmt: skip
         with pytest.raises(GitError):
-            repo.update_ref(name, made, None, message)
+            repo.refs.update(name, made, None, message)
     garbage = subprocess.run(
         ["git", "-C", str(service), "hash-object", "-t", "commit", "--literally", "-w", "--stdin"],
         input=b"garbage", capture_output=True, check=True,
     ).stdout.decode().strip()  # fmt: skip
     with pytest.raises(GitError):
-        repo.update_ref("refs/agentgate/t/3", garbage, None, "m")
+        repo.refs.update("refs/agentgate/t/3", garbage, None, "m")
     (repo.common_dir / "refs/agentgate/t/link").write_text("ref: refs/heads/from-a-link\n")
-    assert repo.update_ref("refs/agentgate/t/link", made, None, "m")  # git follows it
+    assert repo.refs.update("refs/agentgate/t/link", made, None, "m")  # git follows it
     assert git(service, "rev-parse", "refs/heads/from-a-link") == made
     git(service, "symbolic-ref", "HEAD", "refs/agentgate/t/head")
-    assert repo.update_ref("refs/agentgate/t/head", made, None, "m")
+    assert repo.refs.update("refs/agentgate/t/head", made, None, "m")
     assert (repo.git_dir / "logs/HEAD").read_text().splitlines()[-1].split()[1] == made
     git(service, "symbolic-ref", "HEAD", "refs/heads/main")
     config = repo.common_dir / "config"
     config.write_text(config.read_text() + "[core]\n\tlogAllRefUpdates = al\\\nways\n")
-    assert repo.update_ref("refs/agentgate/t/logged", made, None, "m")
+    assert repo.refs.update("refs/agentgate/t/logged", made, None, "m")
     assert (repo.common_dir / "logs/refs/agentgate/t/logged").exists()  # as git keeps it
     config.write_text(config.read_text().replace("\tlogAllRefUpdates = al\\\nways\n", ""))
     packed = repo.common_dir / "packed-refs"
     packed.write_bytes((packed.read_bytes() if packed.exists() else b"") + b"not a line")
     with pytest.raises(GitError):  # a torn packed-refs: git says so
-        repo.update_ref("refs/agentgate/t/4", made, None, "m")
+        repo.refs.update("refs/agentgate/t/4", made, None, "m")
 
 
 @pytest.mark.usefixtures("unhurried")

@@ -39,7 +39,7 @@ class Bench:
         self.repo = BaseRepo(self.path, None)
         self.target = LocalBranch(self.repo, "main", oplog.OpLog(self.repo.common_dir))
         self.queue = LandingQueue(self.repo, self.target, batch_max=batch_max)
-        self.base = self.repo.resolve_commit("refs/heads/main")
+        self.base = self.repo.history.resolve_commit("refs/heads/main")
         self.retests: list[str] = []
 
     def attempt(self, name: str, files: dict[str, str]) -> Entry:
@@ -97,7 +97,7 @@ def test_a_batch_shares_one_retest_and_lands_one_commit_per_attempt(
     assert b.first_parents() == [
         f"agentgate: merge task a{i} (by a{i})" for i in range(7, 0, -1)
     ] + ["a0"]
-    assert outcomes[-1].new == b.repo.ref_value("refs/heads/main")
+    assert outcomes[-1].new == b.repo.refs.value("refs/heads/main")
     records = {a.task: a for a in list_attempts(b.repo)}
     assert records["task a7"].trailers["Batch"].endswith("(7 of 7)")
     assert records["task a7"].trailers["Retest"] == "passed"
@@ -189,12 +189,12 @@ def test_nothing_to_land_is_not_a_merge(service: Path, tmp_path: Path) -> None:
     b = Bench(service, tmp_path)
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
     b.lead([b.attempt("same", {"s.txt": "s"})])
-    tip = b.repo.ref_value("refs/heads/main")
+    tip = b.repo.refs.value("refs/heads/main")
     retests = len(b.retests)
     (outcome,) = b.lead([b.attempt("again", {"s.txt": "s"})])  # the very same change
     assert outcome.status == "promoted" and outcome.kind == "already"
     assert "already on the target" in outcome.reason and tip and tip[:12] in outcome.reason
-    assert b.repo.ref_value("refs/heads/main") == tip and len(b.retests) == retests
+    assert b.repo.refs.value("refs/heads/main") == tip and len(b.retests) == retests
 
 
 def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_a_waiter_interrupted_as_its_entry_is_written_withdraws_it(
     written, before the waiter began to wait, left the entry queued for a leader to land."""
     b = Bench(service, tmp_path)
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
-    tip = b.repo.ref_value("refs/heads/main")
+    tip = b.repo.refs.value("refs/heads/main")
     mine = b.attempt("w", {"w.txt": "w"})
     waiter = subprocess.run(
         [sys.executable, "-c", WAITER, str(b.path), mine.change_commit, b.base],
@@ -292,13 +292,13 @@ def test_a_waiter_interrupted_as_its_entry_is_written_withdraws_it(
     assert not any(e.uid == "w" for e in b.queue.entries())
     with b.target.lock():
         b.queue.lead(KEY, b.retest())  # type: ignore[arg-type]
-    assert b.repo.ref_value("refs/heads/main") == tip  # nothing landed after it gave up
+    assert b.repo.refs.value("refs/heads/main") == tip  # nothing landed after it gave up
 
 
 def test_an_interrupted_waiter_withdraws_before_it_reports(service: Path, tmp_path: Path) -> None:
     b = Bench(service, tmp_path)
     b.lead([b.attempt("a0", {"a0.txt": "0"})])
-    tip = b.repo.ref_value("refs/heads/main")
+    tip = b.repo.refs.value("refs/heads/main")
     mine = b.attempt("w", {"w.txt": "w"})
     with b.target.lock():  # a leader busy elsewhere
         waiter = subprocess.Popen(
@@ -308,7 +308,7 @@ def test_an_interrupted_waiter_withdraws_before_it_reports(service: Path, tmp_pa
         waiter.send_signal(signal.SIGINT)
     assert waiter.wait(timeout=30) == 42
     assert not any(e.uid == "w" for e in b.queue.entries())
-    assert b.repo.ref_value("refs/heads/main") == tip  # nothing landed after it gave up
+    assert b.repo.refs.value("refs/heads/main") == tip  # nothing landed after it gave up
 
 
 # -- whole runs -------------------------------------------------------------------------

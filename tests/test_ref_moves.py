@@ -79,7 +79,7 @@ def test_a_target_moved_without_git_is_moved_as_git_moves_it(
                               (first, second, "agentgate rollback: to c1")]:  # fmt: skip
         when = git_moves(by_git, "refs/heads/main", new, old, message)
         monkeypatch.setattr(objects, "now", lambda when=when: when)
-        assert repo.update_ref("refs/heads/main", new, old, message, reflog=True)
+        assert repo.refs.update("refs/heads/main", new, old, message, reflog=True)
     assert "update-ref" not in ran
     for rel in ("refs/heads/main", "logs/refs/heads/main", "logs/HEAD", "HEAD"):
         assert (by_plugin / rel).read_bytes() == (by_git / rel).read_bytes(), rel
@@ -102,44 +102,44 @@ def test_where_git_would_move_a_target_otherwise_git_moves_it(
     repo = BaseRepo(by_plugin, None)
     ran = counting(monkeypatch)
     ref = "refs/heads/main"
-    assert repo.update_ref(ref, second, first, "two  spaces\tand a tab", reflog=True)
+    assert repo.refs.update(ref, second, first, "two  spaces\tand a tab", reflog=True)
     assert "update-ref" in ran
     assert git(by_plugin, "reflog", "show", "--format=%gs", "main") == "two spaces and a tab"
-    assert not repo.update_ref(ref, second, first, "m", reflog=True)  # not at first: lost race
+    assert not repo.refs.update(ref, second, first, "m", reflog=True)  # not at first: lost race
     lock = by_plugin / "refs/heads/main.lock"
     lock.write_text("")
     with pytest.raises(StaleLock):
-        repo.update_ref(ref, first, second, "m", reflog=True)
+        repo.refs.update(ref, first, second, "m", reflog=True)
     lock.unlink()
     with pytest.raises(Exception, match="non-commit"):
-        repo.update_ref(ref, repo.tree_of(first), second, "m", reflog=True)
+        repo.refs.update(ref, repo.tree_of(first), second, "m", reflog=True)
     head_lock = by_plugin / "HEAD.lock"
     head_lock.write_text("")
     with pytest.raises(StaleLock):
-        repo.update_ref(ref, first, second, "m", reflog=True)
+        repo.refs.update(ref, first, second, "m", reflog=True)
     assert head_lock.read_text() == "" and not lock.exists()
     head_lock.unlink()
     linked = by_plugin / "worktrees" / "w"
     linked.mkdir(parents=True)
     (linked / "HEAD").write_text("ref: refs/heads/main\n")  # git would not log there
     ran.clear()
-    assert repo.update_ref(ref, first, second, "m", reflog=True)
+    assert repo.refs.update(ref, first, second, "m", reflog=True)
     assert "update-ref" in ran and (by_plugin / "logs" / "HEAD").read_text().endswith("\tm\n")
     shutil.rmtree(by_plugin / "worktrees")
     ran.clear()
-    assert repo.update_ref(ref, second, first, "m", reflog=True)
+    assert repo.refs.update(ref, second, first, "m", reflog=True)
     assert not ran  # now this is one for the plugin to make
     git(by_plugin, "update-ref", ref, first)
     git(by_plugin, "symbolic-ref", "HEAD", "refs/heads/other")
     git(by_plugin, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
     ran.clear()
-    assert repo.update_ref("refs/heads/alias", second, first, "m", reflog=True)
+    assert repo.refs.update("refs/heads/alias", second, first, "m", reflog=True)
     assert "update-ref" in ran and git(by_plugin, "rev-parse", "main") == second
     (by_plugin / "config").write_text(
         (by_plugin / "config").read_text() + "[core]\n\tlogAllRefUpdates = always\n"
     )
     ran.clear()
-    assert repo.update_ref(ref, first, second, "m", reflog=True)
+    assert repo.refs.update(ref, first, second, "m", reflog=True)
     assert "update-ref" in ran
     git(by_plugin, "fsck", "--strict")
 
@@ -153,7 +153,7 @@ a, b = sys.argv[2], sys.argv[3]
 print("ready", flush=True)
 while True:
     now = (repo.git_dir / "refs/heads/main").read_text().strip()
-    repo.update_ref("refs/heads/main", b if now == a else a, now, "m", reflog=True)
+    repo.refs.update("refs/heads/main", b if now == a else a, now, "m", reflog=True)
 """
 
 
@@ -190,7 +190,7 @@ def test_what_a_review_found_is_git_s_to_move(
     git(repo_path, "update-ref", "refs/heads/other", second)
     git(repo_path, "pack-refs", "--all")  # main packed at first
     git(repo_path, "-c", "core.preferSymlinkRefs=true", "symbolic-ref", ref, "refs/heads/other")
-    assert not repo.update_ref(ref, second, first, "m", reflog=True)  # at second: a lost race
+    assert not repo.refs.update(ref, second, first, "m", reflog=True)  # at second: a lost race
     assert (repo_path / ref).is_symlink() and git(repo_path, "rev-parse", "main") == second
     (repo_path / ref).unlink()
     git(repo_path, "update-ref", ref, first)
@@ -206,7 +206,7 @@ def test_what_a_review_found_is_git_s_to_move(
             else 0
         )
         now = git(repo_path, "rev-parse", "main")
-        assert repo.update_ref(
+        assert repo.refs.update(
             ref, first if now == second else second, now, f"m {head!r}", reflog=True
         )
         assert len((repo_path / "logs/HEAD").read_text().splitlines()) == before + 1, head
@@ -214,7 +214,7 @@ def test_what_a_review_found_is_git_s_to_move(
     (repo_path / "HEAD").write_text("ref: refs/heads/main\n")
     now = git(repo_path, "rev-parse", "main")
     other = first if now == second else second
-    assert repo.update_ref(ref, other, now, "not text: \udcff", reflog=True)
+    assert repo.refs.update(ref, other, now, "not text: \udcff", reflog=True)
     assert (repo_path / "logs" / ref).read_bytes().endswith(b"not text: \xff\n")
     body = subprocess.run(["git", "-C", str(repo_path), "cat-file", "commit", first],
                           capture_output=True, check=True).stdout.replace(b"c1", b"c9")  # fmt: skip
@@ -224,12 +224,12 @@ def test_what_a_review_found_is_git_s_to_move(
         zlib.compress(b"commit %d\0" % len(body) + body.replace(b"c9", b"c8"))
     )
     with pytest.raises(GitError):
-        repo.update_ref(ref, forged, other, "m", reflog=True)
+        repo.refs.update(ref, forged, other, "m", reflog=True)
     assert git(repo_path, "rev-parse", "main") == other
     (repo_path / "logs/HEAD").unlink()
     (repo_path / "logs/HEAD").mkdir()  # a HEAD reflog not appended to here (git removes it)
     lines = len((repo_path / "logs" / ref).read_bytes().splitlines())
-    assert repo.update_ref(ref, now, other, "m", reflog=True)
+    assert repo.refs.update(ref, now, other, "m", reflog=True)
     assert len((repo_path / "logs" / ref).read_bytes().splitlines()) == lines + 1
     assert not list(repo_path.rglob("*.lock"))
     del by_git

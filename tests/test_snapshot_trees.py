@@ -61,7 +61,7 @@ def test_a_snapshot_tree_written_without_git_is_git_s_edit_for_edit(
     repo = BaseRepo.open(path)
     rng = random.Random(7)
     names = ["a", "a.txt", "a-b", "b", "z"]
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     kinds: set[str] = set()
     calls = counting(monkeypatch)
     for n in range(40):
@@ -113,7 +113,7 @@ def test_where_git_would_store_other_bytes_git_writes_the_tree(
     elif where == "core.fileMode":
         git(path, "config", "core.fileMode", "false")
     repo = BaseRepo.open(path)
-    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    ws = fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
     (ws.path / rel).write_bytes(b"one\r\ntwo\r\n")
     (ws.path / "x.txt").chmod(0o755)  # with core.fileMode=false git keeps the index's mode
     calls = counting(monkeypatch)
@@ -131,7 +131,7 @@ def test_a_name_git_guards_is_git_s_to_take_or_leave(
     """A path git will not stage (a folder a Windows checkout would take for ``.git``) is
     never written by the plugin: git is asked, and leaves it out of the tree."""
     repo = BaseRepo.open(service)
-    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    ws = fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
     (ws.path / "GIT~1").mkdir()
     (ws.path / "GIT~1" / "config").write_text("[core]\n")
     (ws.path / "kept.txt").write_text("kept\n")
@@ -156,7 +156,7 @@ def test_a_checkpoint_of_a_few_files_leaves_the_index_and_the_next_snapshot_edit
     git(path, "add", "-A")
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
     repo = BaseRepo.open(path)
-    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    ws = fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
     base_tree = ws.index_tree
     for n in range(3):
         (ws.path / f"f{n}.txt").write_text("changed\n")
@@ -186,7 +186,7 @@ def test_a_snapshot_of_many_files_is_git_s_to_hash(
 ) -> None:
     """Past a dozen or so files git hashes faster than the plugin: it is asked."""
     repo = BaseRepo.open(service)
-    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    ws = fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
     for n in range(17):
         (ws.path / f"new-{n}.txt").write_text(f"{n}\n")
     calls = counting(monkeypatch)
@@ -270,7 +270,7 @@ def test_what_a_review_found_is_git_s_tree(tmp_path: Path, case: str) -> None:
     git(path, "add", "-A")
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
     repo = BaseRepo.open(path)
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     edit = {"an ignored .gitattributes": _ignored_attributes, "NTFS short names": _short_names,
             "a deep path": _deep}.get(case, lambda p: (p / "x.txt").write_text("y\n"))  # fmt: skip
     if case == "an empty tree":
@@ -335,7 +335,7 @@ def test_the_agent_s_git_is_stored_as_git_stores_it(
     from pytest_agentgate.store import checkpoints
 
     repo = BaseRepo.open(service)
-    ws = fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    ws = fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
     dot = ws.path / ".git"
     (dot / "refs" / "heads" / "deep" / "er").mkdir(parents=True)
     (dot / "refs" / "heads" / "deep" / "er" / "x").write_text("1" * 40 + "\n")
@@ -387,7 +387,7 @@ def _base_of(tmp_path: Path, files: dict[str, str]) -> tuple[BaseRepo, Workspace
     git(path, "add", "-A")
     git(path, "-c", "user.name=p", "-c", "user.email=p@e", "commit", "-q", "-m", "base")
     repo = BaseRepo.open(path)
-    return repo, fork(repo, repo.resolve_commit("main"), "main", tmp_path / "pool")
+    return repo, fork(repo, repo.history.resolve_commit("main"), "main", tmp_path / "pool")
 
 
 def test_a_snapshot_git_refused_half_way_leaves_no_tree_for_the_next_to_edit(

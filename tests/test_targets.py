@@ -60,7 +60,7 @@ class World:
         """The target's value where it really is (the server, for a remote branch)."""
         if self.server is not None:
             return git(self.server, "rev-parse", "main")
-        return self.repo.ref_value(self.target.ref)
+        return self.repo.refs.value(self.target.ref)
 
     def lines(self, op: str) -> list[oplog.OpRecord]:
         return [r for r in self.log.read() if r.op == op]
@@ -172,7 +172,7 @@ def test_each_dry_run_has_its_scratch_ref_made_once(service: Path, tmp_path: Pat
     assert w.target.start("run-1") == [] and w.target.tip() == moved  # same run: kept
     w.target.start("run-2")  # another run: a scratch ref of its own, from the branch
     assert w.target.ref != first and w.target.tip() == tip
-    assert w.repo.ref_value(first) == moved  # the first run's is untouched
+    assert w.repo.refs.value(first) == moved  # the first run's is untouched
     assert git(service, "rev-parse", "main") == tip  # the branch itself never moved
     assert [(r.ref, r.old, r.new) for r in w.lines("dryrun-reset")] == [
         (first, None, tip),

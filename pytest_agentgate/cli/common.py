@@ -45,11 +45,11 @@ def target_branch(repo: BaseRepo, args: argparse.Namespace) -> str:
     from ..errors import ConfigError
     from ..git.repo import check_branch_name
 
-    branch = args.target or repo.head_branch()
+    branch = args.target or repo.refs.head_branch()
     if not branch:
         raise UsageProblem("no branch is checked out; name one with --target BRANCH")
     check_branch_name(branch, "--target")
-    if repo.ref_value(f"refs/heads/{branch}") is None:
+    if repo.refs.value(f"refs/heads/{branch}") is None:
         raise ConfigError(
             f"branch {branch!r} does not exist in {repo.label}", value=branch, source="--target"
         )
@@ -66,7 +66,7 @@ def moved_branch(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteB
     from ..land.remote_branch import RemoteBranch
     from ..store.oplog import OpLog
 
-    branch = args.target or repo.head_branch()
+    branch = args.target or repo.refs.head_branch()
     if not branch:
         raise UsageProblem("no branch is checked out; name one with --target BRANCH")
     check_branch_name(branch, "--target")
@@ -82,7 +82,7 @@ def moved_branch(repo: BaseRepo, args: argparse.Namespace) -> tuple[str, RemoteB
 
 
 def expected_old(repo: BaseRepo, args: argparse.Namespace) -> str | None:
-    return repo.resolve_commit(args.expect, "--expect") if args.expect else None
+    return repo.history.resolve_commit(args.expect, "--expect") if args.expect else None
 
 
 def author_of(agent: str) -> Author:

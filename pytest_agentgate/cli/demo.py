@@ -178,7 +178,7 @@ def _service(root: Path, repo: Path) -> tuple[BaseRepo, str]:
     index.stage_all()
     person = Author("A. Person", "person@example.invalid")
     first = base.commit_tree(index.write_tree(), [], "inventory service\n", person)
-    base.update_ref("refs/heads/main", first, None, "commit (initial): inventory service")
+    base.refs.update("refs/heads/main", first, None, "commit (initial): inventory service")
     return base, first
 
 
@@ -198,7 +198,7 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         row = _verdict(root / "report-1.json")
         if code != 1 or row["verdict"] != "rejected":
             raise StoryBroken(f"the broken refactor was not rejected: {row['verdict']}")
-        if base.ref_value("refs/heads/main") != first:
+        if base.refs.value("refs/heads/main") != first:
             raise StoryBroken("main moved after a rejected attempt")
         say(f"   rejected; main still {first[:12]}; attempt kept at {row['attempt_ref']}")
         say(f"   containment: {_containment(row)}")
@@ -208,7 +208,7 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         row = _verdict(root / "report-2.json")
         if code != 0 or row["verdict"] != "promoted":
             raise StoryBroken(f"the good change was not promoted: {row['verdict']} {row['reason']}")
-        promoted = base.resolve_commit("refs/heads/main")
+        promoted = base.history.resolve_commit("refs/heads/main")
         if dirty_paths(base):
             raise StoryBroken("the checked-out main has uncommitted changes after promotion")
         say(f"   promoted; main {first[:12]} -> {promoted[:12]} (checked-out files updated)")
@@ -219,10 +219,13 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         )
         if rolled != 0:
             raise StoryBroken("the rollback failed")
-        before, after = base.tree_of(first), base.tree_of(base.resolve_commit("refs/heads/main"))
+        before, after = (
+            base.tree_of(first),
+            base.tree_of(base.history.resolve_commit("refs/heads/main")),
+        )
         if before != after:
             raise StoryBroken(f"rollback gave tree {after}, not {before}")
-        if not base.is_ancestor(promoted, "refs/heads/main"):
+        if not base.history.is_ancestor(promoted, "refs/heads/main"):
             raise StoryBroken("the rollback rewrote history")
         say(f"   trees equal: {before} == {after}; the promoted commit is still in history")
 
@@ -232,7 +235,7 @@ def play(root: Path, say: Callable[[str], None] = print) -> None:
         print(flush=True)
         _agentgate("log", "--repo", str(repo))
         try:
-            base.fsck()
+            base.place.fsck()
         except GitError as exc:
             raise StoryBroken(f"git fsck --strict found problems: {exc}") from exc
         records = list(oplog.read(repo / ".git"))

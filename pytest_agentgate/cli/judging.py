@@ -186,7 +186,7 @@ def _first_recorded_base(repo: BaseRepo, branch_ref: str) -> str | None:
     from ..store.attempts import list_attempts
 
     bases = {a.base for a in list_attempts(repo) if a.base}
-    history = [e.commit for e in repo.first_parent_log(branch_ref)]
+    history = [e.commit for e in repo.history.first_parent_log(branch_ref)]
     oldest = [commit for commit in reversed(history) if commit in bases]
     return oldest[0] if oldest else None
 
@@ -218,11 +218,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 judged.add(landed_tree)
         except AgentgateError:  # a landed commit pruned or gone: nothing to count
             continue
-    since = repo.resolve_commit(args.since, "--since") if args.since else None
+    since = repo.history.resolve_commit(args.since, "--since") if args.since else None
     if since is None and not args.all:
         since = _first_recorded_base(repo, f"refs/heads/{branch}")
     span = f"{since}..refs/heads/{branch}" if since else f"refs/heads/{branch}"
-    history = repo.first_parent_log(span)
+    history = repo.history.first_parent_log(span)
     untested = [
         {"commit": e.commit, "tree": e.tree, "author": e.author, "subject": e.subject}
         for e in history

@@ -282,7 +282,7 @@ def cmd_attempts(args: argparse.Namespace) -> int:
         if folder and not args.remote and re.fullmatch(r"[a-z0-9][a-z0-9-]*/[0-9a-f]{12}", folder):
             from ..store.checkpoints import PREFIX, read
 
-            made = repo.ref_names(f"{PREFIX}{folder}/")
+            made = repo.refs.names(f"{PREFIX}{folder}/")
             for point_ref in sorted(made, key=lambda r: int(r.rsplit("/", 1)[1] or 0)):
                 point = read(repo, point_ref)
                 name = point_ref[len(PREFIX) :]
@@ -314,7 +314,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             if not text.endswith("\n"):
                 sys.stdout.write("\n")
         return 0
-    shown = repo.show_commit(attempt.record_commit)
+    shown = repo.history.show_commit(attempt.record_commit)
     sys.stdout.write(re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "?", shown))
     return 0
 
@@ -406,7 +406,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
 
     repo = open_repo(args)
     branch, target = moved_branch(repo, args)
-    to = repo.resolve_commit(args.to, "--to")
+    to = repo.history.resolve_commit(args.to, "--to")
     expect = expected_old(repo, args)
     ref = f"refs/heads/{branch}"
     tip_tree = repo.tree_of(target.ref if target is not None else ref)
@@ -459,7 +459,7 @@ def cmd_revert(args: argparse.Namespace) -> int:
         )
     # (find has refused a record whose Base trailer is not its own parent.)
     landed_ref = target.ref if target is not None else f"refs/heads/{branch}"
-    if not attempt.landed or not repo.is_ancestor(attempt.landed, landed_ref):
+    if not attempt.landed or not repo.history.is_ancestor(attempt.landed, landed_ref):
         raise Refused(
             f"{attempt.record_ref} did not land on {target.label if target else branch} "
             "(its Landed commit is not in that branch's history); nothing was changed"

@@ -126,7 +126,7 @@ class Lander:
         tip = attempt.target_before
         if attempt.landing == "merge" or not tip or tip == attempt.base:
             return
-        if not self.repo.is_ancestor(attempt.base, tip):
+        if not self.repo.history.is_ancestor(attempt.base, tip):
             raise AgentgateError(
                 f"--agentgate-land={attempt.landing} needs the attempt's base in "
                 f"{self.target.label}'s history, and {attempt.base[:12]} is not in it (a "
@@ -416,7 +416,7 @@ class Lander:
             problems = [problem] if problem else []
             if server.push_state:  # a checkpoint carries its state and the agent's git
                 for point in attempt.checkpoints:
-                    found = self.repo.ref_value(point)
+                    found = self.repo.refs.value(point)
                     if found is not None:
                         problems.append(
                             server_records.publish_ref(self.repo, server, point, found) or ""

@@ -119,7 +119,7 @@ def opened(
         settings = replace(settings, **changes)
     _git.require_version()
     base_repo = BaseRepo.open(repo, where.get("repo", "repo"))
-    branch = settings.target if settings.target is not None else base_repo.head_branch()
+    branch = settings.target if settings.target is not None else base_repo.refs.head_branch()
     if branch is None:
         raise ConfigError(
             f"{base_repo.label} has no branch checked out (detached HEAD or bare); "
@@ -137,8 +137,8 @@ def opened(
                 value=branch,
                 source=where.get("target", "target"),
             )
-    elif base_repo.resolve(f"refs/heads/{branch}") is None:
-        if base_repo.resolve("HEAD") is None and not base_repo.refs("refs/heads/"):
+    elif base_repo.history.resolve(f"refs/heads/{branch}") is None:
+        if base_repo.history.resolve("HEAD") is None and not base_repo.refs.rows("refs/heads/"):
             raise ConfigError(
                 f"{base_repo.label} has no commits yet; commit something first",
                 value=branch,
@@ -153,12 +153,14 @@ def opened(
     pinned = None
     if settings.base == RUN_START:
         # A ref named run-start is not meant: the option's word wins, as documented.
-        pinned = server.tip() if settings.remote else base_repo.resolve(f"refs/heads/{branch}")
+        pinned = (
+            server.tip() if settings.remote else base_repo.history.resolve(f"refs/heads/{branch}")
+        )
     elif settings.base:
         try:
-            pinned = base_repo.resolve_commit(settings.base, where.get("base", "base"))
+            pinned = base_repo.history.resolve_commit(settings.base, where.get("base", "base"))
         except RevisionNotFound as exc:
-            if base_repo.is_shallow():
+            if base_repo.place.is_shallow():
                 raise ConfigError(
                     f"{settings.base!r} does not name a commit in {base_repo.label}, which "
                     "is a shallow clone: deepen it with 'git fetch --unshallow' (or --deepen "
@@ -238,7 +240,7 @@ def check_harness(parts: Parts, specs: Sequence[GateSpec]) -> list[str]:
 def preflight(parts: Parts, attempt: Attempt) -> MergePreview:
     """A deep three-way merge of the attempt with the target's current tip; moves nothing."""
     assert attempt.change_commit is not None
-    tip = parts.repo.ref_value(parts.target.ref)
+    tip = parts.repo.refs.value(parts.target.ref)
     if tip is None:
         raise RevisionNotFound(parts.target.ref, parts.repo.label, "target")
     attempt.target_before = tip
@@ -247,7 +249,7 @@ def preflight(parts: Parts, attempt: Attempt) -> MergePreview:
         return MergePreview(parts.repo.tree_of(attempt.change_commit), ())
     if isinstance(parts.target, RemoteBranch):  # a shallow clone: deepen for a merge base
         parts.target.reach(attempt.base)
-        tip = parts.repo.ref_value(parts.target.ref) or tip
+        tip = parts.repo.refs.value(parts.target.ref) or tip
     return parts.repo.merge_preview(tip, attempt.change_commit)
 
 
@@ -257,7 +259,7 @@ def known_conflict(parts: Parts, attempt: Attempt, spec: GateSpec) -> Verdict | 
     The preflight after the gate looks again, as the tip may move meanwhile."""
     repo, target = parts.repo, parts.target
     snap = attempt.snapshot
-    tip = repo.ref_value(target.ref)
+    tip = repo.refs.value(target.ref)
     if snap is None or tip in (None, attempt.base) or spec.grading is not None:
         return None
     if not spec.commands or isinstance(target, RemoteBranch):

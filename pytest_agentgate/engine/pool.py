@@ -105,7 +105,7 @@ class WorkspacePool:
         if self.repo.worktree is not None:
             hidden.append(self.repo.worktree)
         if self._worktrees is None:  # linked ones (git worktree add) hold other branches
-            self._worktrees = self.repo.worktrees()
+            self._worktrees = self.repo.place.worktrees()
         hidden += self._worktrees
         if self._private is not None:
             hidden.append(self._private)

@@ -41,7 +41,7 @@ def source_of(repo: BaseRepo, spec: str) -> ResumeSource:
         point = None
     if point is not None:
         return ResumeSource(
-            repo.resolve_commit(f"{point.commit}^1"),  # the base it was made on
+            repo.history.resolve_commit(f"{point.commit}^1"),  # the base it was made on
             point.code_tree,
             point.state,
             point.agent_git,

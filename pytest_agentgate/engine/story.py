@@ -332,7 +332,7 @@ class Engine:
             self.queue.arrived(attempt.uid)
             clock = time.perf_counter()
             if attempt.target_before is None:  # decided before preflight read it
-                attempt.target_before = self.repo.ref_value(self.target.ref)
+                attempt.target_before = self.repo.refs.value(self.target.ref)
             if attempt.record_problem is None:
                 try:
                     self.lander.record(attempt)

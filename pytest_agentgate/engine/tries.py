@@ -70,7 +70,7 @@ def prepare_retry(repo: BaseRepo, target_ref: str, ws: Workspace, mode: str, las
     else:
         source = None
     conflicted = last.verdict is not None and last.verdict.status == "conflict"
-    tip = repo.ref_value(target_ref) if conflicted else None
+    tip = repo.refs.value(target_ref) if conflicted else None
     if tip is not None and (mode == "restart" or source is None):
         # From the same base the try would meet the same conflict: it starts on the tip.
         recycling.recycle(ws, tip)

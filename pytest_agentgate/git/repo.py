@@ -1,10 +1,11 @@
-"""The base repository as named git operations: names, objects, trees, merges and refs (the
-refs, the history and running git are :mod:`.repo_refs`, re-exported here).
+"""The base repository as named git operations: objects, trees and merges here; it holds
+where it is and how git runs (:mod:`.place`), its refs (:mod:`.refs`) and its history
+(:mod:`.history`) as parts, reached as ``repo.place``, ``repo.refs`` and ``repo.history``.
 
 This module and :mod:`.index` (a work tree with its own index) and :mod:`.transport` (fetch
 and push) are the git layer: the only code that builds a git command line. Each operation
 owns its arguments and the parsing of what git printed, and returns a typed result; failures
-are classified once, in :mod:`._git`. Refs only move through :meth:`BaseRepo.update_ref`,
+are classified once, in :mod:`.runner`. Refs only move through :meth:`.refs.Refs.update`,
 which always passes the old value, so a lost race is reported as ``False`` and never
 overwrites someone else's move.
 
@@ -20,18 +21,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from ..errors import GitError
 from . import objects, trees
 from . import runner as _git
+from .history import History, LogEntry
 from .objects import is_oid
-from .repo_refs import (
-    ZERO,
-    LogEntry,
-    RepoRefs,
-    check_branch_name,
-)
+from .place import Place, find
+from .refs import ZERO, Refs, check_branch_name
 
 __all__ = [
     "ZERO",
@@ -47,7 +45,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    pass
+    from .index import Index
 
 T = TypeVar("T")
 
@@ -121,17 +119,54 @@ class MergePreview:
         return not self.conflicts
 
 
-class BaseRepo(RepoRefs):
+class BaseRepo:
     """A repository the agents' work lands in (bare or with a working tree)."""
 
     def __init__(self, git_dir: Path, worktree: Path | None) -> None:
-        super().__init__(git_dir, worktree)
+        self.place = Place(git_dir, worktree)
+        self.refs = Refs(self.place)
+        self.history = History(self.place)
+        self.git_dir, self.worktree = git_dir, worktree
+        self.common_dir, self.label = self.place.common_dir, self.place.label
+        self._oid_length = self.place.oid_length
+        #: Git run against this repository: for the git layer's own modules only.
+        self._run = self.place.run
+        # commit -> tree; commits never change, so this cache is never stale.
+        self._trees: dict[str, str] = {}
+        self._tree_paths: dict[str, list[str]] = {}
+        self._gitlinks: dict[str, frozenset[str]] = {}
         #: "old new" object ids -> ``diff-tree -t`` between them (objects never change).
         self._diffs: dict[str, list[TreeChange]] = {}
         #: Tree id -> whether it holds a ``.gitattributes`` at any depth.
         self._attributed: dict[str, bool] = {}
 
-    # -- running git ------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, source: str = "", option: str = "") -> Self:
+        """The repository at ``path`` (its top, a subdirectory, or a bare repository); see
+        :func:`.place.find`."""
+        return cls(*find(path, source, option))
+
+    @property
+    def bare(self) -> bool:
+        return self.worktree is None
+
+    @property
+    def null_oid(self) -> str:
+        return self.place.null_oid
+
+    @property
+    def private_dir(self) -> Path:
+        return self.place.private_dir
+
+    def index(self, work_tree: Path | None, path: Path | None = None) -> Index:
+        """``work_tree`` with the index at ``path`` (None: the repository's own index)."""
+        from .index import Index
+
+        return Index(self, work_tree, path)
+
+    def checkout_index(self) -> Index:
+        """The base repository's own checkout and index (the user's filters apply)."""
+        return self.index(self.worktree)
 
     # -- names --------------------------------------------------------------------------
 

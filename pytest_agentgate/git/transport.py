@@ -85,7 +85,7 @@ def check_remote(repo: BaseRepo, remote: str, source: str = "") -> None:
     """Raise :class:`ConfigError` unless ``remote`` is a configured remote of ``repo``."""
     if not remote or remote.startswith("-") or "/" in remote:
         raise ConfigError(f"{remote!r} is not a remote name", value=remote, source=source)
-    if not repo.config_value(f"remote.{remote}.url"):
+    if not repo.place.config_value(f"remote.{remote}.url"):
         raise ConfigError(
             f"{repo.label} has no remote named {remote!r}; add it with "
             f"'git remote add {remote} URL'",
@@ -119,7 +119,7 @@ def fetch_branch(
         if "couldn't find remote ref" in result.stderr:
             return None
         raise _git.failure(["fetch", name], result.returncode, result.stderr)
-    return repo.ref_value(into)
+    return repo.refs.value(into)
 
 
 def deepen(

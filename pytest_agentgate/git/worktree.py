@@ -21,7 +21,7 @@ def checked_out(repo: BaseRepo, ref: str) -> bool:
     """Whether ``ref`` is the branch checked out in the base repository's main working tree."""
     if repo.bare or not ref.startswith("refs/heads/"):
         return False
-    return repo.head_branch() == ref[len("refs/heads/") :]
+    return repo.refs.head_branch() == ref[len("refs/heads/") :]
 
 
 def linked_checkout(repo: BaseRepo, ref: str) -> Path | None:
@@ -163,7 +163,7 @@ def recover_worktree(repo: BaseRepo, ref: str) -> str | None:
         return None
     old, new = data["old"], data["new"]
     note = None
-    if repo.ref_value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
+    if repo.refs.value(ref) == new and checked_out(repo, ref) and repo.worktree is not None:
         index_tree = repo.checkout_index().tree_or_none()
         if index_tree == repo.tree_of(old):
             finished = _stage_finished_paths(repo, old, new)

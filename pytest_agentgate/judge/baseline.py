@@ -100,7 +100,7 @@ def store(repo: BaseRepo, name: str, tree: str, found: Stored) -> None:
     from ..store.records import baseline_message
 
     commit = repo.commit_tree(holder, [], baseline_message(tree), _AUTHOR)
-    repo.update_ref(f"{PREFIX}{name}", commit, None, "agentgate baseline")
+    repo.refs.update(f"{PREFIX}{name}", commit, None, "agentgate baseline")
 
 
 def get_or_compute(repo: BaseRepo, name: str, tree: str, compute: Callable[[], Stored]) -> Stored:

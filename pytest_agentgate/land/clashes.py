@@ -48,7 +48,7 @@ _COMMON = frozenset(
 def named(repo: BaseRepo, commit: str, subject: str, author: str) -> str:
     """``<commit> 'task' by agent`` of a landing (a person's commit: its subject and author)."""
     try:
-        said = records.landing_said(repo.commit_message(commit))
+        said = records.landing_said(repo.history.commit_message(commit))
     except AgentgateError:
         said = records.LandingSaid("", "", "")
     task, agent = said.task or subject, said.agent or author
@@ -106,7 +106,7 @@ def _since(repo: BaseRepo, base: str, tip: str) -> list[LogEntry]:
     """The newest ``MOST`` commits of ``base..tip`` along first parents (none when that
     cannot be read: a base not in the history here)."""
     try:
-        return repo.first_parent_log(f"{base}..{tip}")[:MOST]
+        return repo.history.first_parent_log(f"{base}..{tip}")[:MOST]
     except AgentgateError:
         return []
 
@@ -115,7 +115,7 @@ def _first_parent(repo: BaseRepo, commit: str) -> str:
     """What ``commit`` changed is read against: its first parent (for a merge, the tip it
     merged onto), or the empty tree ("" when it cannot be read)."""
     try:
-        parents = repo.parents(commit)
+        parents = repo.history.parents(commit)
     except AgentgateError:
         return ""
     return parents[0] if parents else repo.empty_tree()
@@ -137,7 +137,7 @@ def _patch_words(repo: BaseRepo, commit: str, parent: str) -> set[str]:
     """The words of the lines ``commit``'s patch against ``parent`` (for a merge, what it
     brought) added or removed, of its first 2,000 lines."""
     try:
-        shown = repo.patch(parent, commit) if parent else ""
+        shown = repo.history.patch(parent, commit) if parent else ""
     except AgentgateError:
         return set()
     lines = shown.splitlines()[:2000]

@@ -53,7 +53,7 @@ class ExternalMoves:
         if isinstance(self.target, RemoteBranch):
             how = f"pushed to {self.target.remote} outside agentgate (no record of it)"
         else:
-            entry = self.repo.last_reflog_entry(ref)
+            entry = self.repo.refs.last_reflog_entry(ref)
             how = entry[1] if entry is not None and entry[0] == tip else "no reflog entry"
         with contextlib.suppress(OSError):
             self.log.append(
@@ -64,7 +64,7 @@ class ExternalMoves:
     def between(self, before: str, after: str) -> str | None:
         """The newest move outside agentgate from ``before`` to ``after`` along the target's
         first parents (a person's push that a landing then merged over), noted; or None."""
-        for entry in self.repo.first_parent_log(f"{before}..{after}"):
+        for entry in self.repo.history.first_parent_log(f"{before}..{after}"):
             how = self.note(entry.commit)
             if how:
                 return how

@@ -45,7 +45,7 @@ def landing_commit(
     if head == record.base:
         return Landed(change_commit, tree, "fast-forward")
     if record.landing == "rebase":
-        message = records.rebased_message(repo.commit_message(change_commit), change_commit)
+        message = records.rebased_message(repo.history.commit_message(change_commit), change_commit)
         return Landed(repo.commit_tree(tree, [head], message, author), tree, "rebase")
     message = records.merge_message(record.task, record.agent)
     return Landed(repo.commit_tree(tree, [head, change_commit], message, author), tree, "merge")
@@ -60,9 +60,9 @@ def judged_as_is(head: str, base: str, kind: str) -> bool:
 def change_landed(repo: BaseRepo, change_commit: str, base: str, tip: str) -> str | None:
     """The commit of ``base..tip`` (first parents) that landed ``change_commit``, in any of
     the three shapes; None when none did."""
-    if repo.is_ancestor(change_commit, tip):
+    if repo.history.is_ancestor(change_commit, tip):
         return change_commit
-    for commit in repo.first_parent_naming(f"{base}..{tip}", change_commit):
+    for commit in repo.history.first_parent_naming(f"{base}..{tip}", change_commit):
         if lands(repo, commit, change_commit):
             return commit
     return None
@@ -73,11 +73,11 @@ def lands(repo: BaseRepo, commit: str, change_commit: str) -> bool:
     squash, a rebase) names it in its trailer *and* is its parent merged with it, tree for
     tree (anyone who can push can write a trailer; only the plugin's landing has that
     tree)."""
-    if repo.is_ancestor(change_commit, commit):
+    if repo.history.is_ancestor(change_commit, commit):
         return True
-    if records.landing_said(repo.commit_message(commit)).replays != change_commit:
+    if records.landing_said(repo.history.commit_message(commit)).replays != change_commit:
         return False
-    parents = repo.parents(commit)
+    parents = repo.history.parents(commit)
     if len(parents) != 1:
         return False
     preview = repo.merge_preview(parents[0], change_commit)

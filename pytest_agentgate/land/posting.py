@@ -118,7 +118,7 @@ class ServerPosts:
             landed = (
                 self.repo.has_object(new)
                 and lands(self.repo, new, entry.change_commit)
-                and self.repo.is_ancestor(new, tip)
+                and self.repo.history.is_ancestor(new, tip)
             )
         except AgentgateError:
             landed = False
@@ -219,16 +219,16 @@ class ServerPosts:
         protection, the harness and the limits as this machine's own would."""
         try:
             records.check_name(entry.agent, "agent name", "a posted attempt")
-            parents = self.repo.parents(entry.change_commit)
+            parents = self.repo.history.parents(entry.change_commit)
         except AgentgateError as exc:
             return str(exc)
         if parents != [entry.base]:
             return "its change commit's parent is not the base it names"
-        tip = self.repo.ref_value(self.target.ref)
-        if tip is None or not self.repo.is_ancestor(entry.base, tip):
+        tip = self.repo.refs.value(self.target.ref)
+        if tip is None or not self.repo.history.is_ancestor(entry.base, tip):
             # Perhaps a tip this machine has not fetched yet (another machine landed it).
             tip = self.target.tip()
-            if tip is None or not self.repo.is_ancestor(entry.base, tip):
+            if tip is None or not self.repo.history.is_ancestor(entry.base, tip):
                 return f"its base {entry.base[:12]} is not in {self.target.label}'s history"
         return judge(entry.change_commit, entry.base, entry.record)
 

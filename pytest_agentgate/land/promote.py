@@ -195,7 +195,7 @@ def _tip(repo: BaseRepo, target: LocalBranch | RemoteBranch) -> str | None:
     if isinstance(target, RemoteBranch):
         return target.tip()
     recover_worktree(repo, target.ref)
-    return repo.ref_value(target.ref)
+    return repo.refs.value(target.ref)
 
 
 @dataclass(frozen=True)

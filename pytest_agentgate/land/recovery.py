@@ -127,7 +127,7 @@ class Recovery:
             if line is None:
                 left.append(entry)
                 continue
-            if line.new and tip and self.repo.is_ancestor(line.new, tip):
+            if line.new and tip and self.repo.history.is_ancestor(line.new, tip):
                 found: dict[str, str] = {}
                 written = self.files.landed_record(entry.uid)  # killed after its records
                 ref, commit = (

@@ -153,7 +153,7 @@ class RemoteBranch(_LogsMoves):
         """(fetch URL, push URL): using URLs, not the remote's name, keeps git from updating
         the user's ``refs/remotes/<remote>/*`` on the side."""
         if self._urls is None:
-            self._urls = self.repo.remote_urls(self.remote)
+            self._urls = self.repo.place.remote_urls(self.remote)
         return self._urls
 
     #: The server's chain of the plugin's moves of each branch (see :meth:`moved_here`).
@@ -183,10 +183,10 @@ class RemoteBranch(_LogsMoves):
         another machine's landing is never taken for a person's push. Read from what the
         last :meth:`tip` fetched; as trustworthy as the records (whoever can push can
         write one)."""
-        if self.repo.ref_value(self.moves_mirror) is None:
+        if self.repo.refs.value(self.moves_mirror) is None:
             return False
         try:
-            chain = self.repo.first_parent_chain(self.moves_mirror, self.MOVES_LOOKBACK)
+            chain = self.repo.history.first_parent_chain(self.moves_mirror, self.MOVES_LOOKBACK)
         except AgentgateError:
             return False
         for _, parents in chain:
@@ -201,8 +201,8 @@ class RemoteBranch(_LogsMoves):
         ``new``."""
         from ..git.repo import Author
 
-        last = self.repo.ref_value(self.moves_mirror)
-        if last is not None and not self.repo.is_commit(last):
+        last = self.repo.refs.value(self.moves_mirror)
+        if last is not None and not self.repo.history.is_commit(last):
             last = None  # not a link (written by hand): the chain starts again, over it
         message = (
             f"agentgate {note.op} of {self.branch}\n\nAgentgate-Op: {note.op}\n"
@@ -226,18 +226,22 @@ class RemoteBranch(_LogsMoves):
     def reach(self, base: str) -> None:
         """In a shallow clone (the default of CI checkouts), fetch just enough history for
         ``base`` and the target's tip to have a merge base, or say which command to run."""
-        tip = self.repo.ref_value(self.ref)
-        if tip is None or not self.repo.is_shallow() or self.repo.merge_base(base, tip):
+        tip = self.repo.refs.value(self.ref)
+        if (
+            tip is None
+            or not self.repo.place.is_shallow()
+            or self.repo.history.merge_base(base, tip)
+        ):
             return
         for by in self.DEEPEN_STEPS:
             with locks.ref_lock(self.repo, f"fetch/{self.ref}"):
                 transport.deepen(
                     self.repo, self.urls()[0], self.branch, self.ref, by, name=self.remote
                 )
-            tip = self.repo.ref_value(self.ref) or tip
-            if self.repo.merge_base(base, tip) or not self.repo.is_shallow():
+            tip = self.repo.refs.value(self.ref) or tip
+            if self.repo.history.merge_base(base, tip) or not self.repo.place.is_shallow():
                 return
-        if not self.repo.merge_base(base, tip):
+        if not self.repo.history.merge_base(base, tip):
             raise ConfigError(
                 f"this shallow clone holds no common history of {base[:12]} and {self.label}, "
                 f"even {sum(self.DEEPEN_STEPS):,} commits deeper: run `git fetch --unshallow "
@@ -322,8 +326,8 @@ class RemoteBranch(_LogsMoves):
                 lease.renewed(updates[1])
             if pushed.ok and link is not None:
                 with contextlib.suppress(AgentgateError):
-                    self.repo.update_ref(
-                        self.moves_mirror, link.new, self.repo.ref_value(self.moves_mirror), "move"
+                    self.repo.refs.update(
+                        self.moves_mirror, link.new, self.repo.refs.value(self.moves_mirror), "move"
                     )
         if not pushed.ok:
             self._settle(uid, "pending-abandoned")
@@ -333,7 +337,7 @@ class RemoteBranch(_LogsMoves):
                 lease.confirm()  # the branch moved, or the lease was taken over: take it again
             return MoveResult(False)
         # Our own view follows; a compare-and-swap, like every ref the plugin moves.
-        self.repo.update_ref(self.ref, new, old, message)
+        self.repo.refs.update(self.ref, new, old, message)
         recorded = [after_move()] if after_move is not None else []
         return self._moved(old, new, note, uid, recorded, None)
 

@@ -314,7 +314,7 @@ class LocalBranch(_LogsMoves):
         return self.branch
 
     def tip(self) -> str | None:
-        return self.repo.ref_value(self.ref)
+        return self.repo.refs.value(self.ref)
 
     def tip_under_lock(self, guess: str) -> str | None:
         checkout.recover_worktree(self.repo, self.ref)
@@ -366,7 +366,7 @@ class LocalBranch(_LogsMoves):
                     self._settle(uid, "pending-abandoned")
                     raise
             try:
-                moved = self.repo.update_ref(self.ref, new, old, message, reflog=True)
+                moved = self.repo.refs.update(self.ref, new, old, message, reflog=True)
             except BaseException:
                 if follow:
                     journal.unlink(missing_ok=True)

@@ -43,7 +43,7 @@ class PruneReport:
 
 def _landed_on(repo: BaseRepo, commit: str) -> str | None:
     """A branch that contains ``commit``, or None."""
-    return repo.branch_containing(commit)
+    return repo.refs.branch_containing(commit)
 
 
 def prune(
@@ -60,7 +60,7 @@ def prune(
     report = PruneReport()
     for position, attempt in enumerate(list_attempts(repo)):
         landed = attempt.landed
-        if landed and repo.resolve(landed):
+        if landed and repo.history.resolve(landed):
             branch = _landed_on(repo, landed)
             if branch:
                 report.kept_landed.append((attempt.record_ref, f"landed on {branch}"))
@@ -76,15 +76,15 @@ def prune(
             slug, _, number = attempt.record_ref[len(ATTEMPTS_PREFIX) :].rpartition("/")
             if number.isdigit():
                 raise_high_water(repo, slug, int(number))
-            if not repo.delete_ref(attempt.record_ref, attempt.record_commit):
+            if not repo.refs.delete(attempt.record_ref, attempt.record_commit):
                 report.kept += 1
                 continue
             state_commit = attempt.record.state
             if state_commit:
-                repo.delete_ref(state_ref_for(attempt.record_ref), state_commit)
-            log_commit = repo.ref_value(log_ref_for(attempt.record_ref))
+                repo.refs.delete(state_ref_for(attempt.record_ref), state_commit)
+            log_commit = repo.refs.value(log_ref_for(attempt.record_ref))
             if log_commit is not None:  # its gate log goes with it
-                repo.delete_ref(log_ref_for(attempt.record_ref), log_commit)
+                repo.refs.delete(log_ref_for(attempt.record_ref), log_commit)
             oplog.append(
                 repo.common_dir,
                 oplog.OpRecord(
@@ -136,7 +136,11 @@ def prune_remote(
     for position, attempt in enumerate(rows):
         slug, _, number = attempt.record_ref[len(ATTEMPTS_PREFIX) :].rpartition("/")
         landed = attempt.landed
-        branch = repo.branch_containing(landed, heads) if landed and repo.resolve(landed) else None
+        branch = (
+            repo.refs.branch_containing(landed, heads)
+            if landed and repo.history.resolve(landed)
+            else None
+        )
         if branch:
             report.kept_landed.append((attempt.record_ref, f"landed on {server.remote}/{branch}"))
         elif number.isdigit() and int(number) == highest.get(slug):
@@ -174,7 +178,7 @@ def _queue_leftovers(
 
     cutoff = min(cutoff, datetime.now(cutoff.tzinfo) - timedelta(seconds=WAIT_LIMIT_S))
     removed = []
-    for ref, commit, date in repo.refs(
+    for ref, commit, date in repo.refs.rows(
         mirror, "%(refname)%00%(objectname)%00%(creatordate:iso-strict)"
     ):
         if not date or datetime.fromisoformat(date) >= cutoff:
@@ -187,7 +191,7 @@ def _queue_leftovers(
             )  # fmt: skip
             if not pushed.ok:
                 continue  # changed there meanwhile (taken, renewed): kept
-            repo.delete_ref(ref, commit)
+            repo.refs.delete(ref, commit)
             with contextlib.suppress(OSError):
                 oplog.append(
                     repo.common_dir,
@@ -250,12 +254,12 @@ def _prune_scratch_refs(
                 )
     recent = datetime.now(UTC).timestamp() - SCRATCH_GRACE_S
     for prefix in (DRYRUN_PREFIX,):
-        for ref, value in repo.refs(prefix):
+        for ref, value in repo.refs.rows(prefix):
             used = last_used.get(ref)
             if used is not None and (used >= cutoff or used.timestamp() >= recent):
                 continue
             if not dry_run:
-                if not repo.delete_ref(ref, value, "agentgate prune: an old dry run"):
+                if not repo.refs.delete(ref, value, "agentgate prune: an old dry run"):
                     continue
                 oplog.append(
                     repo.common_dir,

@@ -129,7 +129,7 @@ def _grading_for(marker: GatedMarker, repo: BaseRepo) -> Any:
     tests_from = None
     if marker.tests_from:
         try:
-            tests_from = repo.resolve_commit(marker.tests_from, "tests_from")
+            tests_from = repo.history.resolve_commit(marker.tests_from, "tests_from")
         except RevisionNotFound as exc:
             raise usage(str(exc)) from exc
     return Grading(marker.fail_to_pass, marker.pass_to_pass, tests_from)

@@ -110,7 +110,7 @@ class Lease:
             if not self.repo.has_object(there):
                 return there, None
         try:
-            text = self.repo.commit_message(there)
+            text = self.repo.history.commit_message(there)
         except AgentgateError:  # not a commit (a blob, a tree): no lease anyone holds
             return there, LeaseInfo("?", 0.0)
         fields: dict[str, str] = {}

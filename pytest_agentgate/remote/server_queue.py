@@ -219,7 +219,7 @@ class ServerQueue:
 
     def _beat_time(self, oid: str) -> float | None:
         try:
-            message = self.repo.commit_message(oid)
+            message = self.repo.history.commit_message(oid)
         except AgentgateError:
             return None
         for line in message.splitlines():
@@ -265,8 +265,8 @@ class ServerQueue:
         if not self.repo.has_object(commit):
             return None
         try:
-            parents = self.repo.parents(commit)
-            message = self.repo.commit_message(commit)
+            parents = self.repo.history.parents(commit)
+            message = self.repo.history.commit_message(commit)
         except AgentgateError:
             return None
         title, _, body = message.partition("\n")
@@ -314,7 +314,7 @@ class ServerQueue:
         found: dict[str, tuple[str, dict[str, object]]] = {}
         for uid, commit in there.items():
             try:
-                title, _, body = self.repo.commit_message(commit).partition("\n")
+                title, _, body = self.repo.history.commit_message(commit).partition("\n")
                 if len(body) > MAX_MESSAGE:
                     continue
                 data = json.loads(body) if title.strip() == VERDICT_TITLE else None

@@ -64,7 +64,7 @@ def publish(repo: BaseRepo, server: Server, ref: str, commit: str) -> tuple[str,
         for _ in range(MAX_CLAIMS):
             updates = [transport.RefUpdate(ref, commit, repo.null_oid)]
             state_ref = state.ref_for(ref)
-            state_commit = repo.ref_value(state_ref) if server.push_state else None
+            state_commit = repo.refs.value(state_ref) if server.push_state else None
             if state_commit:
                 updates.append(transport.RefUpdate(state_ref, state_commit, repo.null_oid))
             pushed = transport.push(repo, server.push_url, updates, name=server.remote)
@@ -121,7 +121,7 @@ def catch_up(repo: BaseRepo, server: Server) -> list[str]:
     """Push the records earlier runs could not; say what happened to each."""
     notes = []
     for ref in _listed(repo, server):
-        commit = repo.ref_value(ref)
+        commit = repo.refs.value(ref)
         if commit is None:  # pruned meanwhile: nothing to push
             _unlist(repo, server, ref)
             continue
@@ -148,7 +148,7 @@ def fetch_records(repo: BaseRepo, server: Server, *, with_state: bool = False) -
 def for_remote(repo: BaseRepo, remote: str, *, push_state: bool = False) -> Server:
     """The server of a configured remote (what ``--remote NAME`` names)."""
     transport.check_remote(repo, remote, "--remote")
-    fetch_url, push_url = repo.remote_urls(remote)
+    fetch_url, push_url = repo.place.remote_urls(remote)
     return Server(remote, fetch_url, push_url, push_state)
 
 
@@ -177,18 +177,18 @@ def _renumber(repo: BaseRepo, server: Server, ref: str, commit: str, above: int)
     """Move the record at ``ref`` to the next number above ``above`` and every number this
     clone knows for its task (each claimed here by compare-and-swap); its state ref too."""
     slug = ref[len(attempts.PREFIX) :].rsplit("/", 1)[0]
-    local = [n.rsplit("/", 1)[1] for n in repo.ref_names(f"{attempts.PREFIX}{slug}/")]
+    local = [n.rsplit("/", 1)[1] for n in repo.refs.names(f"{attempts.PREFIX}{slug}/")]
     n = max([above, attempts.high_water(repo, slug), *(int(x) for x in local if x.isdigit())]) + 1
     message = f"agentgate: renumbered, {ref} was taken on {server.remote}"
-    while not repo.update_ref(f"{attempts.PREFIX}{slug}/{n}", commit, None, message):
+    while not repo.refs.update(f"{attempts.PREFIX}{slug}/{n}", commit, None, message):
         n += 1
     new = f"{attempts.PREFIX}{slug}/{n}"
     attempts.raise_high_water(repo, slug, n)
-    state_commit = repo.ref_value(state.ref_for(ref))
+    state_commit = repo.refs.value(state.ref_for(ref))
     if state_commit:
-        repo.update_ref(state.ref_for(new), state_commit, None, message)
-        repo.delete_ref(state.ref_for(ref), state_commit, message)
-    repo.delete_ref(ref, commit, message)
+        repo.refs.update(state.ref_for(new), state_commit, None, message)
+        repo.refs.delete(state.ref_for(ref), state_commit, message)
+    repo.refs.delete(ref, commit, message)
     _unlist(repo, server, ref)
     with contextlib.suppress(OSError):
         oplog.append(

@@ -55,13 +55,13 @@ def write_ref(repo: BaseRepo, slug: str, commit: str, message: str) -> str:
     ``n`` is claimed by compare-and-swap against "does not exist", so two processes never
     get the same number and a number is never reused while its ref exists.
     """
-    taken = [name.rsplit("/", 1)[-1] for name in repo.ref_names(f"{PREFIX}{slug}/")]
+    taken = [name.rsplit("/", 1)[-1] for name in repo.refs.names(f"{PREFIX}{slug}/")]
     n = max([int(x) for x in taken if x.isdigit()] + [high_water(repo, slug)], default=0) + 1
     for _ in range(10_000):
         ref = f"{PREFIX}{slug}/{n}"
         # The new ref is its own claim; the high-water file only has to outlive the refs
         # that go, and whatever removes one (prune, a renumbering) raises it first.
-        if repo.update_ref(ref, commit, None, message):
+        if repo.refs.update(ref, commit, None, message):
             return ref
         n += 1
     raise GitError(
@@ -169,7 +169,7 @@ def list_attempts(repo: BaseRepo, prefix: str = PREFIX) -> list[AttemptInfo]:
     )
     rows = [
         AttemptInfo(PREFIX + ref[len(prefix) :], commit, date, subject, parse_trailers(trailers))
-        for ref, commit, kind, date, subject, trailers in repo.ref_records(prefix, fields)
+        for ref, commit, kind, date, subject, trailers in repo.refs.records(prefix, fields)
         # Anything else under the prefix (a blob, a tag, a commit with no date) is no record:
         # anyone who can push to a server can put one there.
         if kind == "commit" and date
@@ -199,7 +199,7 @@ def find(repo: BaseRepo, name: str, prefix: str = PREFIX, *, readable: bool = Tr
         from .schema import check_record
 
         check_record(found.record_ref, found.trailers)
-        parents = repo.parents(found.record_commit)
+        parents = repo.history.parents(found.record_commit)
         if parents != [found.base]:
             raise RecordMismatch(found.record_ref, found.base, parents)
     return found

@@ -174,24 +174,24 @@ def write(
     parents = [base, *(c for c in (state, agent_git) if c)]
     commit = repo.commit_tree(code_tree, parents, body, author)
     folder = f"{PREFIX}{slug}/{try_id}/"
-    for k in range(len(repo.ref_names(folder)) + 1, 10_000):
+    for k in range(len(repo.refs.names(folder)) + 1, 10_000):
         ref = f"{folder}{k}"
-        if repo.update_ref(ref, commit, None, "agentgate checkpoint"):
+        if repo.refs.update(ref, commit, None, "agentgate checkpoint"):
             return Checkpoint(commit, ref, code_tree, state, agent_git, text)
     raise CheckpointError(folder, "no free number")
 
 
 def read(repo: BaseRepo, spec: str) -> Checkpoint:
     """A checkpoint by its ref or its commit id; :class:`CheckpointError` when it is none."""
-    commit = repo.resolve_commit(spec)
-    for ref, oid, contents in repo.ref_records(PREFIX, ["refname", "objectname", "contents"]):
+    commit = repo.history.resolve_commit(spec)
+    for ref, oid, contents in repo.refs.records(PREFIX, ["refname", "objectname", "contents"]):
         if oid != commit:
             continue
         first = contents.splitlines()[0] if contents else ""
         # Only the plugin's own trailer block counts, and only for commits it made parents
         # of the checkpoint: a value anywhere else is text, not a state to restore.
         fields = parse_trailers(contents)
-        parents = set(repo.parents(commit)[1:])
+        parents = set(repo.history.parents(commit)[1:])
         state, agent_git = fields.get("State"), fields.get("Agent-Git")
         if (state and state not in parents) or (agent_git and agent_git not in parents):
             raise CheckpointError(ref, "its trailers name commits that are not its parents")

@@ -54,13 +54,13 @@ def write(
     tree = repo.mktree(entries)
     commit = repo.commit_tree(tree, [record_commit], "agentgate gate log\n", author)
     ref = ref_for(record_ref)
-    repo.update_ref(ref, commit, None, "agentgate gate log")
+    repo.refs.update(ref, commit, None, "agentgate gate log")
     return ref
 
 
 def read(repo: BaseRepo, record_ref: str) -> list[tuple[str, bytes]]:
     """The logs kept beside a record: (file name, bytes), in order; empty when none."""
-    commit = repo.ref_value(ref_for(record_ref))
+    commit = repo.refs.value(ref_for(record_ref))
     if commit is None:
         return []
     found = []

@@ -82,10 +82,10 @@ def pid_alive(pid: int) -> bool:
 
 
 def _on(repo: BaseRepo, commit: str, ref: str) -> bool:
-    tip = repo.ref_value(ref)
+    tip = repo.refs.value(ref)
     if tip is None:
         return False
-    return tip == commit or repo.is_ancestor(commit, tip)
+    return tip == commit or repo.history.is_ancestor(commit, tip)
 
 
 def settle(

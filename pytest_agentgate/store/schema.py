@@ -54,7 +54,7 @@ def check_record(ref: str, trailers: dict[str, str]) -> None:
 
 def layout(repo: BaseRepo) -> int:
     """The refs layout of ``repo`` (1 when it has no layout ref: 0.1's)."""
-    oid = repo.ref_value(LAYOUT_REF)
+    oid = repo.refs.value(LAYOUT_REF)
     if oid is None:
         return 1
     text = (repo.read_blob(oid) or b"").decode("utf-8", "replace").strip()
@@ -72,4 +72,4 @@ def ensure_layout(repo: BaseRepo) -> None:
     if found == REFS_LAYOUT:
         return
     blob = repo.hash_blob(_LAYOUT_TEXT.format(n=REFS_LAYOUT).encode())
-    repo.update_ref(LAYOUT_REF, blob, repo.ref_value(LAYOUT_REF), "agentgate: refs layout")
+    repo.refs.update(LAYOUT_REF, blob, repo.refs.value(LAYOUT_REF), "agentgate: refs layout")

@@ -18,6 +18,6 @@ def ref_for(attempt_ref: str) -> str:
 def write_ref(repo: BaseRepo, attempt_ref: str, commit: str) -> str:
     """Name the state commit beside its attempt (created once, by compare-and-swap)."""
     ref = ref_for(attempt_ref)
-    if not repo.update_ref(ref, commit, None, "agentgate state"):
+    if not repo.refs.update(ref, commit, None, "agentgate state"):
         raise StateError(ref, "already exists")
     return ref

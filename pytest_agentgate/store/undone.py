@@ -32,7 +32,7 @@ def undone(repo: BaseRepo, attempts: Iterable[AttemptInfo]) -> dict[str, str]:
         if move.op not in ("revert", "rollback") or not move.new:
             continue
         try:
-            said = parse_trailers(repo.commit_message(move.new))
+            said = parse_trailers(repo.history.commit_message(move.new))
         except AgentgateError:
             continue  # a move whose commit is gone (pruned): nothing to read
         reverts, back_to = said.get("Reverts"), said.get("Rollback-To")
@@ -54,6 +54,8 @@ def undone(repo: BaseRepo, attempts: Iterable[AttemptInfo]) -> dict[str, str]:
 def _between(repo: BaseRepo, commit: str, after: str, upto: str) -> bool:
     """Whether ``commit`` landed after ``after`` and by ``upto`` (the tip a rollback moved)."""
     try:
-        return repo.is_ancestor(commit, upto) and not repo.is_ancestor(commit, after)
+        return repo.history.is_ancestor(commit, upto) and not repo.history.is_ancestor(
+            commit, after
+        )
     except AgentgateError:
         return False

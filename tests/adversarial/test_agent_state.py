@@ -61,12 +61,12 @@ def test_a_checkpoint_naming_a_state_that_is_not_its_parent_is_refused(
     from pytest_agentgate.store import checkpoints
 
     repo = BaseRepo(service / ".git", service)
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     forged = repo.commit_tree(
         repo.tree_of(base), [base],
         f"agentgate: checkpoint: x\n\nAgentgate-State: {base}\n", Author("a", "a@e"),
     )  # fmt: skip
-    assert repo.update_ref(f"{checkpoints.PREFIX}forged/t/1", forged, None, "test")
+    assert repo.refs.update(f"{checkpoints.PREFIX}forged/t/1", forged, None, "test")
     with pytest.raises(checkpoints.CheckpointError, match="not its parents"):
         checkpoints.read(repo, forged)
 

@@ -244,7 +244,7 @@ def test_a_snapshot_s_gitlinks_are_its_base_s_whatever_the_agent_did(
     from pytest_agentgate.workspace.snapshot import SnapshotRefused, snapshot
 
     with_gitlink(repo)
-    base = repo.resolve_commit("main")
+    base = repo.history.resolve_commit("main")
     for i, act in enumerate(["emptied", "removed", "a file", "a repository"]):
         ws = fork(repo, base, "main", tmp_path / f"pool-{i}")
         lib = ws.path / "vendor" / "lib"
