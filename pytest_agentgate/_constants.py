@@ -14,7 +14,7 @@ MARKER_HELP = (
     "gated(task, *, agent=None, gate=None, checks=(), protect=(), allow_removed=(), "
     "allow_changed=(), "
     "max_changed_lines=None, "
-    "state=(), resume=False, retries=0, budget=None, resume_from=None, land=None): "
+    "state=(), resume=None, retries=0, budget=None, resume_from=None, land=None): "
     "an agent task whose workspace (fixture agent_workspace) is snapshotted, gated by the "
     "test outcome, checks and gate commands, preflight-merged and promoted to the target"
 )

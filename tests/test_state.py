@@ -32,10 +32,11 @@ def test_first_try(agent_workspace):
     globals()["_keep_open"] = db
 
 
-@pytest.mark.gated(task="Repair the inventory", state=STATE, resume=True, gate=[])
+@pytest.mark.gated(task="Repair the inventory", state=STATE, resume_from="latest", gate=[])
 def test_second_try_resumes(agent_workspace):
     db = sqlite3.connect(agent_workspace.path / "var" / "inventory.db")
     assert db.execute("SELECT item, qty FROM stock").fetchall() == [("bolt", 3)]
+    assert (agent_workspace.path / "fix.py").read_text() == "FIXED = False\\n"  # its code too
     db.execute("INSERT INTO stock VALUES ('nut', 5)")
     db.commit()
     db.close()
@@ -57,12 +58,14 @@ def test_state_is_captured_resumed_and_restored(
     result.assert_outcomes(passed=1, failed=1)
     first, second = json.loads(report.read_text())["attempts"]
     assert first["verdict"] == "rejected" and first["state"]
-    assert second["verdict"] == "passed" and second["resumed_from"] == first["state"]
+    first_record = git(service, "rev-parse", first["attempt_ref"])
+    assert second["verdict"] == "passed" and second["resumed_from"] == first_record
     # The state lives beside the attempt, never in the code snapshot, never in the target.
     assert (
         git(service, "rev-parse", "refs/agentgate/state/repair-the-inventory/1") == first["state"]
     )
-    assert git(service, "rev-parse", f"{second['state']}^") == first["state"]  # a chain of states
+    # A chain: the new state's parent is the record it resumed, whose state is the first.
+    assert git(service, "rev-parse", f"{second['state']}^") == first_record
     assert "var/inventory.db" not in git(
         service, "ls-tree", "-r", "--name-only", second["attempt_ref"]
     )
@@ -127,12 +130,42 @@ def test_restore_of_an_attempt_without_state(
     assert (out / "x.txt").read_text() == "x"
 
 
-def test_resume_needs_state(pytester: pytest.Pytester, service: Path) -> None:
+def test_resume_true_says_what_to_write_instead(pytester: pytest.Pytester, service: Path) -> None:
     pytester.makepyfile(
         "import pytest\n\n@pytest.mark.gated(task='t', resume=True)\ndef test_t(agent_workspace):\n    pass\n"
     )
     result = pytester.runpytest(f"--agentgate-repo={service}")
-    result.stdout.fnmatch_lines(["*resume=True needs state=[[]...[]] naming what to resume from*"])
+    result.stdout.fnmatch_lines(["*resume=True was the development versions' spelling*"])
+    result.stdout.fnmatch_lines(["*resume_from='latest'*resume='full'*"])
+    assert result.ret != 0
+
+
+def test_latest_is_the_newest_attempt_at_the_task_that_did_not_land(service: Path) -> None:
+    from pytest_agentgate import Engine, GateSpec
+
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )  # fmt: skip
+    fresh = e.fork(task="fix", resume_from="latest")  # none yet: a fresh start at the tip
+    assert fresh.resumed_from is None and fresh.base == git(service, "rev-parse", "main")
+    (fresh.path / "fix.py").write_text("FIXED = 1\n")
+    first = e.run_attempt(fresh, task="fix", test_failure="not yet")
+    assert first.verdict.status == "rejected"
+    other = e.fork(task="other")  # newer, but another task's: never taken for this one
+    (other.path / "other.py").write_text("x\n")
+    assert e.run_attempt(other, task="other", test_failure="no").verdict.status == "rejected"
+
+    again = e.fork(task="fix", resume_from="latest")
+    assert again.resumed_from == git(service, "rev-parse", first.record_ref)
+    assert (again.path / "fix.py").read_text() == "FIXED = 1\n"
+    (again.path / "fix.py").write_text("FIXED = 2\n")
+    assert e.run_attempt(again, task="fix").verdict.status == "promoted"
+
+    # What landed is on the target: the task starts again from there, not from its record.
+    after = e.fork(task="fix", resume_from="latest")
+    assert after.resumed_from is None and after.base == git(service, "rev-parse", "main")
+    assert (after.path / "fix.py").read_text() == "FIXED = 2\n"
 
 
 def test_state_larger_than_the_limit_is_rejected_with_its_size(service: Path) -> None:

@@ -55,7 +55,8 @@ class Attempt:
     external_move: str | None = None
     #: The commit holding the declared state outside git (``state=``), if any was captured.
     state: str | None = None
-    #: The state commit this attempt's workspace was resumed from (``resume=True``).
+    #: What this attempt's workspace was resumed from: a checkpoint or a record
+    #: (``resume_from``, a retry's ``resume=``), or None.
     resumed_from: str | None = None
     #: Names this attempt in its record and in a pending move's log line.
     uid: str = field(default_factory=lambda: uuid.uuid4().hex)

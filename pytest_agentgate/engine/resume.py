@@ -33,6 +33,10 @@ class ResumeSource:
     label: str
 
 
+#: What ``resume_from`` names for the newest earlier attempt at the same task.
+LATEST = "latest"
+
+
 def source_of(repo: BaseRepo, spec: str) -> ResumeSource:
     """What a checkpoint or a recorded attempt (a ref or an id) can resume from."""
     try:
@@ -154,13 +158,13 @@ def _check_declared(declared: Sequence[str], outside: Sequence[str]) -> None:
         )
 
 
-def restore_last_state(repo: BaseRepo, ws: Workspace, task: str) -> str | None:
-    """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
+def latest_of(repo: BaseRepo, task: str) -> ResumeSource | None:
+    """What the newest earlier attempt at ``task`` can resume from; None when there is none
+    (a task's first run) or when it landed (what it did is on the target: the task starts
+    again from there, never from an older attempt it went past)."""
     slug = attempts.slugify(task)
     for earlier in attempts.list_attempts(repo):
-        if earlier.record_ref.split("/")[3] == slug and earlier.record.state:
-            commit = earlier.record.state
-            state_module.restore(repo, commit, ws.path, overwrite=True, declared=ws.state_declared)
-            ws.resumed_from = commit
-            return commit
+        if earlier.record_ref.split("/")[3] == slug:
+            landed = earlier.verdict == "promoted"
+            return None if landed else source_of(repo, earlier.record_ref)
     return None

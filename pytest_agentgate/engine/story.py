@@ -203,17 +203,16 @@ class Engine:
     ) -> Workspace:
         """A private workspace at ``base``, the pinned base, or the target's tip now.
 
-        With ``resume_from`` (a checkpoint or a recorded attempt), the workspace starts from
+        With ``resume_from`` (a checkpoint, a recorded attempt, or ``"latest"``: the newest
+        earlier attempt at ``task``, unless there is none or it landed), the workspace starts from
         what it holds (``mode``: ``code`` or ``full``, see :meth:`resume_into`), at its base:
         an orchestrator can branch several children from one state.
         """
         self.start()
-        if resume_from is not None:
-            if mode not in ("code", "full"):
-                raise ConfigError(
-                    f"resume mode must be 'code' or 'full', got {mode!r}", source="mode"
-                )
-            source = self.resume_source(resume_from)
+        if resume_from is not None and mode not in ("code", "full"):
+            raise ConfigError(f"resume mode must be 'code' or 'full', got {mode!r}", source="mode")
+        source = self.resume_source(resume_from, task) if resume_from is not None else None
+        if source is not None:
             ws = self.pool.fork(source.base, task)
             ws.task, ws.checkpointer = task, self.checkpoint
             self.resume_into(ws, source, mode)
@@ -234,8 +233,11 @@ class Engine:
         starts from (see :func:`.tries.prepare_retry`)."""
         return tries.prepare_retry(self.repo, self.target.ref, ws, mode, last)
 
-    def resume_source(self, spec: str) -> resume.ResumeSource:
-        """What a checkpoint or a recorded attempt (a ref or an id) can resume from."""
+    def resume_source(self, spec: str, task: str) -> resume.ResumeSource | None:
+        """What a checkpoint or a recorded attempt (a ref or an id) can resume from; for
+        ``"latest"``, the newest earlier attempt at ``task`` unless it landed, else None."""
+        if spec == resume.LATEST:
+            return resume.latest_of(self.repo, task)
         return resume.source_of(self.repo, spec)
 
     def resume_into(self, ws: Workspace, source: resume.ResumeSource | None, mode: str) -> str:
@@ -256,10 +258,6 @@ class Engine:
     def put_back_state(self, ws: Workspace) -> None:
         """Declared state outside the workspace back to what it held before the test."""
         state_module.put_back(self.repo, ws.state_base, ws.state_declared)
-
-    def resume(self, ws: Workspace, task: str) -> str | None:
-        """Restore into ``ws`` the state of the newest earlier attempt at ``task`` that has one."""
-        return resume.restore_last_state(self.repo, ws, task)
 
     # -- the whole story -----------------------------------------------------------------
 

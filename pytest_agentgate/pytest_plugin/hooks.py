@@ -505,7 +505,9 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
             "@pytest.mark.gated(task=...)",
             pytrace=False,
         )
-    source = agentgate.resume_source(marker.resume_from) if marker.resume_from else None
+    source = (
+        agentgate.resume_source(marker.resume_from, marker.task) if marker.resume_from else None
+    )
     ws = agentgate.fork(task=marker.task, base=source.base if source else None)
     settings = request.config.stash[RUN_KEY].settings
     ws.agent_command = settings.run.agent_command
@@ -518,8 +520,6 @@ def agent_workspace(request: pytest.FixtureRequest, agentgate: Engine) -> Iterat
     ws.new_try()  # a recycled workspace served another test: nothing of it carries over
     item.stash[WS_KEY] = ws
     with agentgate.state_held(ws, marker.state):  # the state before the test: captured first
-        if marker.resume is True:
-            agentgate.resume(ws, marker.task)
         if source is not None:
             mode = "code" if marker.retry_mode == "code" else "full"
             agentgate.resume_into(ws, source, mode)  # .resumed_from says which

@@ -35,9 +35,8 @@ class GatedMarker(NamedTuple):
     protect: tuple[str, ...] = ()
     max_changed_lines: int | None = None
     state: tuple[str, ...] = ()
-    #: True (0.1's spelling): start from the newest earlier attempt's state, and retry as
-    #: "full". Otherwise what a retry starts from: "restart", "code" or "full".
-    resume: bool | str = False
+    #: What a retry starts from: "restart" (None), "code" or "full".
+    resume: str | None = None
     allow_removed: tuple[str, ...] = ()
     fail_to_pass: tuple[str, ...] = ()
     pass_to_pass: tuple[str, ...] | None = None
@@ -46,7 +45,8 @@ class GatedMarker(NamedTuple):
     retries: int = 0
     #: Limits on the sums of noted fields over the tries (``{"tokens": 100_000}``).
     budget: tuple[tuple[str, float], ...] = ()
-    #: A checkpoint or recorded attempt the first try starts from.
+    #: A checkpoint or recorded attempt the first try starts from; ``"latest"``: the
+    #: newest earlier attempt at this task, unless there is none or it landed.
     resume_from: str | None = None
     #: "tests" (the gate's commands must report per-test results) or "exit-code".
     results: str | None = None
@@ -58,9 +58,20 @@ class GatedMarker(NamedTuple):
     @property
     def retry_mode(self) -> str:
         """What a retry starts from: ``restart``, ``code`` or ``full``."""
-        if self.resume is True:
-            return "full"
         return self.resume or "restart"
+
+
+def _check_resume(resume: Any) -> None:
+    if resume is True:
+        raise TypeError(
+            "resume=True was the development versions' spelling: write "
+            "resume_from='latest' (the first try starts from the newest earlier attempt at "
+            "this task, its code and state) and resume='full' (each retry from the last try)"
+        )
+    if resume is not None and resume not in RETRY_MODES:
+        raise TypeError(
+            f"resume must be one of {', '.join(map(repr, RETRY_MODES))}, got {resume!r}"
+        )
 
 
 def gated(
@@ -72,7 +83,7 @@ def gated(
     protect: Any = (),
     max_changed_lines: int | None = None,
     state: Any = (),
-    resume: bool | str = False,
+    resume: Any = None,
     allow_removed: Any = (),
     fail_to_pass: Any = (),
     pass_to_pass: Any = None,
@@ -105,12 +116,7 @@ def gated(
     ):
         raise TypeError(f"max_changed_lines must be a non-negative int, got {max_changed_lines!r}")
     state = _check_state(state)
-    if not isinstance(resume, bool) and resume not in RETRY_MODES:
-        raise TypeError(
-            f"resume must be one of {', '.join(map(repr, RETRY_MODES))} (or True), got {resume!r}"
-        )
-    if resume is True and not state:
-        raise TypeError("resume=True needs state=[...] naming what to resume from")
+    _check_resume(resume)
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise TypeError(f"retries must be a non-negative int, got {retries!r}")
     if resume_from is not None and (not isinstance(resume_from, str) or not resume_from.strip()):

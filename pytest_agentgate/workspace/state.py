@@ -4,7 +4,7 @@ An agent's progress is not always in the code: a SQLite database it populated, a
 built. Paths declared on the marker (``state=["data/app.db", "build/"]``) are captured after
 the test body into a commit of their own under ``refs/agentgate/state/<slug>/<n>`` (the same
 ``<slug>/<n>`` as the attempt), whatever ``.gitignore`` says, so a later attempt can start from
-them (``resume=True``) and a person can restore them (``agentgate restore``). A SQLite
+them (``resume_from="latest"``) and a person can restore them (``agentgate restore``). A SQLite
 database is copied through SQLite's backup API, so the capture is a consistent database even
 if the agent left a connection or a write-ahead log open.
 """

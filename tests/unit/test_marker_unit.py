@@ -10,10 +10,14 @@ from pytest_agentgate.pytest_plugin.marker import GatedMarker, gated
 
 
 def test_a_valid_marker() -> None:
-    m = gated(" Add total() ", agent="a", gate=["pytest -q"], state=["data/db.sqlite"], resume=True)
-    assert (m.task, m.agent, m.gate, m.state, m.resume) == (
-        "Add total()", "a", ("pytest -q",), ("data/db.sqlite",), True
+    m = gated(
+        " Add total() ", agent="a", gate=["pytest -q"], state=["data/db.sqlite"], resume="full",
+        resume_from="latest",
     )  # fmt: skip
+    assert (m.task, m.agent, m.gate, m.state, m.retry_mode, m.resume_from) == (
+        "Add total()", "a", ("pytest -q",), ("data/db.sqlite",), "full", "latest"
+    )  # fmt: skip
+    assert gated("t").retry_mode == "restart"
     assert type(m) is GatedMarker
 
 
@@ -30,7 +34,8 @@ def test_a_valid_marker() -> None:
         ({"task": "t", "resume": "sometimes"}, "resume must be one of"),
         ({"task": "t", "retries": -1}, "retries must be a non-negative int"),
         ({"task": "t", "state": ["../up"]}, "relative to the workspace"),
-        ({"task": "t", "resume": True}, "resume=True needs state"),
+        ({"task": "t", "resume": True}, "write resume_from='latest'"),
+        ({"task": "t", "resume": False}, "resume must be one of"),
         ({"task": "t", "fail_to_pass": ["not-a-node-id"]}, "pytest node ids"),
         ({"task": "t", "tests_from": "HEAD~1"}, "name its fail_to_pass"),
         ({"task": "t", "allow_removed": "tests/x.py::t"}, "allow_removed must be a list"),
