@@ -82,4 +82,4 @@ def test_quick_agent_benchmark_runs() -> None:
 def test_quick_cost_benchmark_runs() -> None:
     """bench/cost.py --quick: a suite's command beside its gate (it asserts no timing)."""
     out = quick("cost.py")
-    assert "2,000 tests" in out and "median" in out
+    assert "2,000 tests" in out and "median" in out and "another engine" in out

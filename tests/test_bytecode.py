@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import textwrap
 from pathlib import Path
@@ -55,6 +56,15 @@ def make_project(root: Path, tests: dict[str, str]) -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> BaseRepo:
     return BaseRepo.open(make_project(tmp_path, {"tests/test_mod.py": TEST}))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from a process that compiled nothing yet: none depends on the
+    order the tests of a worker ran in."""
+    from pytest_agentgate.judge import bytecode as module
+
+    monkeypatch.setattr(module, "_COMPILED", module._Compiled())
 
 
 def branch(repo: BaseRepo, name: str, files: dict[str, str]) -> str:
@@ -368,6 +378,56 @@ def test_what_a_run_of_the_base_itself_compiled_is_taken_not_compiled_again(
     assert [name for name in seen if checkout.name in name] == [str(checkout / "pkg/__init__.py")]
     assert all(flags(p) == b"\x03\x00\x00\x00" for p in given.rglob("*.pyc"))
     assert len(list(given.rglob("*.pyc"))) > 50  # the environment's modules too
+    assert run_pytest(checkout, given).returncode == 0
+
+
+def test_an_engine_opened_later_in_the_process_is_given_the_environment_compiled_once(
+    project: BaseRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What this process compiled of the environment serves every engine of it: the first
+    command of an engine opened later (an orchestrator's next repository, a suite's next
+    test) is given those modules commands imported that this process imported itself, none
+    compiled again. Which modules another engine's base run imported, and the bytecode that
+    run wrote, stay that engine's."""
+    from pytest_agentgate.judge import bytecode as module
+
+    roots = env_roots([Path(sys.prefix), Path(sysconfig.get_paths()["stdlib"])], [])
+    assert "tabnanny" not in sys.modules
+    stdlib_only = str(Path(sysconfig.get_paths()["stdlib"]) / "tabnanny.py")
+    tree = project.tree_of("main")
+    earlier, folder, first = learnt(project, tmp_path, tree)
+    # Its base's run imported a module this process never did (a name in its folder).
+    planted = folder.joinpath(*Path(stdlib_only).parts[1:-1])
+    planted.mkdir(parents=True, exist_ok=True)
+    (planted / f"tabnanny{TAGS.plain}").write_bytes(b"not bytecode")
+    kept_before = set(module._COMPILED.kept)
+    earlier.learn(folder, first, tree, base_run=True, env_roots=roots)
+    assert set(module._COMPILED.kept) == kept_before  # a run's bytecode: its engine's
+    assert (stdlib_only, False) in earlier._env
+    earlier.fill(
+        tmp_path / "earlier-pyc", checkout_tree(project, tree, tmp_path, "e"), tree, tree, roots
+    )
+    # Its own runs are given what its base's run wrote (only the module whose bytecode was
+    # no bytecode is compiled here); the next engine, nothing of that: it compiles here what
+    # commands imported that this process imported too, once for all the engines after it.
+    assert {key[0] for key in module._COMPILED.kept} == {stdlib_only}
+    following = Bytecode(project)
+    assert (
+        following.fill(
+            tmp_path / "f-pyc", checkout_tree(project, tree, tmp_path, "f"), tree, tree, roots
+        )
+        > 50
+    )
+    seen: list[str] = []
+    real = module.compiled
+    monkeypatch.setattr(module, "compiled", lambda *a: seen.append(a[1]) or real(*a))
+    later = Bytecode(project)  # nothing learnt of its own yet
+    checkout = checkout_tree(project, tree, tmp_path, name="later")
+    given = tmp_path / "later-pyc"
+    assert later.fill(given, checkout, tree, tree, roots) > 50
+    assert not [path for path in seen if not path.startswith(str(checkout))]
+    names = {p.as_posix() for p in given.rglob("*.pyc")}
+    assert not [n for n in names if "/tabnanny." in n]  # another engine's choice: not shown
     assert run_pytest(checkout, given).returncode == 0
 
 

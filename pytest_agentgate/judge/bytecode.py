@@ -22,6 +22,14 @@ that keep the tested bytes the landed bytes:
 What an attempt's run wrote is never read but for the names of its files, and those can
 only choose among the modules above. All of this only saves time: anything that goes wrong
 here (a full disk, a folder a command made odd) leaves the command to compile for itself.
+
+Bytecode this process compiled itself from an environment file is the same for every engine
+of the process (an orchestrator opens one a repository, a test suite one a test), so it is
+kept once for all of them (:class:`_Compiled`). An engine's first command, before it learnt
+anything of its own, is given those of them that gate commands imported and that this
+process imported itself: about two thirds of a small suite's first run was compiling them.
+Which modules an engine's commands import, and the bytecode a base's run wrote, stay that
+engine's: nothing an attempt or a base of one repository chose reaches another's commands.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +59,55 @@ _PASS_HOOK = b"enable_assertion_pass_hook"
 _MOST = 20_000
 #: The most bytes of bytecode kept in memory; past it, what is kept is dropped.
 _MOST_KEPT = 512 << 20
+
+
+class _Compiled:
+    """The environment's bytecode this process compiled itself (from the bytes it read), for
+    every :class:`Bytecode` of the process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        #: (absolute path, modification time, size, inode, rewritten) -> the .pyc compiled
+        #: here.
+        self.kept: dict[tuple[object, ...], bytes] = {}
+        self.kept_bytes = 0
+        #: (absolute path, rewritten): modules of the environment some engine's command
+        #: imported that this process imported itself.
+        self.seen: set[tuple[str, bool]] = set()
+
+    def remember(self, env: Iterable[tuple[str, bool]], ours: frozenset[str]) -> None:
+        with self.lock:
+            self.seen |= {name for name in env if name[0] in ours}
+
+    def seed(self, ours: frozenset[str]) -> list[tuple[str, bool]]:
+        """The modules an engine's first command is given before it learnt any of its own:
+        those some command imported that this process imported itself (what one engine's
+        runs chose shows another nothing beyond the modules this process loaded anyway)."""
+        with self.lock:
+            return sorted(name for name in self.seen if name[0] in ours)
+
+    def get(self, key: tuple[object, ...]) -> bytes | None:
+        with self.lock:
+            return self.kept.get(key)
+
+    def keep(self, key: tuple[object, ...], data: bytes) -> None:
+        with self.lock:
+            if self.kept_bytes + len(data) > _MOST_KEPT:
+                self.kept.clear()
+                self.kept_bytes = 0
+            self.kept_bytes += len(data) - len(self.kept.get(key, b""))
+            self.kept[key] = data
+
+
+_COMPILED = _Compiled()
+
+
+def _reset_after_fork() -> None:
+    global _COMPILED
+    _COMPILED = _Compiled()  # a child forked while a thread held the lock would wait forever
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 class Bytecode:
@@ -94,6 +151,8 @@ class Bytecode:
             return 0
         with self._lock:
             local, env = sorted(self._local), sorted(self._env)
+        if not env and not local:
+            env = _COMPILED.seed(_loaded_files())
         rewrite = rewrite and not (self._hook(tree) or self._hook(trusted))
         written = 0
         with contextlib.suppress(OSError):  # a full disk: the command compiles the rest
@@ -108,8 +167,7 @@ class Bytecode:
             for path, rewritten in env:
                 if (rewritten and not rewrite) or not _env_file(path, env_roots):
                     continue
-                st = os.stat(path)
-                key = (path, st.st_mtime_ns, st.st_size, rewritten)
+                key = (*_stamp(path), rewritten)
                 data = self._take((trusted, *key), key, path)
                 written += self._put(folder, Path(path), rewritten, data)
         return written
@@ -128,11 +186,15 @@ class Bytecode:
         else the file at ``path`` compiled now (its bytes the blob's: the checkout holds
         them, as the tamper check proves; a byte off and the command's Python compiles the
         file itself, since the hash differs)."""
+        shared = isinstance(key[0], str) and key[0].startswith("/")  # an environment file
         with self._lock:
             if adopted in self._kept:
                 return self._kept[adopted]
             if key in self._kept:
                 return self._kept[key]
+        data = _COMPILED.get(key) if shared else None
+        if data is not None:
+            return data
         source = read(path)
         if source is None:
             return None
@@ -140,7 +202,15 @@ class Bytecode:
         if code is None:
             return None  # off the main thread, or not Python: not kept, tried again later
         data = pyc(source, code)
-        self._keep(key, data)
+        if shared:
+            # Kept for the process only when the file did not change while it was read
+            # (its bytes would be filed under the old stamp; the hash keeps them safe, but
+            # every later command would compile the module itself).
+            with contextlib.suppress(OSError):
+                if (*_stamp(path), key[-1]) == key:
+                    _COMPILED.keep(key, data)
+        else:
+            self._keep(key, data)
         return data
 
     def _keep(self, key: tuple[object, ...], data: bytes | None) -> None:
@@ -230,14 +300,14 @@ class Bytecode:
         with self._lock:
             self._local |= set(list(local)[: max(0, _MOST - len(self._local))])
             self._env |= set(list(env)[: max(0, _MOST - len(self._env))])
+        _COMPILED.remember(list(env)[:_MOST], ours)
         if not base_run:
             return
         for (rel, rewritten), written in local.items():
             self._keep((tree, mine[rel], rewritten), checked(read(written), str(checkout / rel)))
         for (path, rewritten), written in env.items():
-            st = os.stat(path)
-            data = checked(read(written), path)
-            self._keep((tree, path, st.st_mtime_ns, st.st_size, rewritten), data)
+            stamp = _stamp(path)
+            self._keep((tree, *stamp, rewritten), checked(read(written), path))
 
 
 def new_folder(mounts: Mounts, contained: bool) -> tuple[Path, Path]:
@@ -252,6 +322,14 @@ def new_folder(mounts: Mounts, contained: bool) -> tuple[Path, Path]:
     parent.mkdir(mode=0o700, exist_ok=True)
     (parent / name).mkdir(mode=0o700)
     return parent / name, seen_as / name
+
+
+def _stamp(path: str) -> tuple[str, int, int, int]:
+    """What stands for an environment file's bytes while they do not change: its path, time,
+    size and inode (a file replaced by another of the same size in the same nanosecond
+    differs in its inode)."""
+    st = os.stat(path)
+    return (path, st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _env_file(path: str, roots: Sequence[str]) -> bool:
