@@ -152,9 +152,10 @@ def test_latest_is_the_newest_attempt_at_the_task_that_did_not_land(service: Pat
     (fresh.path / "fix.py").write_text("FIXED = 1\n")
     first = e.run_attempt(fresh, task="fix", test_failure="not yet")
     assert first.verdict.status == "rejected"
-    other = e.fork(task="other")  # newer, but another task's: never taken for this one
-    (other.path / "other.py").write_text("x\n")
-    assert e.run_attempt(other, task="other", test_failure="no").verdict.status == "rejected"
+    for task in ("other", "Fix!"):  # newer, but other tasks' (one of the same slug)
+        other = e.fork(task=task)
+        (other.path / "other.py").write_text("x\n")
+        assert e.run_attempt(other, task=task, test_failure="no").verdict.status == "rejected"
 
     again = e.fork(task="fix", resume_from="latest")
     assert again.resumed_from == git(service, "rev-parse", first.record_ref)

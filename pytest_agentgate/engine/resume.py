@@ -164,7 +164,8 @@ def latest_of(repo: BaseRepo, task: str) -> ResumeSource | None:
     again from there, never from an older attempt it went past)."""
     slug = attempts.slugify(task)
     for earlier in attempts.list_attempts(repo):
-        if earlier.record_ref.split("/")[3] == slug:
+        # The same slug may name another task ("Fix it!", "fix it"): its record says.
+        if earlier.record_ref.split("/")[3] == slug and earlier.record.task == task:
             landed = earlier.verdict == "promoted"
             return None if landed else source_of(repo, earlier.record_ref)
     return None
