@@ -168,6 +168,15 @@ def test_latest_is_the_newest_attempt_at_the_task_that_did_not_land(service: Pat
     assert after.resumed_from is None and after.base == git(service, "rev-parse", "main")
     assert (after.path / "fix.py").read_text() == "FIXED = 2\n"
 
+    # A task of several lines is one line in its record: still found by its text.
+    several = "Fix the parser.\n    Keep the public API."
+    ws = e.fork(task=several)
+    (ws.path / "parser.py").write_text("P = 1\n")
+    made = e.run_attempt(ws, task=several, test_failure="not yet")
+    assert made.verdict.status == "rejected"
+    resumed = e.fork(task=several, resume_from="latest")
+    assert resumed.resumed_from == git(service, "rev-parse", made.record_ref)
+
 
 def test_state_larger_than_the_limit_is_rejected_with_its_size(service: Path) -> None:
     from pytest_agentgate import Engine, GateSpec

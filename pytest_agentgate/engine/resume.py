@@ -162,10 +162,11 @@ def latest_of(repo: BaseRepo, task: str) -> ResumeSource | None:
     """What the newest earlier attempt at ``task`` can resume from; None when there is none
     (a task's first run) or when it landed (what it did is on the target: the task starts
     again from there, never from an older attempt it went past)."""
-    slug = attempts.slugify(task)
+    slug, one_line = attempts.slugify(task), records.one_line(task)
     for earlier in attempts.list_attempts(repo):
-        # The same slug may name another task ("Fix it!", "fix it"): its record says.
-        if earlier.record_ref.split("/")[3] == slug and earlier.record.task == task:
+        # The same slug may name another task ("Fix it!", "fix it"): its record says (as
+        # one line: a task's line breaks are spaces in its record).
+        if earlier.record_ref.split("/")[3] == slug and earlier.record.task == one_line:
             landed = earlier.verdict == "promoted"
             return None if landed else source_of(repo, earlier.record_ref)
     return None
