@@ -82,18 +82,16 @@ def test_each_contract_breaks_when_its_rule_is_broken(
 
 
 def _builds_git_command(node: ast.AST) -> str | None:
-    """What in ``node`` starts git, if anything: a call of the git layer's runner, or a list
-    whose first element is the string ``git``."""
+    """What in ``node`` starts git, if anything: a call of the git layer's runner (``_git``,
+    a repository's ``_run``, its place's ``run``), or a list whose first element is the
+    string ``git``."""
     if isinstance(node, ast.Call):
         func = node.func
-        if (
-            isinstance(func, ast.Attribute)
-            and func.attr in ("_run", "git", "run")
-            and (
-                func.attr != "run" or (isinstance(func.value, ast.Name) and func.value.id == "_git")
-            )
-        ):
-            return f"a call of .{func.attr}()"
+        if isinstance(func, ast.Attribute) and func.attr in ("_run", "git", "run"):
+            owner = func.value
+            named = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if func.attr != "run" or named in ("_git", "place"):
+                return f"a call of .{func.attr}()"
     if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
         first = node.elts[0]
         if isinstance(first, ast.Constant) and first.value == "git":
@@ -120,5 +118,7 @@ def test_the_check_finds_a_git_command_line() -> None:
         "_git.run(['status'], _git.NO_REPOSITORY)",
         "subprocess.run(['git', 'status'])",
         "repo.git('log')",
+        "repo.place.run('status')",
+        "place.run('log')",
     ):
         assert any(_builds_git_command(n) for n in ast.walk(ast.parse(source))), source
