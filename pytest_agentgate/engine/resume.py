@@ -52,7 +52,11 @@ def source_of(repo: BaseRepo, spec: str) -> ResumeSource:
             point.commit,
             f"the checkpoint {point.commit[:12]} ({point.message})",
         )
-    found = attempts.find(repo, spec)
+    return _of_attempt(repo, attempts.find(repo, spec))
+
+
+def _of_attempt(repo: BaseRepo, found: attempts.AttemptInfo) -> ResumeSource:
+    """What a recorded attempt (read as readable) can resume from."""
     return ResumeSource(
         found.base,
         repo.tree_of(found.record_commit),
@@ -168,5 +172,5 @@ def latest_of(repo: BaseRepo, task: str) -> ResumeSource | None:
         # one line: a task's line breaks are spaces in its record).
         if earlier.record_ref.split("/")[3] == slug and earlier.record.task == one_line:
             landed = earlier.verdict == "promoted"
-            return None if landed else source_of(repo, earlier.record_ref)
+            return None if landed else _of_attempt(repo, attempts.check_readable(repo, earlier))
     return None

@@ -168,7 +168,7 @@ class Bytecode:
                 if (rewritten and not rewrite) or not _env_file(path, env_roots):
                     continue
                 key = (*_stamp(path), rewritten)
-                data = self._take((trusted, *key), key, path)
+                data = self._take((trusted, *key), key, path, environment=True)
                 written += self._put(folder, Path(path), rewritten, data)
         return written
 
@@ -180,19 +180,24 @@ class Bytecode:
         return 1
 
     def _take(
-        self, adopted: tuple[object, ...], key: tuple[object, ...], path: str
+        self,
+        adopted: tuple[object, ...],
+        key: tuple[object, ...],
+        path: str,
+        *,
+        environment: bool = False,
     ) -> bytes | None:
         """What a base's run compiled (``adopted``), else what was compiled here (``key``),
         else the file at ``path`` compiled now (its bytes the blob's: the checkout holds
         them, as the tamper check proves; a byte off and the command's Python compiles the
-        file itself, since the hash differs)."""
-        shared = isinstance(key[0], str) and key[0].startswith("/")  # an environment file
+        file itself, since the hash differs). An ``environment`` file's, compiled here, is
+        the process's (see :class:`_Compiled`)."""
         with self._lock:
             if adopted in self._kept:
                 return self._kept[adopted]
             if key in self._kept:
                 return self._kept[key]
-        data = _COMPILED.get(key) if shared else None
+        data = _COMPILED.get(key) if environment else None
         if data is not None:
             return data
         source = read(path)
@@ -202,7 +207,7 @@ class Bytecode:
         if code is None:
             return None  # off the main thread, or not Python: not kept, tried again later
         data = pyc(source, code)
-        if shared:
+        if environment:
             # Kept for the process only when the file did not change while it was read
             # (its bytes would be filed under the old stamp; the hash keeps them safe, but
             # every later command would compile the module itself).

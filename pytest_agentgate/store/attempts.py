@@ -37,6 +37,7 @@ __all__ = [
     "PREFIX",
     "AttemptInfo",
     "check_name",
+    "check_readable",
     "find",
     "format_message",
     "list_attempts",
@@ -195,13 +196,18 @@ def find(repo: BaseRepo, name: str, prefix: str = PREFIX, *, readable: bool = Tr
     (:class:`~.errors.RecordMismatch`): what acts on it reads the base from the trailer,
     what ``show`` prints is the commit's own diff."""
     found = _find(repo, name, prefix)
-    if readable:
-        from .schema import check_record
+    return check_readable(repo, found) if readable else found
 
-        check_record(found.record_ref, found.trailers)
-        parents = repo.history.parents(found.record_commit)
-        if parents != [found.base]:
-            raise RecordMismatch(found.record_ref, found.base, parents)
+
+def check_readable(repo: BaseRepo, found: AttemptInfo) -> AttemptInfo:
+    """``found``, unless it is written in a newer record schema or its Base trailer is not
+    its own parent (see :func:`find`)."""
+    from .schema import check_record
+
+    check_record(found.record_ref, found.trailers)
+    parents = repo.history.parents(found.record_commit)
+    if parents != [found.base]:
+        raise RecordMismatch(found.record_ref, found.base, parents)
     return found
 
 
