@@ -196,6 +196,38 @@ def test_bytecode_a_command_planted_in_its_folder_never_reaches_another(
     assert run_pytest(checkout, given).returncode == 0
 
 
+def odd_environment(env: Path, secret: Path) -> tuple[Path, ...]:
+    """An environment at ``env`` with ``lib/ok.py`` and the ways a file in it (or named as
+    in it) may be one a command could not read itself: those files, ``secret`` first."""
+    env.chmod(0o755)
+    (env / "lib").mkdir(mode=0o755)
+    (env / "lib" / "ok.py").write_text("X = 'shown'\n")
+    (env / "lib" / "own.py").write_text("TOKEN = 'do-not-show-me'\n")
+    (env / "lib" / "own.py").chmod(0o600)  # another user's: a command, no capability,
+    if os.geteuid() == 0:  # cannot read it; the plugin, as root, could
+        os.chown(env / "lib" / "own.py", 65534, 65534)
+    else:
+        (env / "lib" / "own.py").chmod(0o000)
+    (env / "lib" / "leak.py").symlink_to(secret)
+    (env / "lib" / "linked").symlink_to(secret.parent, target_is_directory=True)
+    # A file anyone may read, in a folder only another user may pass through.
+    (env / "lib" / "closed").mkdir(mode=0o700)
+    (env / "lib" / "closed" / "hidden.py").write_text("TOKEN = 'do-not-show-me'\n")
+    (env / "lib" / "closed" / "hidden.py").chmod(0o644)
+    # And one in an open folder inside it, reached through a link that passes it by.
+    (env / "lib" / "closed" / "open").mkdir(mode=0o755)
+    (env / "lib" / "closed" / "open" / "deep.py").write_text("TOKEN = 'do-not-show-me'\n")
+    (env / "lib" / "into").symlink_to(env / "lib" / "closed" / "open")
+    if os.geteuid() == 0:
+        os.chown(env / "lib" / "closed", 65534, 65534)
+    else:
+        (env / "lib" / "closed").chmod(0o000)
+    return (
+        secret, env / "lib/leak.py", env / "lib/linked/secret.py", env / "lib/own.py",
+        env / "lib/closed/hidden.py", env / "lib/into/deep.py",
+    )  # fmt: skip
+
+
 def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing_of_it(
     project: BaseRepo, tmp_path: Path
 ) -> None:
@@ -207,21 +239,10 @@ def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing
     write(secret.parent, {"secret.py": "TOKEN = 'do-not-show-me'\n"})
     env = Path(tempfile.mkdtemp(prefix="agentgate-env-"))  # open to all, as an environment is
     try:
-        env.chmod(0o755)
-        (env / "lib").mkdir(mode=0o755)
-        (env / "lib" / "ok.py").write_text("X = 'shown'\n")
-        (env / "lib" / "own.py").write_text("TOKEN = 'do-not-show-me'\n")
-        (env / "lib" / "own.py").chmod(0o600)  # another user's: a command, no capability,
-        if os.geteuid() == 0:  # cannot read it; the plugin, as root, could
-            os.chown(env / "lib" / "own.py", 65534, 65534)
-        else:
-            (env / "lib" / "own.py").chmod(0o000)
-        (env / "lib" / "leak.py").symlink_to(secret)
-        (env / "lib" / "linked").symlink_to(secret.parent, target_is_directory=True)
+        leaks = odd_environment(env, secret)
         roots = env_roots([env], [])
         tree = project.tree_of("main")
         bytecode, folder, first = learnt(project, tmp_path, tree)
-        leaks = (secret, env / "lib/leak.py", env / "lib/linked/secret.py", env / "lib/own.py")
         for source in (*leaks, env / "lib" / "ok.py"):
             where = folder.joinpath(*source.parts[1:-1])
             where.mkdir(parents=True, exist_ok=True)
@@ -239,6 +260,7 @@ def test_a_name_a_command_wrote_for_a_file_outside_the_environment_shows_nothing
         assert not any(n.endswith(f"/{s.stem}{TAGS.plain}") for s in leaks for n in names)
         assert not any(b"do-not-show-me" in p.read_bytes() for p in names.values())
     finally:
+        (env / "lib" / "closed").chmod(0o700)
         shutil.rmtree(env)
     # A folder that holds a hidden one is not the environment's to show; nor one that holds
     # a folder the sandbox masks (and shows the environment inside again, as $HOME).

@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..sandbox.containment import TMP_INSIDE, Mounts
-from .pycfiles import Tags, checked, compiled, inside_any, mapped, names_in, pyc, read
-from .pycfiles import readable_by_all as _readable
+from .pycfiles import EnvFiles, Tags, checked, compiled, inside_any, mapped, names_in, pyc, read
 from .pycfiles import write as _write
 
 if TYPE_CHECKING:
@@ -154,7 +153,7 @@ class Bytecode:
         if not env and not local:
             env = _COMPILED.seed(_loaded_files())
         rewrite = rewrite and not (self._hook(tree) or self._hook(trusted))
-        written = 0
+        written, made, env_files = 0, set[Path](), EnvFiles(env_roots)
         with contextlib.suppress(OSError):  # a full disk: the command compiles the rest
             mine, theirs = self._py_blobs(tree), self._py_blobs(trusted)
             for rel, rewritten in local:
@@ -163,20 +162,23 @@ class Bytecode:
                     continue
                 source = checkout / rel
                 data = self._take((trusted, oid, rewritten), (oid, rewritten), str(source))
-                written += self._put(folder, source, rewritten, data)
+                written += self._put(folder, source, rewritten, data, made)
             for path, rewritten in env:
-                if (rewritten and not rewrite) or not _env_file(path, env_roots):
+                st = None if rewritten and not rewrite else env_files.stat(path)
+                if st is None:
                     continue
-                key = (*_stamp(path), rewritten)
+                key = (path, st.st_mtime_ns, st.st_size, st.st_ino, rewritten)
                 data = self._take((trusted, *key), key, path, environment=True)
-                written += self._put(folder, Path(path), rewritten, data)
+                written += self._put(folder, Path(path), rewritten, data, made)
         return written
 
-    def _put(self, folder: Path, source: Path, rewritten: bool, data: bytes | None) -> int:
+    def _put(
+        self, folder: Path, source: Path, rewritten: bool, data: bytes | None, made: set[Path]
+    ) -> int:
         tail = self._tags.rewritten if rewritten else self._tags.plain
         if data is None or tail is None:
             return 0
-        _write(mapped(folder, source), source, tail, data)
+        _write(mapped(folder, source), source, tail, data, made)
         return 1
 
     def _take(
@@ -284,7 +286,7 @@ class Bytecode:
         real = Path(os.path.realpath(checkout))
         if real != checkout:
             inside.append(str(mapped(folder, real / "x")))
-        mine, ours = self._py_blobs(tree), _loaded_files()
+        mine, ours, env_files = self._py_blobs(tree), _loaded_files(), EnvFiles(roots)
         top = str(folder)
         local: dict[tuple[str, bool], str] = {}
         env: dict[tuple[str, bool], str] = {}
@@ -300,7 +302,7 @@ class Bytecode:
                     local[(rel, rewritten)] = os.path.join(here, name)
                 continue
             path = os.path.join(here[len(top) :] or "/", module)
-            if (base_run or path in ours) and _env_file(path, roots):
+            if (base_run or path in ours) and env_files.stat(path) is not None:
                 env[(path, rewritten)] = os.path.join(here, name)
         with self._lock:
             self._local |= set(list(local)[: max(0, _MOST - len(self._local))])
@@ -335,13 +337,6 @@ def _stamp(path: str) -> tuple[str, int, int, int]:
     differs in its inode)."""
     st = os.stat(path)
     return (path, st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _env_file(path: str, roots: Sequence[str]) -> bool:
-    """Whether ``path`` (a name a command wrote) is a module of the environment that may
-    get bytecode: inside ``roots`` as named and where it really leads, and a file anyone
-    may read (whoever a contained command runs as, it could read it itself)."""
-    return inside_any(path, roots) and inside_any(os.path.realpath(path), roots) and _readable(path)
 
 
 def _loaded_files() -> frozenset[str]:

@@ -147,10 +147,13 @@ def checked(written: bytes | None, source_path: str) -> bytes | None:
     return importlib.util.MAGIC_NUMBER + CHECKED_HASH + digest + written[16:]
 
 
-def write(where: Path, source: Path, tail: str, data: bytes) -> None:
+def write(where: Path, source: Path, tail: str, data: bytes, made: set[Path]) -> None:
     """One ``.pyc`` for ``source`` in its prefix folder ``where``, whole or not at all: a
-    truncated one would make the import fail rather than compile the source."""
-    where.mkdir(parents=True, exist_ok=True)
+    truncated one would make the import fail rather than compile the source. ``made``: the
+    folders this fill made already (each is made once)."""
+    if where not in made:
+        where.mkdir(parents=True, exist_ok=True)
+        made.add(where)
     target = where / (source.name[: -len(".py")] + tail)
     try:
         with open(target, "xb") as out:
@@ -190,31 +193,65 @@ def names_in(folder: Path, *, deepest: int = 64, most: int = 60_000) -> Iterator
                 yield here, entry.name
 
 
-def readable_by_all(path: str) -> bool:
-    """Whether a gate command could read the regular file at ``path`` itself: it runs as
-    this user with no capability (none to pass over a file's mode, as this process may), so
-    by the file's mode bits and every folder's above it, for this user and its groups."""
-    uid, gids = os.geteuid(), {os.getegid(), *os.getgroups()}
+class EnvFiles:
+    """Which files of the environment's ``roots`` a gate command may get bytecode for: a
+    file inside them as named and where it really leads, which the command could read
+    itself. It runs as this user with no capability (none to pass over a file's mode, as
+    this process may), so by the file's mode bits and every folder's above it, for this user
+    and its groups.
 
-    def allowed(st: os.stat_result, bit: int) -> bool:
-        shift = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
+    One is made for each fill or learning of a prefix folder, which asks of a few hundred
+    files in a few dozen folders: where a folder leads, and whether it and those above it
+    may be passed, is found once for that call (each file was ten or more ``stat`` calls)."""
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self._roots = roots
+        self._uid, self._gids = os.geteuid(), {os.getegid(), *os.getgroups()}
+        #: folder -> where it really leads (None: it cannot be resolved or passed).
+        self._real: dict[str, str | None] = {}
+        #: folder -> whether it and every folder above it may be passed.
+        self._passable: dict[str, bool] = {"": True}
+
+    def _allowed(self, st: os.stat_result, bit: int) -> bool:
+        shift = 6 if st.st_uid == self._uid else 3 if st.st_gid in self._gids else 0
         return bool(st.st_mode & (bit << shift))
 
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or not allowed(st, 4) or st.st_size > MOST_BYTES:
-        return False
-    parent = os.path.dirname(path)
-    while parent and parent != os.path.dirname(parent):
+    def _may_pass(self, folder: str) -> bool:
+        """Whether ``folder`` and every folder above it may be passed ("/" is not asked)."""
+        unknown: list[str] = []
+        while folder not in self._passable and os.path.dirname(folder) != folder:
+            unknown.append(folder)
+            folder = os.path.dirname(folder)
+        found = self._passable.get(folder, True)
+        for below in reversed(unknown):
+            if found:
+                try:
+                    found = self._allowed(os.stat(below), 1)
+                except OSError:
+                    found = False
+            self._passable[below] = found
+        return found
+
+    def stat(self, path: str) -> os.stat_result | None:
+        """The file's own ``lstat`` when a command may get bytecode for it, else None."""
+        if not inside_any(path, self._roots):
+            return None
         try:
-            if not allowed(os.stat(parent), 1):
-                return False
+            st = os.lstat(path)
         except OSError:
-            return False
-        parent = os.path.dirname(parent)
-    return True
+            return None
+        if not stat.S_ISREG(st.st_mode) or not self._allowed(st, 4) or st.st_size > MOST_BYTES:
+            return None
+        folder, name = os.path.split(path)
+        if folder not in self._real:
+            real = os.path.realpath(folder) if self._may_pass(folder) else None
+            # A folder reached through a link is passed through where it leads as well.
+            self._real[folder] = real if real is not None and self._may_pass(real) else None
+        real = self._real[folder]
+        # The file itself is no link (its lstat says so): it leads where its folder does.
+        if real is None or not inside_any(os.path.join(real, name), self._roots):
+            return None
+        return st
 
 
 def inside_any(path: str, roots: Sequence[str]) -> bool:
