@@ -5,7 +5,7 @@ side by side, rounds interleaved so that a busy moment of the machine falls on b
 
     python bench/cost.py                 # 50,000 tests, 3 rounds (several minutes)
     python bench/cost.py --tests 62000   # packaging's size
-    python bench/cost.py --quick         # 2,000 tests, 1 round (the smoke run)
+    python bench/cost.py --quick         # 500 tests, 1 round (the smoke run)
 
 It prints each round and the medians, gated against plain with no bytecode yet (cold: a
 fresh clone, as the first gate on a base is) and with the bytecode of the run before
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto")
-    parser.add_argument("--quick", action="store_true", help="2,000 tests, one round")
+    parser.add_argument("--quick", action="store_true", help="500 tests, one round")
     args = parser.parse_args(argv)
-    tests, rounds = (2_000, 1) if args.quick else (args.tests, args.rounds)
+    tests, rounds = (500, 1) if args.quick else (args.tests, args.rounds)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's machine has it
     with tempfile.TemporaryDirectory(prefix="agentgate-cost-") as tmp:
         root = Path(tmp)
