@@ -19,6 +19,7 @@ from helpers import fsck, git, land, spawn_pytest, wait_for
 
 from pytest_agentgate.git.index import IndexEntry
 from pytest_agentgate.git.repo import Author, BaseRepo
+from pytest_agentgate.land.leader import Lead
 from pytest_agentgate.land.queue import Entry, LandingQueue, Outcome
 from pytest_agentgate.land.retest import Retested
 from pytest_agentgate.land.target import LocalBranch
@@ -195,6 +196,33 @@ def test_nothing_to_land_is_not_a_merge(service: Path, tmp_path: Path) -> None:
     assert outcome.status == "promoted" and outcome.kind == "already"
     assert "already on the target" in outcome.reason and tip and tip[:12] in outcome.reason
     assert b.repo.refs.value("refs/heads/main") == tip and len(b.retests) == retests
+
+
+def test_a_waiter_that_leads_twice_keeps_what_both_turns_landed_for_others(
+    service: Path, tmp_path: Path
+) -> None:
+    """A turn of leading can end without the waiter's own verdict (another machine's leader
+    took its attempt). The waiter then leads again; its summary of the other machines'
+    attempts it landed holds the first turn's as well as the last one's."""
+    b = Bench(service, tmp_path)
+    own = b.attempt("own", {"own.txt": "own\n"})
+    leader, turns = b.queue.leader, []
+
+    class FirstTurnLandsAnotherMachines:
+        """The leader part, with a first turn that lands one attempt of another machine and
+        leaves the waiter's own undecided; the real leader takes every later turn."""
+
+        def run(self, lead: Lead) -> None:
+            turns.append(lead)
+            if len(turns) == 1:
+                lead.landed_for_others.append({"uid": "uid-of-another-machine", "task": "t"})
+                return
+            leader.run(lead)
+
+    b.queue.leader = FirstTurnLandsAnotherMachines()  # type: ignore[assignment]
+    found = b.queue.land(own.record, own.change_commit, KEY, b.retest())  # type: ignore[arg-type]
+    assert len(turns) == 2 and found.status == "promoted", found
+    assert [d["uid"] for d in found.landed_for_others] == ["uid-of-another-machine"]
 
 
 def test_batch_max_one_tests_every_merge_alone(service: Path, tmp_path: Path) -> None:

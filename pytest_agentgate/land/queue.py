@@ -149,14 +149,15 @@ class LandingQueue:
                 return written.exists() and self.verdict(uid) is not None
 
             begin = time.perf_counter()
+            # Over every turn this waiter leads: a turn may end without its own verdict.
+            landed_for_others: list[dict[str, str]] = []
             for _ in range(MAX_ROUNDS):
                 # The verdict is read as soon as the leader writes it, not once the lock is
                 # free: that leader may go on to the next batch, a whole re-test more.
                 with self.target.lock_unless(has_verdict) as waited:
                     found = self.verdict(entry.uid)
-                    landed_for_others: list[dict[str, str]] = []
                     if found is None and waited is not None:
-                        landed_for_others = self.lead(
+                        landed_for_others += self.lead(
                             key, retest, gate_s=gate_s, judge=judge, own=uid
                         )
                         found = self.verdict(entry.uid)
