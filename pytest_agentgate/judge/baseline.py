@@ -1,11 +1,12 @@
 """Baselines: the gate's per-test results on a base tree, computed once and kept in git.
 
 An attempt is judged against what its base's tests did under the very same gate. That is
-computed once per (tree, gate commands, interpreter, sandbox settings), under a lock so that
-concurrent processes (pytest-xdist workers, other CI jobs) compute it once, and stored as a
-commit under ``refs/agentgate/results/<key>`` holding ``results.json``; every attempt forked
-from that tree reuses it, and so does the next run. A merged tree that passed its re-test is
-stored the same way, so it is a baseline at no extra cost.
+computed once per (tree, gate commands and what they are given, interpreter, sandbox
+settings), under a lock so that concurrent processes (pytest-xdist workers, other CI jobs)
+compute it once, and stored as a commit under ``refs/agentgate/results/<key>`` holding
+``results.json``; every attempt forked from that tree reuses it, and so does the next run. A
+merged tree that passed its re-test is stored the same way, so it is a baseline at no extra
+cost.
 """
 
 from __future__ import annotations
@@ -172,11 +173,19 @@ class Baselines:
         from .gate import environment_plugins
 
         named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
+        # What the commands are given, and how often a failing one runs again (a flaky test
+        # of the base), make other results; named only when set, so that a gate without
+        # them keeps the baselines it had.
+        given: list[tuple[str, ...]] = [("env", k, v) for k, v in sorted(spec.env.items())]
+        given += [("rerun", str(spec.rerun))] if spec.rerun else []
+        given += [("exit-code", str(c)) for c in spec.exit_code]
+        given += [("results", spec.results_mode)] if spec.results_mode != "tests" else []
         return key(
             tree,
             [
                 *spec.commands, *(("setup", s) for s in spec.setup),
                 *(("select", s) for s in spec.select or ()), *(("skip", s) for s in spec.skip),
+                *given,
             ],
             spec.results_file,
             [self.sandbox_label, str(self.role.network), *named, *environment_plugins(),

@@ -371,6 +371,39 @@ def test_the_baseline_is_computed_once_and_kept_in_git(service: Path) -> None:
     assert git(service, "for-each-ref", "--format=%(refname)", "refs/agentgate/results/") == ref
 
 
+ENV_TEST = """
+import os
+
+
+def test_mode():
+    assert os.environ["LEDGER_MODE"] == "strict"
+"""
+
+
+def test_a_gate_set_up_otherwise_computes_its_own_baseline(service: Path) -> None:
+    """What the gate's commands get (their environment) and how often a failing run runs
+    again (a base's flaky test) change the base's results: each is a baseline of its own,
+    never one kept from the gate as it was before."""
+    write(service, {"tests/test_mode.py": ENV_TEST, "tests/test_sometimes.py": FLAKY_TEST})
+    git(service, "add", "tests")
+    git(service, "commit", "-qm", "tests of the environment")
+    base = git(service, "rev-parse", "main")
+    counter = {"AGENTGATE_TEST_COUNTER": str(service.parent / "counter")}
+    seen = {}
+    for name, env, rerun in (
+        ("strict", {"LEDGER_MODE": "strict"}, 0),
+        ("loose", {"LEDGER_MODE": "loose"}, 0),
+        ("strict, run again", {"LEDGER_MODE": "strict"}, 1),
+    ):
+        (service.parent / "counter").unlink(missing_ok=True)  # its first run fails
+        e = engine(service, sandbox="none", env={**env, **counter}, rerun=rerun)
+        seen[name] = e.baseline(base, e.gate) or {}
+    assert seen["strict"]["tests/test_mode.py::test_mode"] == "passed"
+    assert seen["loose"]["tests/test_mode.py::test_mode"] == "failed"
+    assert seen["strict"]["tests/test_sometimes.py::test_sometimes"] == "failed"
+    assert seen["strict, run again"]["tests/test_sometimes.py::test_sometimes"] == "flaky"
+
+
 def test_python_checks_take_ok_first() -> None:
     from pytest_agentgate.judge.gate import run_check
 
