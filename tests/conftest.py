@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def _write_bytecode() -> None:
 
 _write_bytecode()
 
-from helpers import make_service
+from helpers import git, make_service
 
 import pytest_agentgate.cli.demo
 
@@ -71,10 +72,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "shared_baselines(shared=True): the service's base results this worker computed for "
+        "an earlier test reach the next one, as results kept in git reach the next run",
+    )
+
+
+@pytest.fixture(scope="session")
+def baselines_kept(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository holding the base results this worker's tests computed (their refs)."""
+    path = tmp_path_factory.mktemp("baselines") / "kept.git"
+    git(path.parent, "init", "-q", "--bare", str(path))
+    return path
+
+
+#: Where the plugin keeps a base's results (``refs/agentgate/results/<key>``), both ways.
+RESULTS = "+refs/agentgate/results/*:refs/agentgate/results/*"
+
+
 @pytest.fixture
-def service(tmp_path: Path) -> Path:
-    """A fresh ledger service repository (three modules and their tests) on branch main."""
-    return make_service(tmp_path / "service")
+def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh ledger service repository (three modules and their tests) on branch main.
+
+    In a module marked ``shared_baselines``, it holds the base results an earlier test of
+    this worker computed: a result is keyed by the tree, the gate, the interpreter, the
+    sandbox and the environment, so one computed for another repository of the same tree is
+    the same (a run after the first reads it from git as well). The module's tests judge
+    attempts on that base, not how its results are computed; each of its keys is still
+    computed once by each worker."""
+    repo = make_service(tmp_path / "service")
+    marked = request.node.get_closest_marker("shared_baselines")
+    if marked is None or (marked.args and not marked.args[0]):  # (False): a test of them
+        yield repo
+        return
+    kept = request.getfixturevalue("baselines_kept")
+    git(repo, "fetch", "-q", "--no-tags", str(kept), RESULTS)
+    yield repo
+    git(kept, "fetch", "-q", "--no-tags", str(repo), RESULTS)
 
 
 @pytest.fixture(scope="session")

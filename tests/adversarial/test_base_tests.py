@@ -16,6 +16,9 @@ import pytest
 from helpers import SERVICE, git, write
 from test_judging import BROKEN_STORE, GOOD_STORE, attempt, engine
 
+#: Each test judges attempts on the service's base: its results are computed once a worker.
+pytestmark = pytest.mark.shared_baselines
+
 TESTS = textwrap.dedent(SERVICE["tests/test_ledger.py"]).lstrip("\n")
 
 #: The assertions turned into a try/except that swallows them.
@@ -191,6 +194,7 @@ def test_the_attempts_tests_judge_when_asked(service: Path) -> None:
     assert verdict.status == "promoted", verdict
 
 
+@pytest.mark.shared_baselines(False)  # it counts the results this test kept
 def test_no_test_file_changed_is_one_session(service: Path) -> None:
     """An attempt that leaves the tests alone is judged once: its results are its tree's,
     kept as that tree's baseline."""

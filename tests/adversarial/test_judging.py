@@ -17,6 +17,9 @@ from helpers import SERVICE, git, write
 from pytest_agentgate import CheckResult, Engine, GateSpec
 from pytest_agentgate.sandbox.containment import Settings
 
+#: Each test judges attempts on the service's base: its results are computed once a worker.
+pytestmark = pytest.mark.shared_baselines
+
 GOOD_STORE = textwrap.dedent(SERVICE["ledger/store.py"]).lstrip("\n")
 BROKEN_STORE = GOOD_STORE.replace("self._rows.append(amount)", "pass")
 GATE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
@@ -357,6 +360,7 @@ def test_a_base_with_a_failing_test_still_lets_an_honest_attempt_land(service: P
     assert broken.verdict.status == "rejected"  # type: ignore[attr-defined]
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are computed
 def test_the_baseline_is_computed_once_and_kept_in_git(service: Path) -> None:
     e = engine(service)
     base = git(service, "rev-parse", "main")
@@ -380,6 +384,7 @@ def test_mode():
 """
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are kept
 def test_a_gate_set_up_otherwise_computes_its_own_baseline(service: Path) -> None:
     """What the gate's commands get (their environment) and how often a failing run runs
     again (a base's flaky test) change the base's results: each is a baseline of its own,
@@ -546,6 +551,7 @@ def test_a_flaky_test_under_each_policy(service: Path, policy: str) -> None:
         assert verdict.status == "promoted", verdict
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are computed
 def test_a_test_flaky_on_the_base_is_not_blamed_on_the_agent(service: Path) -> None:
     write(service, {"tests/test_sometimes.py": FLAKY_TEST})
     git(service, "add", "tests/test_sometimes.py")

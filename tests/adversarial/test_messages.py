@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from test_judging import attempt, engine
 
+#: Each test judges attempts on the service's base: its results are computed once a worker.
+pytestmark = pytest.mark.shared_baselines
+
 
 def test_a_module_that_fails_to_import_is_named_as_a_collection_error(
     service: Path, sandbox_mode: str

@@ -24,6 +24,9 @@ from test_project_recipes import GATE, RECIPES, SCM_SETUP, SCM_TEST, gate_spec
 from pytest_agentgate import Engine
 from pytest_agentgate.sandbox.containment import Settings
 
+#: Each test judges attempts on the service's base: its results are computed once a worker.
+pytestmark = pytest.mark.shared_baselines
+
 
 def scm_project(service: Path) -> tuple[Path, str]:
     pytest.importorskip("setuptools_scm")
@@ -128,6 +131,7 @@ def test_a_file_changed_and_put_back_is_still_found(service: Path, sandbox_mode:
     e.close()
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are computed
 def test_the_base_that_rewrites_its_own_files_is_an_error_before_any_agent(
     service: Path,
 ) -> None:
