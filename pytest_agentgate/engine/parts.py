@@ -78,7 +78,7 @@ def assemble(repo: BaseRepo, settings: EngineSettings, pinned_base: str | None) 
     # What the sandbox hides against what a person bound writable: refused now, before
     # any agent works, not at its first command.
     pool.sandbox_now()
-    baselines = Baselines(repo, pool.gate_context, contained.label, pool.gate_role)
+    baselines = Baselines(repo, pool.gate_context, contained, pool.gate_role)
     queue = LandingQueue(
         repo,
         target,
@@ -207,14 +207,16 @@ def check_harness(parts: Parts, specs: Sequence[GateSpec]) -> list[str]:
     if base is None:
         raise ConfigError(f"the target {target.label} has no tip", source="target")
     warnings = []
-    seen: set[tuple[results.Command, ...]] = set()
+    # Each baseline once: gates with the same commands set up otherwise have their own.
+    seen: set[str] = set()
+    tree = repo.tree_of(base)
     for spec in specs:
         if spec.grading is not None:  # a task that grades nothing is found now
             grader.plan(repo, baselines, base, spec)
             continue
-        if spec.commands in seen:
+        if baselines.key(tree, spec) in seen:
             continue
-        seen.add(spec.commands)
+        seen.add(baselines.key(tree, spec))
         stored = baselines.stored_of_commit(base, spec)
         found = stored.tests if stored is not None else None
         for command in stored.by_exit_code if stored is not None else ():

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import AgentgateError
 from ..git.repo import Author, BaseRepo, TreeEntry
+from ..sandbox.containment import ALLOWED_ENV, ALLOWED_ENV_PREFIXES
 from . import results
 
 if TYPE_CHECKING:
-    from ..sandbox.containment import Role
+    from ..sandbox.containment import Role, Sandbox
     from .gate import CheckResult, GateContext, GateSpec
 
 PREFIX = "refs/agentgate/results/"
@@ -133,6 +134,21 @@ class HarnessBroken(AgentgateError):
         super().__init__(f"the gate cannot run on the base {base[:12]}: {reason}")
 
 
+def _passed(name: str) -> bool:
+    """Whether every command is passed the variable ``name`` of this process, and its value
+    may change the results (a terminal's name does not; the plugin's own settings are the
+    run's, not the tests')."""
+    return (
+        (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES))
+        and name not in _UNKEYED
+        and not name.startswith("AGENTGATE_")
+    )
+
+
+#: Passed to every command, and no part of what its tests do.
+_UNKEYED = frozenset({"TERM"})
+
+
 def judged_by_results(spec: GateSpec) -> bool:
     """Whether any command of the gate may report per-test results (not every one was
     declared to be judged by its exit code)."""
@@ -157,11 +173,11 @@ class Baselines:
     process, kept in git, computed in the sandbox the gate runs in."""
 
     def __init__(
-        self, repo: BaseRepo, context: Callable[[], GateContext], sandbox_label: str, role: Role
+        self, repo: BaseRepo, context: Callable[[], GateContext], sandbox: Sandbox, role: Role
     ) -> None:
         self.repo = repo
         self.context = context
-        self.sandbox_label = sandbox_label
+        self.sandbox = sandbox
         self.role = role
         self._known: dict[str, Stored] = {}
         #: Told before the base's results are computed (not found kept): the first gate of
@@ -173,6 +189,16 @@ class Baselines:
         from .gate import environment_plugins
 
         named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
+        # And the variables every command is passed from this process (which python, tox or
+        # node PATH finds, the locale, the time zone), but the plugin's own settings.
+        named += [f"{n}={v}" for n, v in sorted(os.environ.items()) if _passed(n)]
+        # What the sandbox lets the commands see and use beyond its mode.
+        settings = self.sandbox.settings
+        seen = [
+            *(f"bind {b.path}:{b.writable}" for b in settings.binds),
+            *(f"read {p}" for p in settings.reads),
+            f"pids {settings.pids_max}", f"file bytes {settings.file_bytes}",
+        ]  # fmt: skip
         # What the commands are given, and how often a failing one runs again (a flaky test
         # of the base), make other results; named only when set, so that a gate without
         # them keeps the baselines it had.
@@ -188,8 +214,8 @@ class Baselines:
                 *given,
             ],
             spec.results_file,
-            [self.sandbox_label, str(self.role.network), *named, *environment_plugins(),
-             *installed()],
+            [self.sandbox.label, *seen, str(self.role.network), *named,
+             *environment_plugins(), *installed()],
         )  # fmt: skip
 
     def of_commit(self, base: str, spec: GateSpec) -> dict[str, str] | None:
@@ -251,8 +277,9 @@ class Baselines:
 
     def keep(self, tree: str, spec: GateSpec, run: CheckResult) -> None:
         """Store what a passing gate run already produced as ``tree``'s baseline (best
-        effort)."""
-        if run.tests is None:
+        effort). Not a run in which a test failed and then passed: it was judged as the
+        flaky policy says, where a baseline's run names such a test flaky."""
+        if run.tests is None or run.flaky:
             return
         found = Stored(dict(run.tests), run.fingerprint, run.by_exit_code)
         with contextlib.suppress(AgentgateError, OSError):

@@ -6,6 +6,7 @@ tests fail) and tries to make the gate pass anyway. Honest changes beside them s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -409,6 +410,69 @@ def test_a_gate_set_up_otherwise_computes_its_own_baseline(service: Path) -> Non
     assert seen["strict, run again"]["tests/test_sometimes.py::test_sometimes"] == "flaky"
 
 
+def test_the_harness_check_looks_at_each_gate_set_up_otherwise(service: Path) -> None:
+    """Before any agent works, each gate's results on the base are found: two gates of the
+    same commands given other environments are two baselines, each looked at."""
+    write(service, {"tests/test_mode.py": ENV_TEST})
+    git(service, "add", "tests")
+    git(service, "commit", "-qm", "a test of the environment")
+    strict = GateSpec(commands=(GATE,), timeout=120, env={"LEDGER_MODE": "strict"})
+    loose = dataclasses.replace(strict, env={"LEDGER_MODE": "loose"})
+    e = Engine.open(
+        service, "main", promote=True, workdir=service.parent / "work", gate=strict,
+        sandbox=Settings(mode="none"),
+    )  # fmt: skip
+    warnings = e.check_harness([strict, loose])
+    assert len(warnings) == 1 and "tests/test_mode.py::test_mode" in warnings[0], warnings
+
+
+READS_TEST = """
+import os
+
+
+def test_fixtures():
+    assert os.path.exists(os.environ["LEDGER_FIXTURES"])
+
+
+def test_locale():
+    assert os.environ.get("LANG") == "C.UTF-8"
+"""
+
+
+@pytest.mark.shared_baselines(False)  # of how the base's results are kept
+def test_a_sandbox_or_environment_set_otherwise_computes_its_own_baseline(
+    service: Path, tmp_path: Path, bwrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the gate's commands may read (``--agentgate-sandbox-read``) and the variables
+    they are passed from the run's own environment (``LANG``, ``PATH``, ...) change the
+    base's results: a baseline computed without the read, or under another locale, must not
+    hold the attempts of a run with them (a test failing on the base is not required)."""
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    write(service, {"tests/test_reads.py": READS_TEST})
+    git(service, "add", "tests")
+    git(service, "commit", "-qm", "tests of what the gate sees")
+    base = git(service, "rev-parse", "main")
+    gate = GateSpec(commands=(GATE,), timeout=120, env={"LEDGER_FIXTURES": str(fixtures)})
+    seen = {}
+    for name, lang, reads in (
+        ("without", "C", ()),
+        ("with the read", "C", (fixtures,)),
+        ("with the read and the locale", "C.UTF-8", (fixtures,)),
+    ):
+        monkeypatch.setenv("LANG", lang)
+        e = Engine.open(
+            service, "main", promote=True, workdir=service.parent / "work", gate=gate,
+            sandbox=Settings(mode="bwrap", reads=reads),
+        )  # fmt: skip
+        seen[name] = e.baseline(base, e.gate) or {}
+        e.close()
+    assert seen["without"]["tests/test_reads.py::test_fixtures"] == "failed"
+    assert seen["with the read"]["tests/test_reads.py::test_fixtures"] == "passed"
+    assert seen["with the read"]["tests/test_reads.py::test_locale"] == "failed"
+    assert seen["with the read and the locale"]["tests/test_reads.py::test_locale"] == "passed"
+
+
 def test_python_checks_take_ok_first() -> None:
     from pytest_agentgate.judge.gate import run_check
 
@@ -536,6 +600,7 @@ def _flaky_engine(repo: Path, policy: str) -> Engine:
     )  # fmt: skip
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are kept
 @pytest.mark.parametrize("policy", ["reject", "accept"])
 def test_a_flaky_test_under_each_policy(service: Path, policy: str) -> None:
     e = _flaky_engine(service, policy)
@@ -549,6 +614,10 @@ def test_a_flaky_test_under_each_policy(service: Path, policy: str) -> None:
         assert verdict.status == "rejected" and "flaky" in verdict.reason
     else:
         assert verdict.status == "promoted", verdict
+        # The tree it landed is no baseline from that run: its flaky test would be "passed".
+        (service.parent / "counter").unlink(missing_ok=True)  # the next run fails it
+        landed = e.baseline(git(service, "rev-parse", "main"), e.gate) or {}
+        assert landed["tests/test_sometimes.py::test_sometimes"] == "flaky"
 
 
 @pytest.mark.shared_baselines(False)  # of how the base's results are computed
