@@ -200,8 +200,7 @@ class Baselines:
             f"pids {settings.pids_max}", f"file bytes {settings.file_bytes}",
         ]  # fmt: skip
         # What the commands are given, and how often a failing one runs again (a flaky test
-        # of the base), make other results; named only when set, so that a gate without
-        # them keeps the baselines it had.
+        # of the base), make other results.
         given: list[tuple[str, ...]] = [("env", k, v) for k, v in sorted(spec.env.items())]
         given += [("rerun", str(spec.rerun))] if spec.rerun else []
         given += [("exit-code", str(c)) for c in spec.exit_code]

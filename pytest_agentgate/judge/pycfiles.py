@@ -202,7 +202,7 @@ class EnvFiles:
 
     One is made for each fill or learning of a prefix folder, which asks of a few hundred
     files in a few dozen folders: where a folder leads, and whether it and those above it
-    may be passed, is found once for that call (each file was ten or more ``stat`` calls)."""
+    may be passed, is found once for that call, not with ten or more ``stat`` calls a file."""
 
     def __init__(self, roots: Sequence[str]) -> None:
         self._roots = roots
