@@ -136,8 +136,9 @@ class HarnessBroken(AgentgateError):
 
 def _passed(name: str) -> bool:
     """Whether every command is passed the variable ``name`` of this process, and its value
-    may change the results (a terminal's name does not; the plugin's own settings are the
-    run's, not the tests')."""
+    may change the results: a terminal's name does not; the plugin's own settings are the
+    run's, not the tests'; a hash seed tox draws anew for each run would make every run
+    compute its baselines again, for tests whose outcome the seed decides (flaky ones)."""
     return (
         (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES))
         and name not in _UNKEYED
@@ -145,8 +146,8 @@ def _passed(name: str) -> bool:
     )
 
 
-#: Passed to every command, and no part of what its tests do.
-_UNKEYED = frozenset({"TERM"})
+#: Passed to every command, and no part of the key (see :func:`_passed`).
+_UNKEYED = frozenset({"TERM", "PYTHONHASHSEED"})
 
 
 def judged_by_results(spec: GateSpec) -> bool:

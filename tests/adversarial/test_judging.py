@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -386,7 +387,9 @@ def test_mode():
 
 
 @pytest.mark.shared_baselines(False)  # of how the base's results are kept
-def test_a_gate_set_up_otherwise_computes_its_own_baseline(service: Path) -> None:
+def test_a_gate_set_up_otherwise_computes_its_own_baseline(
+    service: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What the gate's commands get (their environment) and how often a failing run runs
     again (a base's flaky test) change the base's results: each is a baseline of its own,
     never one kept from the gate as it was before."""
@@ -408,6 +411,12 @@ def test_a_gate_set_up_otherwise_computes_its_own_baseline(service: Path) -> Non
     assert seen["loose"]["tests/test_mode.py::test_mode"] == "failed"
     assert seen["strict"]["tests/test_sometimes.py::test_sometimes"] == "failed"
     assert seen["strict, run again"]["tests/test_sometimes.py::test_sometimes"] == "flaky"
+    # A hash seed drawn anew for each run (tox does) is no reason to compute them again.
+    kept = git(service, "for-each-ref", "refs/agentgate/results/")
+    monkeypatch.setenv("PYTHONHASHSEED", str(os.getpid()))
+    e = engine(service, sandbox="none", env={"LEDGER_MODE": "strict", **counter})
+    assert e.baseline(base, e.gate) == seen["strict"]
+    assert git(service, "for-each-ref", "refs/agentgate/results/") == kept
 
 
 def test_the_harness_check_looks_at_each_gate_set_up_otherwise(service: Path) -> None:
