@@ -78,6 +78,44 @@ def test_recycled_equals_fresh(service: Path, tmp_path: Path, snapshot_first: bo
     assert snapshot(recycled).tree == git(service, "rev-parse", "main^{tree}")
 
 
+def test_a_recycled_workspace_keeps_nothing_of_the_task_it_served(
+    service: Path, tmp_path: Path
+) -> None:
+    """A workspace handed back (``Engine.release``) and forked again serves another task:
+    the last task's notes, refusals, transcripts, tries, feedback and declared state must
+    not reach the next one's record or sandbox (a retry of the same task keeps its own)."""
+    from pytest_agentgate.workspace.reuse import ReuseCosts
+
+    engine = Engine.open(
+        service, "main", promote=False, workdir=tmp_path / "work",
+        gate=GateSpec(outcome_is_enough=True),
+    )  # fmt: skip
+    for _ in range(ReuseCosts.KEEP):  # recycling pays here: a workspace handed back is kept
+        engine.pool._costs.note("fresh", 50.0)
+        engine.pool._costs.note("recycled", 0.5)
+    fresh = engine.fork(task="the next task")
+    ws = engine.fork(task="the last task")
+    ws.agent, ws.attempt, ws.agent_timeout, ws.on_step = "agent-a", 3, 60.0, print
+    ws.note(tokens=1200)
+    ws.refused.append("example.com:443")
+    ws.refused_count, ws.network_strict = 1, True
+    ws.transcripts.append((b"steps", 5))
+    ws.checkpoints.append("refs/agentgate/checkpoints/x")
+    ws.history.append({"attempt": 1, "verdict": "rejected"})
+    ws.feedback = tmp_path / "feedback.md"
+    ws.state_binds, ws.state_declared = (tmp_path / "state.db",), ("state.db",)
+    engine.release(ws)
+    recycled = engine.fork(task="the next task")
+    assert recycled is ws and recycled.recycled == 1
+    for name in (
+        "task", "agent", "attempt", "notes", "refused", "refused_count", "network_strict",
+        "transcripts", "checkpoints", "history", "feedback", "state_binds", "state_declared",
+        "state_base", "agent_command", "agent_timeout", "on_step",
+    ):  # fmt: skip
+        assert getattr(recycled, name) == getattr(fresh, name), name
+    engine.close()
+
+
 def test_recycle_refuses_what_it_cannot_prove(service: Path, tmp_path: Path) -> None:
     from pytest_agentgate import BaseRepo
 

@@ -75,6 +75,7 @@ class WorkspacePool:
                 wasted += (time.perf_counter() - begin) * 1000
                 workspace.remove(used, later=True)
                 continue
+            recycled.for_next_task()  # a retry recycles its own, and keeps its task's
             self._costs.note("recycled", recycled.fork_ms)
             return self._contain(recycled)
         private = self.private_root() / secrets.token_hex(16)

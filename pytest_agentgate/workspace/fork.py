@@ -97,6 +97,18 @@ class Workspace:
     transcripts: list[tuple[bytes, int]] = field(default_factory=list)
     _groups: list[int] = field(default_factory=list)
 
+    def for_next_task(self) -> None:
+        """Serve another task (a workspace the pool recycles): nothing of the last one
+        carries over, neither its tries, notes, refusals and transcripts, nor its feedback,
+        declared state and agent settings. The engine's fork and the plugin's fixture set
+        them anew."""
+        self.new_try()
+        self.task, self.agent, self.attempt, self.history = "", "agent", 1, []
+        self.feedback, self.resumed_from = None, None
+        self.state_binds, self.state_declared, self.state_base = (), (), None
+        self.agent_command, self.agent_timeout, self.network_strict = None, None, False
+        self.checkpointer, self.on_step = None, None
+
     def new_try(self) -> None:
         """Begin another try (the next one of this test, or the first of another test this
         recycled workspace serves): no checkpoint, note, refusal or transcript of an earlier
