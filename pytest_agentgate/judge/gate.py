@@ -476,9 +476,11 @@ class _Run:
     @functools.cached_property
     def rewrite(self) -> bool:
         """Whether test modules may be given rewritten bytecode: not when a command, a
-        setup step or the gate's environment may ask pytest for another shape of it."""
+        setup step or the gate's environment (its own, or a variable of the run's it is
+        passed, as ``PYTEST_ADDOPTS``) may ask pytest for another shape of it."""
         said = [*(results.display(c) for c in self.spec.commands), *self.spec.setup]
         said += [f"{k}={v}" for k, v in self.spec.env.items()]
+        said += [os.environ.get(n, "") for n in self.context.role.env_names]
         return not any("enable_assertion_pass_hook" in text for text in said)
 
     def _environment(

@@ -450,6 +450,49 @@ def test_a_tip_the_gate_cannot_run_on_is_run_once_a_process(service: Path) -> No
     assert len(computed) == 1, computed
 
 
+PASS_HOOK = """
+import os
+
+
+def pytest_assertion_pass(item, lineno, orig, expl):
+    with open(os.environ["LEDGER_PASSES"], "a") as out:
+        out.write(item.nodeid + "\\n")
+"""
+
+
+@pytest.mark.shared_baselines(False)  # it counts the runs of the base's tests
+def test_a_pass_hook_asked_for_in_a_variable_the_gate_is_passed_still_runs(
+    service: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest's assertion pass hook, turned on in ``PYTEST_ADDOPTS`` that the run passes to
+    its gate (``--agentgate-gate-env``), needs test modules rewritten in another shape: no
+    bytecode rewritten without it is given, or the hook would not run in the attempt's run."""
+    write(service, {"tests/conftest.py": PASS_HOOK})
+    git(service, "add", "tests")
+    git(service, "commit", "-qm", "a hook on passing assertions")
+    passes = tmp_path / "passes"
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-o enable_assertion_pass_hook=true")
+
+    def opened() -> Engine:
+        return Engine.open(
+            service, "main", promote=False, workdir=service.parent / "work",
+            gate=GateSpec(commands=(GATE,), timeout=120, env={"LEDGER_PASSES": str(passes)}),
+            sandbox=Settings(mode="none", gate_env=("PYTEST_ADDOPTS",)),
+        )  # fmt: skip
+
+    first = opened()
+    first.baseline(git(service, "rev-parse", "main"), first.gate)
+    on_the_base = passes.read_text().splitlines()
+    assert on_the_base  # the base's run: its assertions passed, the hook ran
+    # Another engine reads the base's results from git: no run of the base teaches it the
+    # test modules' bytecode, so the plugin compiles what its second attempt is given.
+    e = opened()
+    for n in (1, 2):
+        done = attempt(e, {"ledger/notes.py": f"NOTE = {n}\n"}, f"an honest change {n}")
+        assert done.verdict.status == "passed", done.verdict  # type: ignore[attr-defined]
+    assert passes.read_text().splitlines() == on_the_base * 3
+
+
 READS_TEST = """
 import os
 
