@@ -181,9 +181,6 @@ class Baselines:
         self.sandbox = sandbox
         self.role = role
         self._known: dict[str, Stored] = {}
-        #: Keys of tips the gate could not run on, found in this process (each would be run
-        #: again for every batch's re-test; the base's results decide there).
-        self._unrunnable: set[str] = set()
         #: Told before the base's results are computed (not found kept): the first gate of
         #: a run on a new base costs a whole run of the base more, and a person should
         #: know why it is slow. Called with a sentence.
@@ -273,15 +270,10 @@ class Baselines:
         """The baseline of a target's tip: stored by the landing that made it, else now."""
         if not judged_by_results(spec):
             return None
-        tree = self.repo.tree_of(tip)
-        if self.key(tree, spec) in self._unrunnable:
-            return None
         try:
-            return self.of_tree(tree, tip, spec)
+            return self.of_tree(self.repo.tree_of(tip), tip, spec)
         except HarnessBroken:
-            # The tip cannot run this gate (a graded command, no tests): the base decides.
-            self._unrunnable.add(self.key(tree, spec))
-            return None
+            return None  # the tip cannot run this gate (a graded command): the base decides
 
     def keep(self, tree: str, spec: GateSpec, run: CheckResult) -> None:
         """Store what a passing gate run already produced as ``tree``'s baseline (best

@@ -435,21 +435,6 @@ def test_the_harness_check_looks_at_each_gate_set_up_otherwise(service: Path) ->
     assert len(warnings) == 1 and "tests/test_mode.py::test_mode" in warnings[0], warnings
 
 
-def test_a_tip_the_gate_cannot_run_on_is_run_once_a_process(service: Path) -> None:
-    """A target's tip where the gate runs no test (a person removed them) cannot be the
-    baseline of a merge's re-test: the base's results decide. Found once, it is not run
-    again for every batch."""
-    git(service, "rm", "-q", "-r", "tests")
-    git(service, "commit", "-qm", "the tests moved elsewhere")
-    e = engine(service, sandbox="none")
-    computed: list[str] = []
-    e.baselines.on_compute = computed.append
-    tip = git(service, "rev-parse", "main")
-    assert e.baselines.of_tip(tip, e.gate) is None
-    assert e.baselines.of_tip(tip, e.gate) is None
-    assert len(computed) == 1, computed
-
-
 PASS_HOOK = """
 import os
 
