@@ -104,7 +104,8 @@ def service(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     computed once by each worker."""
     repo = make_service(tmp_path / "service")
     marked = request.node.get_closest_marker("shared_baselines")
-    if marked is None or (marked.args and not marked.args[0]):  # (False): a test of them
+    shared = marked is not None and marked.kwargs.get("shared", (*marked.args, True)[0])
+    if not shared:  # shared_baselines(False): a test of how they are computed or kept
         yield repo
         return
     kept = request.getfixturevalue("baselines_kept")

@@ -304,6 +304,23 @@ def test_bad_settings_exit_4(
     result.stderr.fnmatch_lines([message])
 
 
+def test_each_gated_test_s_gate_is_checked_before_any_agent_works(
+    pytester: pytest.Pytester, service: Path
+) -> None:
+    """Two gated tests of the same gate commands, one graded: the graded task's plan is
+    checked before any agent works (a fail-to-pass test that passes on the base grades
+    nothing), however the tests are ordered; the gates were merged by their commands."""
+    graded = 'task="graded", fail_to_pass=["tests/test_ledger.py::test_build"]'
+    pytester.makepyfile(
+        test_agent=gated_test(marker=graded)
+        + '\n\n@pytest.mark.gated(task="plain")\ndef test_plain(agent_workspace):\n    pass\n'
+    )
+    gate = f"--agentgate-gate={sys.executable} -m pytest -q -p no:cacheprovider tests"
+    result = run(pytester, service, gate, "--agentgate-sandbox=none")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    result.stderr.fnmatch_lines(["*test_build*grade nothing*"])
+
+
 def test_missing_repo_and_ini_source(pytester: pytest.Pytester, tmp_path: Path) -> None:
     pytester.makepyfile(test_agent=gated_test())
     pytester.makeini(f"[pytest]\nagentgate_repo = {tmp_path / 'nowhere'}\n")

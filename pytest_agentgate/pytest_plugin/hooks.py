@@ -236,7 +236,9 @@ class AgentgateRun:
         for item in items:  # a leader runs them on other machines' posts of these tests
             engine.checks_by_test[item.nodeid] = tuple(item.stash[MARKER_KEY].checks)
         gates = (self.gate_for(item, item.stash[MARKER_KEY], []) for item in items)
-        specs = list({spec.commands: spec for spec in gates}.values())
+        # Alike gates once (thousands of tests share a few); gates of the same commands set
+        # up otherwise (graded, given another environment) are each checked.
+        specs = list({repr(spec): spec for spec in gates}.values())
         try:
             self.warnings += engine.check_harness(specs)
         except AgentgateError as exc:
