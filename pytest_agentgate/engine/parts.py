@@ -214,9 +214,10 @@ def check_harness(parts: Parts, specs: Sequence[GateSpec]) -> list[str]:
         if spec.grading is not None:  # a task that grades nothing is found now
             grader.plan(repo, baselines, base, spec)
             continue
-        if baselines.key(tree, spec) in seen:
+        key = baselines.key(tree, spec)
+        if key in seen:
             continue
-        seen.add(baselines.key(tree, spec))
+        seen.add(key)
         stored = baselines.stored_of_commit(base, spec)
         found = stored.tests if stored is not None else None
         for command in stored.by_exit_code if stored is not None else ():

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import AgentgateError
 from ..git.repo import Author, BaseRepo, TreeEntry
-from ..sandbox.containment import ALLOWED_ENV, ALLOWED_ENV_PREFIXES
+from ..sandbox.containment import command_env
 from . import results
 
 if TYPE_CHECKING:
@@ -134,19 +134,15 @@ class HarnessBroken(AgentgateError):
         super().__init__(f"the gate cannot run on the base {base[:12]}: {reason}")
 
 
-def _passed(name: str) -> bool:
-    """Whether every command is passed the variable ``name`` of this process, and its value
-    may change the results: a terminal's name does not; the plugin's own settings are the
-    run's, not the tests'; a hash seed tox draws anew for each run would make every run
-    compute its baselines again, for tests whose outcome the seed decides (flaky ones)."""
-    return (
-        (name in ALLOWED_ENV or name.startswith(ALLOWED_ENV_PREFIXES))
-        and name not in _UNKEYED
-        and not name.startswith("AGENTGATE_")
-    )
+def _keyed(name: str) -> bool:
+    """Whether the value of ``name``, a variable every command is passed, may change the
+    results: a terminal's name does not; the plugin's own settings are the run's, not the
+    tests'; a hash seed tox draws anew for each run would make every run compute its
+    baselines again, for tests whose outcome the seed decides (flaky ones)."""
+    return name not in _UNKEYED and not name.startswith("AGENTGATE_")
 
 
-#: Passed to every command, and no part of the key (see :func:`_passed`).
+#: Passed to every command, and no part of the key (see :func:`_keyed`).
 _UNKEYED = frozenset({"TERM", "PYTHONHASHSEED"})
 
 
@@ -192,7 +188,8 @@ class Baselines:
         named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
         # And the variables every command is passed from this process (which python, tox or
         # node PATH finds, the locale, the time zone), but the plugin's own settings.
-        named += [f"{n}={v}" for n, v in sorted(os.environ.items()) if _passed(n)]
+        passed = command_env(os.environ, ())
+        named += [f"{n}={v}" for n, v in sorted(passed.items()) if _keyed(n)]
         # What the sandbox lets the commands see and use beyond its mode.
         settings = self.sandbox.settings
         seen = [
