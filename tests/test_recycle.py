@@ -279,6 +279,45 @@ def test_a_kept_gate_checkout_brought_to_the_next_tree_equals_a_fresh_one(
     kept.close()
 
 
+@pytest.mark.parametrize("where", [".gitattributes", "ledger/.gitattributes"])
+@pytest.mark.parametrize("gate_left", ["nothing", "an edit"])
+def test_a_checkout_is_never_brought_over_a_change_of_its_attributes(
+    service: Path, tmp_path: Path, where: str, gate_left: str
+) -> None:
+    """git writes a file's bytes through the ``.gitattributes`` it holds then (``eol``,
+    filters), and never writes again a file whose blob did not change: a kept checkout (or a
+    recycled workspace) brought to a tree whose attributes differ would keep the old bytes
+    of every unchanged file, where a fresh checkout holds the new ones. A gate reading them
+    could then pass or fail for which checkout it was given."""
+    from pytest_agentgate import BaseRepo
+    from pytest_agentgate.workspace.checkouts import GateCheckouts
+
+    repo = BaseRepo.open(service)
+    trees = [git(service, "rev-parse", "HEAD^{tree}")]
+    first = git(service, "rev-parse", "HEAD")
+    trees.append(_commit_files(service, {where: "*.py eol=crlf\n"}, "CRLF for Python files"))
+    kept = GateCheckouts(repo, tmp_path / "kept")
+    for n, step in enumerate([0, 1, 0]):
+        with kept.checkout(trees[step], "gate") as reused:
+            with GateCheckouts(repo, tmp_path / f"fresh{n}").checkout(trees[step], "f") as fresh:
+                assert describe(reused) == describe(fresh), f"tree {step}"
+            if gate_left == "an edit":  # then the checkout is reset whole, not brought over
+                target = reused / "ledger" / "store.py"
+                before = target.stat()
+                target.write_bytes(target.read_bytes()[::-1])  # the same size and time
+                os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    kept.close()
+    ws = fork(repo, first, "main", tmp_path / "pool")
+    if gate_left == "an edit":
+        (ws.path / "ledger" / "api.py").write_text("# edited by the agent\n")
+    new_base = git(service, "rev-parse", "main")
+    try:
+        recycled = recycle(ws, new_base)
+    except RecycleFailed:
+        return  # not reused: the pool forks afresh
+    assert describe(recycled.path) == describe(fork(repo, new_base, "main", tmp_path / "new").path)
+
+
 @pytest.mark.parametrize("left", ["a hard link", "a mode git does not keep"])
 def test_a_workspace_left_with_what_git_never_compares_does_not_pass_it_on(
     service: Path, tmp_path: Path, left: str

@@ -98,6 +98,14 @@ class Index:
             found.append(IndexEntry(mode, oid, path))
         return found
 
+    def attribute_files(self) -> dict[str, str]:
+        """Every ``.gitattributes`` the index holds, at any depth: its path and blob."""
+        found = self._run("ls-files", "-z", "-s", "--", ":(glob)**/.gitattributes").stdout
+        return {
+            path: meta.split(" ")[1]
+            for meta, _, path in (item.partition("\t") for item in _git.split_z(found))
+        }
+
     def differences(self, *, ignored_too: bool = False, tracked: bool = True) -> Differences:
         """Untracked paths, and tracked ones modified or deleted, in one pass.
 

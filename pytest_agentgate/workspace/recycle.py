@@ -31,6 +31,14 @@ class RecycleFailed(AgentgateError):
         super().__init__(f"cannot recycle {path}: {reason}")
 
 
+#: git writes a file's bytes through the attributes it holds then, and rewrites no file whose
+#: blob is unchanged: under other attributes those files would keep the old bytes.
+_ATTRIBUTES_CHANGED = (
+    "its .gitattributes differ from the tree's: files git wrote under the old ones would keep "
+    "their bytes (a fresh checkout is made instead)"
+)
+
+
 def reset_checkout(
     repo: BaseRepo,
     path: Path,
@@ -49,7 +57,8 @@ def reset_checkout(
     differs and every path whose stat (ctime included) no longer matches; one more pass
     removes what is left, nested ``.git`` entries and FIFOs, and resets directory modes; and
     the result is verified as a snapshot would see it. :class:`RecycleFailed` when anything
-    still differs.
+    still differs, and when the two trees' ``.gitattributes`` differ (git would not write
+    an unchanged file again under the new ones).
 
     With ``files_since``, files git never compares are looked at too (see :func:`_scrub`):
     one with other permission bits, a hard link, an attribute, a time before then, keeps the
@@ -73,7 +82,10 @@ def reset_checkout(
     # tree while it writes files, so one left behind would change the bytes of the next.
     for rel in checkout.differences(ignored_too=True, tracked=False).untracked:
         remove_under(path, rel.rstrip("/"))
+    attributes = checkout.attribute_files()
     checkout.read_tree(rev, update=True)
+    if checkout.attribute_files() != attributes:
+        raise RecycleFailed(path, _ATTRIBUTES_CHANGED)
     found = checkout.differences(ignored_too=True)
     # A tracked path still modified or missing after the reset means it could not be fixed.
     if found.changed:
@@ -129,6 +141,8 @@ def _bring_over(repo: BaseRepo, checkout: Index, path: Path, current: str, rev: 
     nothing stats every path a second time: on a large tree that pass was most of the cost.
     """
     changes = repo.diff_tree(current, rev)
+    if any(c.path.rpartition("/")[2] == ".gitattributes" for c in changes):
+        raise RecycleFailed(path, _ATTRIBUTES_CHANGED)
     if any("160000" in (c.old_mode, c.new_mode) for c in changes):
         return False  # a submodule's directory: the full reset handles gitlinks
     gone = [c for c in changes if c.status == "D"]
