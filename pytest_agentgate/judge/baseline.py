@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import AgentgateError
@@ -212,8 +213,24 @@ class Baselines:
             ],
             spec.results_file,
             [self.sandbox.label, *seen, str(self.role.network), *named,
-             *environment_plugins(), *installed()],
+             *environment_plugins(), *installed(), *self._editable_states()],
         )  # fmt: skip
+
+    def _editable_states(self) -> list[str]:
+        """The state of each editable install's files outside the repository (the tree
+        covers those inside it): an edit there changes no version, yet may change results."""
+        from . import environment
+
+        worktree = self.repo.place.worktree
+        inside = Path(os.path.realpath(worktree)) if worktree is not None else None
+        states = []
+        for project in environment.editable_projects():
+            if inside is not None and (
+                project.is_relative_to(inside) or inside.is_relative_to(project)
+            ):
+                continue
+            states.append(f"editable {project} {environment.project_state(project)}")
+        return states
 
     def of_commit(self, base: str, spec: GateSpec) -> dict[str, str] | None:
         """The gate's per-test results on ``base``'s tree: from git, or computed once now.

@@ -105,3 +105,94 @@ def _mapped(finder: Path) -> set[str]:
     except OSError:
         return set()
     return set(_KEY.findall(match["body"])) if match else set()
+
+
+_EDITABLE: tuple[Path, ...] | None = None
+_STATES: dict[Path, str] = {}
+#: Folders of a project that are never its importable source: its history, caches, builds.
+_NOT_SOURCE = frozenset({"__pycache__", "node_modules", "build", "dist", "site"})
+#: Past this many entries a project's folder is hashed no further (the first ones still say).
+_MOST_ENTRIES = 50_000
+
+
+def editable_projects() -> tuple[Path, ...]:
+    """The project folders of this environment's editable installs (``pip install -e``),
+    as pip's ``direct_url.json`` names them, once per process."""
+    global _EDITABLE
+    if _EDITABLE is None:
+        found = set()
+        for folder in _folders():
+            for entry in _entries(folder):
+                if entry.endswith(".dist-info"):
+                    project = _editable_project(Path(folder, entry, "direct_url.json"))
+                    if project is not None:
+                        found.add(project)
+        _EDITABLE = tuple(sorted(found))
+    return _EDITABLE
+
+
+def _editable_project(direct_url: Path) -> Path | None:
+    import json
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        with open(direct_url, "rb") as file:
+            said = json.loads(file.read(65536))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(said, dict) or not isinstance(said.get("dir_info"), dict):
+        return None
+    url = said.get("url")
+    if said["dir_info"].get("editable") is not True or not isinstance(url, str):
+        return None
+    parts = urlsplit(url)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        return None
+    return Path(os.path.realpath(unquote(parts.path)))
+
+
+def project_state(project: Path) -> str:
+    """What an editable project's files are now (each one's path, size and change time,
+    hashed), once per process: its version stays the same while its code changes, so a
+    base's results computed with one state of it are not the results with another.
+
+    Hidden folders, bytecode, builds and virtual environments are left out."""
+    state = _STATES.get(project)
+    if state is None:
+        import hashlib
+
+        digest = hashlib.sha256(str(project).encode("utf-8", "surrogateescape"))
+        for line in _listing(project):
+            digest.update(line.encode("utf-8", "surrogateescape") + b"\0")
+        state = _STATES[project] = digest.hexdigest()[:20]
+    return state
+
+
+def _listing(project: Path) -> list[str]:
+    lines: list[str] = []
+    folders = [""]
+    while folders and len(lines) < _MOST_ENTRIES:
+        rel = folders.pop()
+        try:
+            with os.scandir(project / rel if rel else project) as found:
+                entries = sorted(found, key=lambda e: e.name)
+        except OSError:
+            continue
+        if any(e.name == "pyvenv.cfg" for e in entries):
+            continue  # a virtual environment inside the project
+        for entry in entries:
+            path = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if _source_folder(entry.name):
+                        folders.append(path)
+                    continue
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            lines.append(f"{path} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}")
+    return lines
+
+
+def _source_folder(name: str) -> bool:
+    return not (name.startswith(".") or name in _NOT_SOURCE or name.endswith(".egg-info"))

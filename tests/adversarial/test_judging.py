@@ -419,6 +419,55 @@ def test_a_gate_set_up_otherwise_computes_its_own_baseline(
     assert git(service, "for-each-ref", "refs/agentgate/results/") == kept
 
 
+@pytest.mark.shared_baselines(False)  # of how the base's results are kept
+def test_an_edit_of_an_editable_install_outside_the_repository_computes_the_base_again(
+    service: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project installed with ``pip install -e`` keeps its version while its code changes:
+    a base's results computed with its old code are not the base's results now. The same
+    install made from the repository itself is the tree's to say (a landing changes its
+    files, and would change every key)."""
+    from pytest_agentgate.judge import environment
+
+    lib = tmp_path / "libmode"
+    write(lib, {"libmode/__init__.py": 'MODE = "strict"\n'})
+    site = tmp_path / "env" / "site-packages"
+    for name, project in (("libmode", lib), ("ledger", service)):
+        write(site, {f"{name}-1.0.dist-info/direct_url.json": json.dumps(
+            {"url": project.as_uri(), "dir_info": {"editable": True}})})  # fmt: skip
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(environment, "_VERSIONS", None)
+    monkeypatch.setattr(environment, "_EDITABLE", None)
+    monkeypatch.setattr(environment, "_STATES", {})
+    write(service, {"tests/test_lib.py": LIB_TEST})
+    git(service, "add", "tests")
+    git(service, "commit", "-qm", "a test of the editable library")
+    base = git(service, "rev-parse", "main")
+    env = {"PYTHONPATH": str(lib)}
+    e = engine(service, sandbox="none", env=env)
+    assert (e.baseline(base, e.gate) or {})["tests/test_lib.py::test_mode"] == "passed"
+    write(lib, {"libmode/__init__.py": 'MODE = "loose"\n'})
+    environment._STATES.clear()  # a later process
+    e = engine(service, sandbox="none", env=env)
+    assert (e.baseline(base, e.gate) or {})["tests/test_lib.py::test_mode"] == "failed"
+    # An edit in the repository's own checkout (where a landing writes) changes no key.
+    kept = git(service, "for-each-ref", "refs/agentgate/results/")
+    write(service, {"ledger/notes.txt": "an untracked file of the checkout\n"})
+    environment._STATES.clear()
+    e = engine(service, sandbox="none", env=env)
+    assert (e.baseline(base, e.gate) or {})["tests/test_lib.py::test_mode"] == "failed"
+    assert git(service, "for-each-ref", "refs/agentgate/results/") == kept
+
+
+LIB_TEST = """
+import libmode
+
+
+def test_mode():
+    assert libmode.MODE == "strict"
+"""
+
+
 def test_the_harness_check_looks_at_each_gate_set_up_otherwise(service: Path) -> None:
     """Before any agent works, each gate's results on the base are found: two gates of the
     same commands given other environments are two baselines, each looked at."""
