@@ -152,11 +152,15 @@ def _editable_project(direct_url: Path) -> Path | None:
 
 
 def project_state(project: Path) -> str:
-    """What an editable project's files are now (each one's path, size and change time,
-    hashed), once per process: its version stays the same while its code changes, so a
-    base's results computed with one state of it are not the results with another.
+    """What an editable project's importable files are now (each one's path, size and
+    change times, hashed), once per process: its version stays the same while its code
+    changes, so a base's results computed with one state of it are not the results with
+    another.
 
-    Hidden folders, bytecode, builds and virtual environments are left out."""
+    Importable: every file of a package (a folder holding ``__init__.py``, and the folders
+    below it: its data too), and the modules at the top of the project or of its ``src``.
+    Its documentation, changelog, tests and tools are not: an edit there changes no key
+    (a key is also how attempts are batched across processes)."""
     state = _STATES.get(project)
     if state is None:
         import hashlib
@@ -170,22 +174,27 @@ def project_state(project: Path) -> str:
 
 def _listing(project: Path) -> list[str]:
     lines: list[str] = []
-    folders = [""]
+    folders = [("", False)]  # (folder, inside a package)
     while folders and len(lines) < _MOST_ENTRIES:
-        rel = folders.pop()
+        rel, packaged = folders.pop()
         try:
             with os.scandir(project / rel if rel else project) as found:
                 entries = sorted(found, key=lambda e: e.name)
         except OSError:
             continue
-        if any(e.name == "pyvenv.cfg" for e in entries):
+        names = {e.name for e in entries}
+        if "pyvenv.cfg" in names:
             continue  # a virtual environment inside the project
+        packaged = packaged or "__init__.py" in names
+        top = rel in ("", "src")
         for entry in entries:
             path = f"{rel}/{entry.name}" if rel else entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
                     if _source_folder(entry.name):
-                        folders.append(path)
+                        folders.append((path, packaged))
+                    continue
+                if not (packaged or (top and entry.name.endswith(".py"))):
                     continue
                 info = entry.stat(follow_symlinks=False)
             except OSError:

@@ -19,7 +19,9 @@ no attempt may add or change, at any depth:
 - a new module or package at the top of the tree named like one of the standard library or of
   an installed distribution (``pytest.py``, ``_pytest/``, ``xml/``, ``sitecustomize.py``):
   ``python -m pytest`` puts the checkout first on ``sys.path``, so such a name would replace
-  the test runner, or a part of it, with the agent's code.
+  the test runner, or a part of it, with the agent's code;
+- a new module that takes the place of one of the tree's own (a ``tests/ledger/`` the tests
+  import as ``ledger``, a package or an extension module beside ``x.py``).
 
 Each rule has a name (the strings of :data:`DEFAULT_HARNESS`), by which a person can lift it
 (``--agentgate-unprotect``).
@@ -188,6 +190,7 @@ def violations(
         found += _wrapper_files(commands, changed, base_tree, tree, read)
     if "shadowing" in rules:
         found += _shadowing(changed, base_tree, tree, trees.paths, read, commands)
+        found += _own_shadowing(changed, base_tree, tree, trees.paths, read, commands)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -403,6 +406,86 @@ def _shadowing(
         if place not in existing
         and (folder in on_path or (_of_runner(module) and folder not in packages))
     ]
+
+
+def _own_shadowing(
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    all_paths: Callable[[str], Sequence[str]],
+    read: Reader,
+    commands: Sequence[str] = (),
+) -> list[str]:
+    """New modules that take the place of one of the tree's own, so that the tests import
+    code the tree does not show where they expect it:
+
+    - a module or package of the name of one at the top of the tree (or of a folder the
+      configuration or the gate puts on ``sys.path``), in another folder Python is given:
+      a test directory (pytest's default import mode puts it first), the top, ``src``; a
+      ``tests/ledger/`` would be the ``ledger`` every test imports;
+    - beside a source module ``x.py``, a package ``x/`` or an extension module
+      ``x.cpython-311-x86_64-linux-gnu.so``, which Python's finder takes first."""
+    new_paths = all_paths(tree)
+    base_paths = all_paths(base_tree)
+    base_set, new_set = set(base_paths), set(new_paths)
+    existing = base_set | {d for p in base_paths for d in _folders(p)}
+    added: dict[str, tuple[str, str]] = {}  # place -> (folder, module), importable now
+    for path in changed:
+        parts = path.split("/")
+        for depth in range(len(parts)):
+            place = "/".join(parts[: depth + 1])
+            module = _module_name(parts[depth])
+            if place not in existing and module.isidentifier() and _importable(new_set, place):
+                added[place] = ("/".join(parts[:depth]), module)
+    if not added:
+        return []
+    code_folders = {""} | _configured_paths(base_tree, read) | command_paths(commands)
+    on_path = code_folders | test_directories(base_paths) | test_directories(new_paths)
+    own = _own_modules(base_paths, code_folders)
+    found = []
+    for place, (folder, module) in sorted(added.items()):
+        source = f"{folder}/{module}.py" if folder else f"{module}.py"
+        # In the module's own folder a package comes first: only another folder can shadow.
+        others = sorted(o for o in own.get(module, ()) if o.rpartition("/")[0] != folder)
+        if folder in on_path and others:
+            found.append(f"{place} (shadows the tree's module {module!r}, {others[0]})")
+        elif source in new_set and place != source and _taken_first(new_set, place):
+            found.append(f"{place} (is imported instead of {source})")
+    return found
+
+
+def _own_modules(paths: Sequence[str], folders: set[str]) -> dict[str, set[str]]:
+    """The tree's modules at the top of ``folders``: each name, and where it is. A folder
+    counts when any source lies below it (a namespace package gives way to any other)."""
+    own: dict[str, set[str]] = {}
+    for folder in folders:
+        prefix = f"{folder}/" if folder else ""
+        for path in paths:
+            if not path.startswith(prefix):
+                continue
+            first, below, _ = path[len(prefix) :].partition("/")
+            module = _module_name(first)
+            is_code = path.endswith(".py") if below else module != first
+            # conftest.py has a rule of its own; __init__ and __main__ are no top-level names.
+            named = module.isidentifier() and not module.startswith("__")
+            if is_code and named and module != "conftest":
+                own.setdefault(module, set()).add(prefix + first)
+    return own
+
+
+def _importable(paths: set[str], place: str) -> bool:
+    """Whether ``place`` is a module file or a regular package in the tree ``paths``."""
+    return f"{place}/__init__.py" in paths or (
+        place in paths and _module_name(place.rpartition("/")[2]) != place.rpartition("/")[2]
+    )
+
+
+def _taken_first(paths: set[str], place: str) -> bool:
+    """Whether Python's finder takes ``place`` before a source module of its name beside it:
+    a regular package, or an extension module."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    return f"{place}/__init__.py" in paths or place.endswith(tuple(EXTENSION_SUFFIXES))
 
 
 def _of_runner(module: str) -> bool:

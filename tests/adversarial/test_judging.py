@@ -955,6 +955,52 @@ def test_a_merge_is_held_to_what_passed_on_the_tip_too(service: Path) -> None:
     assert git(service, "rev-parse", "main") == fixed.move.new  # type: ignore[attr-defined]
 
 
+FAKE_LEDGER = {
+    "tests/ledger/__init__.py": "",
+    "tests/ledger/api.py": "def handle(amounts):\n    return list(amounts) + [0]\n",
+    "tests/ledger/report.py": "class _S:\n    def __init__(self, r):\n        self._r = list(r)\n\n"
+    "    def entries(self):\n        return list(self._r)\n\n\ndef build(amounts):\n"
+    "    return _S(amounts)\n",
+}
+RIGHT_STORE = SERVICE["ledger/store.py"]
+
+
+@pytest.mark.parametrize(
+    ("files", "named"),
+    [
+        (FAKE_LEDGER, "tests/ledger (shadows the tree's module 'ledger', ledger)"),
+        ({"tests/ledger.py": "def handle(a):\n    return a\n"}, "tests/ledger.py (shadows"),
+        ({"ledger/store/__init__.py": RIGHT_STORE}, "ledger/store (is imported instead of"),
+        ({"ledger/store.cpython-311-x86_64-linux-gnu.so": "\x7fELF"}, "is imported instead of"),
+    ],
+    ids=["a package in a test directory", "a module in a test directory",
+         "a package beside the module", "an extension module beside the module"],
+)  # fmt: skip
+def test_the_tree_s_own_modules_are_not_shadowed(
+    service: Path, files: dict[str, str], named: str
+) -> None:
+    """The base's tests, unchanged, would import code the tree does not show where they
+    expect it: a ``ledger`` package in ``tests/`` (first on ``sys.path`` in pytest's default
+    import mode), a package or a compiled module beside ``ledger/store.py`` (Python's
+    finder takes either first). Each passed with the broken store."""
+    verdict = attempt(engine(service), {"ledger/store.py": BROKEN_STORE, **files}).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected" and named in verdict.reason, verdict
+
+
+def test_new_modules_that_shadow_nothing_of_the_tree_land(service: Path) -> None:
+    """A new package of the code, a test data folder and a helper in the tests, a module
+    turned into a package (its source gone): honest changes, no shadowing."""
+    files = {
+        "ledger/sub/__init__.py": "X = 1\n",
+        "tests/data/ledger.json": "[]\n",
+        "tests/helpers_of_the_tests.py": "Y = 2\n",
+        "ledger/report.py": None,
+        "ledger/report/__init__.py": SERVICE["ledger/report.py"],
+    }
+    verdict = attempt(engine(service), files).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict
+
+
 def test_shadowing_covers_the_folders_the_configuration_puts_on_sys_path(service: Path) -> None:
     write(
         service,
