@@ -49,8 +49,9 @@ _CONFIG_NAMES = frozenset(
 )
 #: What pytest collects as tests unless the configuration says otherwise, and its doctest glob.
 DEFAULT_PATTERNS = ("test_*.py", "*_test.py", "test*.txt")
-#: A folder named as one of tests (tests, unit_tests, testsuite, e2e, spec...).
-_TEST_FOLDER = re.compile(r".*tests?.*|testing|testsuite|e2e|specs?|integration|checks?")
+#: The words a folder of tests is named by (``tests``, ``unit_tests``, ``e2e``, ``spec``):
+#: a whole word of its name, never a part of one (``contests`` and ``latest`` hold code).
+_TEST_WORDS = frozenset({"test", "tests", "testsuite", "e2e", "spec", "specs"})
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,13 @@ class TestFiles:
     """What counts as a test file of one base, decided by what the base's own run of the
     gate did, never by the attempt: a file the base's tests came from (by the baseline's test
     ids) that pytest collects as tests, a ``conftest.py`` or pytest configuration file, and
-    anything in a test folder of the base. A test folder is one holding such a file, other
-    than the tree's root, named as tests are (``tests``, ``e2e``, ``testsuite``...) or no
-    package of the base's code: a Django app's ``tests.py`` lies beside its models, which
-    are code; a module merely named like a test, or matched by ``python_files = *.py``, is
-    code unless the base's tests came from it."""
+    anything in a test folder of the base. A test folder is one holding such a file (or
+    above it, the outermost) whose name is a word tests are named by (``tests``,
+    ``unit_tests``, ``e2e``, ``spec``; ``testing`` when it is no package of the base: a
+    ``ledger/testing/`` is code). Any other folder holds code beside its tests: a Django
+    app's ``tests.py`` lies beside its models, a ``contests/`` package beside its
+    ``test_scoring.py``; a module merely named like a test, or matched by
+    ``python_files = *.py``, is code unless the base's tests came from it."""
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
     #: The files the base's tests came from, collected as tests.
@@ -88,18 +91,25 @@ def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> T
     patterns = _patterns(repo, base_tree)
     probe = TestFiles(tuple(patterns))
     holding = frozenset(f for f in {t.partition("::")[0] for t in baseline} if probe.collected(f))
-    folders = {f.rpartition("/")[0] for f in holding} - {""}
-    if any(not _TEST_FOLDER.fullmatch(f.rpartition("/")[2].lower()) for f in folders):
-        packages = {  # of the base alone: the attempt cannot make a folder code
-            p.rpartition("/")[0]
-            for p in repo.tree_paths(base_tree)
-            if p.rpartition("/")[2] == "__init__.py"
-        }
-        folders = {
-            f
-            for f in folders
-            if _TEST_FOLDER.fullmatch(f.rpartition("/")[2].lower()) or f not in packages
-        }
+    folders: set[str] = set()
+    packages: set[str] | None = None  # of the base alone: the attempt cannot make a folder code
+    for held_in in {f.rpartition("/")[0] for f in holding} - {""}:
+        parts = held_in.split("/")
+        for depth, name in enumerate(parts):  # the outermost folder named as tests holds them
+            folder = "/".join(parts[: depth + 1])
+            if name.lower() == "testing":
+                if packages is None:
+                    packages = {
+                        p.rpartition("/")[0]
+                        for p in repo.tree_paths(base_tree)
+                        if p.rpartition("/")[2] == "__init__.py"
+                    }
+                if folder in packages:
+                    continue
+            elif _TEST_WORDS.isdisjoint(re.split(r"[\W_]+", name.lower())):
+                continue
+            folders.add(folder)
+            break
     return TestFiles(tuple(patterns), holding, frozenset(folders))
 
 

@@ -184,7 +184,7 @@ class Baselines:
         self.on_compute: Callable[[str], None] | None = None
 
     def key(self, tree: str, spec: GateSpec) -> str:
-        from .gate import environment_plugins
+        from .environment import plugins as environment_plugins
 
         named = [f"{n}={os.environ.get(n, '')}" for n in self.role.env_names]  # values hashed
         # And the variables every command is passed from this process (which python, tox or

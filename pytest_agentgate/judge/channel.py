@@ -218,12 +218,17 @@ class Report:
         return frozenset(found)
 
 
-def unexpected(found: Iterable[str], expected: Iterable[str], rules: Sequence[str]) -> list[str]:
+def unexpected(
+    found: Iterable[str], expected: Iterable[str], rules: Sequence[str], subset: bool = False
+) -> list[str]:
     """What of ``found`` (a fingerprint) the base's run did not have, and the plugins it had
     that ``found`` lacks, as sentences.
 
     Conftest files count only while their rule stands, the configuration only while every
-    configuration rule does (a person who lifted one lets the tree's own differ).
+    configuration rule does (a person who lifted one lets the tree's own differ). A
+    ``subset`` session (it collects some of the tree's test modules) may lack plugins of the
+    tree's files: a ``conftest.py`` of a folder it never enters, a module another test
+    module names in ``pytest_plugins``; what it loads more still counts.
     """
     known, seen = set(expected), set(found)
     lifted_conftest = "conftest.py" not in rules
@@ -233,6 +238,8 @@ def unexpected(found: Iterable[str], expected: Iterable[str], rules: Sequence[st
     # what it loaded, or a plugin gone, is not the base's harness either.
     for element in sorted(known - seen):
         _, kind, *rest = element.split("|")
+        if subset and kind == "plugin" and _of_tree(rest[0]):
+            continue
         if kind == "plugin" and not (lifted_conftest and rest[0].endswith("conftest.py")):
             what = rest[0].removeprefix("module ").removeprefix("object ")
             said.setdefault(f"no plugin {what}, which the base's run loaded", [])
@@ -252,6 +259,13 @@ def unexpected(found: Iterable[str], expected: Iterable[str], rules: Sequence[st
             base = next((e.split("|")[2] for e in known if e.split("|")[1] == "sessions"), "?")
             said.setdefault(f"{rest[0]} pytest session(s) where the base's run had {base}", [])
     return [f"{what} ({', '.join(hooks)})" if hooks else what for what, hooks in said.items()]
+
+
+def _of_tree(plugin: str) -> bool:
+    """Whether a plugin's name (see :meth:`.collector._Session.identity`) is a file of the
+    checkout: ``module tests/fixtures.py``, not ``module xdist.plugin`` or an object."""
+    where = plugin.removeprefix("module ")
+    return where != plugin and where.endswith(".py") and not where.startswith(("/", "../"))
 
 
 class Channel:

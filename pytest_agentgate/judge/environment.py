@@ -205,3 +205,102 @@ def _listing(project: Path) -> list[str]:
 
 def _source_folder(name: str) -> bool:
     return not (name.startswith(".") or name in _NOT_SOURCE or name.endswith(".egg-info"))
+
+
+#: The pytest11 entry points of this environment, read once per process.
+_PLUGINS: tuple[str, ...] | None = None
+
+
+def plugins() -> tuple[str, ...]:
+    """The pytest11 entry points of this environment, read once per process.
+
+    A pytest gate runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and ``-p`` for each of these,
+    so an entry point planted in the checkout (a ``*.dist-info`` beside the code) loads nothing.
+    """
+    global _PLUGINS
+    if _PLUGINS is None:
+        from importlib.metadata import entry_points
+
+        _PLUGINS = tuple(sorted({ep.name for ep in entry_points(group="pytest11")}))
+    return _PLUGINS
+
+
+def plugins_of(program: str, path: str | None, checkout: Path) -> tuple[str, ...] | None:
+    """The plugins a gate's pytest ``program`` (``python``, ``.venv/bin/pytest``, found on
+    ``path`` as the command finds it) is given: this environment's when it runs in this one;
+    another environment's, read from its ``site-packages``, when it runs in another (a
+    project's own virtual environment beside the plugin's); none of a program inside the
+    checkout, whose environment the attempt could have written; None when its environment
+    cannot be told (a pyenv shim, a wrapper script): it then loads them as run by hand."""
+    import shutil
+
+    found: str | None = program
+    if "/" not in program:
+        found = shutil.which(program, path=path)
+    elif not os.path.isabs(program):
+        found = os.path.join(checkout, program)
+    if found is None:
+        return plugins()  # it fails as it would by hand
+    where = os.path.abspath(found)
+    if Path(os.path.realpath(where)).is_relative_to(os.path.realpath(checkout)) or Path(
+        where
+    ).is_relative_to(checkout):
+        return ()
+    prefix, config = _prefix_of(where)
+    if prefix == os.path.realpath(sys.prefix):
+        return plugins()
+    folders = _site_packages(prefix)
+    if config.get("include-system-site-packages", "").lower() == "true" and config.get("home"):
+        folders += _site_packages(os.path.realpath(os.path.dirname(config["home"])))
+    if not folders:
+        return None
+    return tuple(sorted({name for folder in folders for name in _entry_points(folder)}))
+
+
+def _prefix_of(program: str) -> tuple[str, dict[str, str]]:
+    """The environment a program in its ``bin`` folder runs in, and its ``pyvenv.cfg``: a
+    virtual environment's own interpreter is a link to its base's, so the folder above
+    ``bin`` is asked first."""
+    above = os.path.dirname(os.path.dirname(program))
+    config = _pyvenv(os.path.join(above, "pyvenv.cfg"))
+    if config is not None:
+        return os.path.realpath(above), config
+    return os.path.dirname(os.path.dirname(os.path.realpath(program))), {}
+
+
+def _pyvenv(path: str) -> dict[str, str] | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            lines = file.read(65536).splitlines()
+    except OSError:
+        return None
+    pairs = (line.partition("=") for line in lines)
+    return {key.strip().lower(): value.strip() for key, sep, value in pairs if sep}
+
+
+def _site_packages(prefix: str) -> list[str]:
+    import glob
+
+    found = glob.glob(os.path.join(glob.escape(prefix), "lib*", "python3*", "site-packages"))
+    return sorted(f for f in found if os.path.isdir(f))
+
+
+def _entry_points(folder: str) -> set[str]:
+    """The pytest11 entry points the distributions installed in ``folder`` declare."""
+    names: set[str] = set()
+    for entry in _entries(folder):
+        if not entry.endswith((".dist-info", ".egg-info")):
+            continue
+        try:
+            with open(os.path.join(folder, entry, "entry_points.txt"), encoding="utf-8") as file:
+                text = file.read(1 << 20)
+        except (OSError, UnicodeDecodeError):
+            continue
+        section = ""
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+            elif section == "pytest11" and "=" in line and not line.startswith(("#", ";")):
+                names.add(line.partition("=")[0].strip())
+    return names

@@ -28,6 +28,7 @@ from . import boundary, harness, notes, results, tamper
 from .base_tests import gone, split_tests
 from .bytecode import new_folder
 from .channel import INSIDE, Channel, Report, unexpected
+from .environment import plugins_of
 from .pycfiles import env_roots
 from .spec import DEFAULT_GATE_TIMEOUT, Check, CheckResult, GateContext, GateSpec, Judging, Verdict
 
@@ -137,24 +138,6 @@ def run_check(check: Check, attempt: Any) -> CheckResult:
         name=name,
         harness_error=True,
     )
-
-
-#: Plugins found in the environment when the run started: the only ones a pytest gate loads.
-_PLUGINS: tuple[str, ...] | None = None
-
-
-def environment_plugins() -> tuple[str, ...]:
-    """The pytest11 entry points of this environment, read once per process.
-
-    A pytest gate runs with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` and ``-p`` for each of these,
-    so an entry point planted in the checkout (a ``*.dist-info`` beside the code) loads nothing.
-    """
-    global _PLUGINS
-    if _PLUGINS is None:
-        from importlib.metadata import entry_points
-
-        _PLUGINS = tuple(sorted({ep.name for ep in entry_points(group="pytest11")}))
-    return _PLUGINS
 
 
 def run_commands(
@@ -345,11 +328,11 @@ def _checkout_for(repo: BaseRepo, tree: str, context: GateContext, name: str) ->
         remove_later(path)  # its command has ended: the verdict need not wait for it
 
 
-def _pytest_argv(argv: list[str], checkout: Path) -> list[str]:
-    """A pytest the plugin starts itself: only this environment's plugins (an entry point
-    planted in the checkout loads nothing), no colour, kept to its checkout."""
+def _pytest_argv(argv: list[str], plugins: Sequence[str]) -> list[str]:
+    """A pytest the plugin starts itself: only its environment's ``plugins`` (an entry point
+    planted in the checkout loads nothing), no colour."""
     argv = list(argv)
-    for plugin in environment_plugins():
+    for plugin in plugins:
         argv += ["-p", plugin]
     # Naming a plugin and its submodule (xdist, xdist.looponfail) warns that the module was
     # imported before it could be rewritten: a base with filterwarnings=error would then
@@ -396,13 +379,7 @@ class _Run:
             channel = Channel(private / "results").open()
             report: Report | None = None
             try:
-                argv = results.argv_of(command)
-                assigned: dict[str, str] = {}
-                if argv is not None:
-                    assigned, argv = results.split_assignments(argv)
-                    if argv and results.is_pytest(argv):
-                        argv = _pytest_argv(argv, checkout)
-                        assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+                argv, assigned = self._argv(command, checkout)
                 boundary.write(checkout)
                 contained = context.sandbox.active
                 above = boundary.above(checkout, private) if contained else None
@@ -454,6 +431,23 @@ class _Run:
         ran = self._judge(index, command, result, report, declared)
         shown = results.display(command)
         return dataclasses.replace(ran, log=(shown, result.output, result.output_bytes))
+
+    def _argv(
+        self, command: results.Command, checkout: Path
+    ) -> tuple[list[str] | None, dict[str, str]]:
+        """The command's words (None: a shell line) and the variables it assigns itself. A
+        pytest gets the plugins of the environment its interpreter runs in, by name alone;
+        where that cannot be told (a pyenv shim), it loads them as it would run by hand."""
+        argv = results.argv_of(command)
+        if argv is None:
+            return None, {}
+        assigned, argv = results.split_assignments(argv)
+        path = assigned.get("PATH", self.spec.env.get("PATH"))
+        plugins = plugins_of(argv[0], path, checkout) if argv else None
+        if plugins is not None and results.is_pytest(argv):
+            argv = _pytest_argv(argv, plugins)
+            assigned["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        return argv, assigned
 
     def _bytecode(self, checkout: Path, private: Path) -> tuple[Path, Path]:
         """The command's bytecode folder, made now (after its setup steps), with what the
@@ -591,7 +585,7 @@ class _Run:
             )
             return _Ran(fail(why), found, fingerprint)
         if self.how.expected is not None:
-            odd = unexpected(fingerprint, self.how.expected, spec.harness)
+            odd = unexpected(fingerprint, self.how.expected, spec.harness, spec.additions)
             if odd:
                 why = "the gate's pytest loaded what the base's run of it did not: "
                 why += "; ".join(odd) + " (the test harness is the base's)"
@@ -655,11 +649,15 @@ class _Run:
         """A command from which no per-test results came back: its exit code decides, unless
         results were required of it."""
         shown = results.display(command)
+        # What the sandbox kept from the command (a shim's own program, an editable source)
+        # is said in either case: it is the likelier cause.
+        note = notes.hidden_editable(self.context.sandbox) + notes.outside_view(
+            self.context, result
+        )
         if not self.spec.by_exit_code(command) and self.context.require_results:
-            return _Ran(fail(notes.no_results(shown, result.output), harness_error=True), None)
+            why = notes.no_results(shown, result.output) + note
+            return _Ran(fail(why, harness_error=True), None)
         if result.returncode != 0:
-            note = notes.hidden_editable(self.context.sandbox)
-            note += notes.outside_view(self.context, result)
             why = f"gate command exited {result.returncode}: {shown}{note}"
             return _Ran(fail(why, harness_error=self.how.fault), None)
         return _Ran(None, None)

@@ -583,6 +583,8 @@ def run_contained(
     wrap = None
     if sandbox.active:
         path_dirs = [Path(os.path.realpath(d)) for d in run_env.get("PATH", "").split(":") if d]
+        # A version manager's shims (pyenv, rbenv, asdf) run what lies beside them, in its root.
+        path_dirs += [d.parent for d in path_dirs if d.name == "shims"]
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(

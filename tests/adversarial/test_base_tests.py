@@ -408,3 +408,96 @@ def test_a_linked_init_is_no_same_code(service: Path) -> None:
     }
     verdict = attempt(e, files).verdict  # type: ignore[attr-defined]
     assert verdict.status == "rejected" and "tests/__init__.py" in verdict.reason, verdict
+
+
+#: A package whose folder holds its own tests (``contests/test_scoring.py``), and a folder
+#: that is no package, code and tests side by side: their code is code.
+COLOCATED = {
+    "pyproject.toml": "[tool.pytest.ini_options]\npythonpath = ['.']\n",
+    "contests/__init__.py": "",
+    "contests/scoring.py": "def score(points, penalty):\n    return points - penalty\n",
+    "contests/test_scoring.py": "from contests.scoring import score\n\n\n"
+    "def test_score():\n    assert score(10, 3) == 7\n",
+    "api/__init__.py": "",
+    "api/views.py": "from contests.scoring import score\n\n\ndef board(rows):\n"
+    "    return sorted((score(p, q), n) for n, p, q in rows)\n",
+    "api/test_views.py": "from api.views import board\n\n\n"
+    "def test_board():\n    assert board([('a', 5, 1), ('b', 9, 1)]) == [(4, 'a'), (8, 'b')]\n",
+    "app/models.py": "def total(xs):\n    return sum(xs)\n",
+    "app/test_models.py": "from app.models import total\n\n\n"
+    "def test_total():\n    assert total([1, 2]) == 3\n",
+}
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    write(repo, files)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    return repo
+
+
+WHOLE_TREE = f"{sys.executable} -m pytest -q -p no:cacheprovider"
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"contests/scoring.py": "def score(points, penalty):\n    return points + penalty\n"},
+        {"app/models.py": "def total(xs):\n    return max(xs)\n"},
+    ],
+    ids=["a package named with 'test' in it", "a folder that is no package"],
+)
+def test_code_beside_its_tests_is_judged_as_code(
+    tmp_path: Path, broken: dict[str, str]
+) -> None:
+    """A folder was taken for one of tests when its name held "test" (``contests``,
+    ``latest``) or when it was no package, so its code was set back to the base's in the
+    first session: a broken change to it alone landed."""
+    e = engine(_project(tmp_path, COLOCATED), command=WHOLE_TREE)
+    verdict = attempt(e, broken).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+
+
+def test_a_change_to_code_beside_its_tests_and_to_its_callers_lands(tmp_path: Path) -> None:
+    """The honest side: a new function in ``contests/scoring.py`` used by ``api/views.py``,
+    with a test of it; the first session used to run the base's ``scoring.py``."""
+    e = engine(_project(tmp_path, COLOCATED), command=WHOLE_TREE)
+    change = {
+        "contests/scoring.py": COLOCATED["contests/scoring.py"]
+        + "\n\ndef ranked(scored):\n    return sorted(scored)\n",
+        "api/views.py": "from contests.scoring import ranked, score\n\n\ndef board(rows):\n"
+        "    return ranked((score(p, q), n) for n, p, q in rows)\n",
+        "contests/test_scoring.py": COLOCATED["contests/test_scoring.py"]
+        + "\n\ndef test_ranked():\n    from contests.scoring import ranked\n\n"
+        "    assert ranked([(2, 'b'), (1, 'a')]) == [(1, 'a'), (2, 'b')]\n",
+    }
+    verdict = attempt(e, change).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict
+
+
+def test_a_plugin_a_base_test_module_names_is_not_missed_by_the_second_session(
+    tmp_path: Path,
+) -> None:
+    """``pytest_plugins`` in a base test module loads its plugin only when that module is
+    collected: the second session, which collects the attempt's modules alone, did not, and
+    the attempt was refused for a plugin "the base's run loaded"."""
+    repo = _project(tmp_path, {
+        "lib/__init__.py": "",
+        "lib/m.py": "def inc(x):\n    return x + 1\n",
+        "tests/fixtures_extra.py": "import pytest\n\n\n@pytest.fixture\ndef seven():\n"
+        "    return 7\n",
+        "tests/test_a.py": "from lib.m import inc\n\npytest_plugins = ['tests.fixtures_extra']\n\n\n"
+        "def test_a(seven):\n    assert inc(seven) == 8\n",
+        "tests/test_b.py": "from lib.m import inc\n\n\ndef test_b():\n    assert inc(1) == 2\n",
+    })  # fmt: skip
+    e = engine(repo, command=f"{WHOLE_TREE} tests")
+    change = {
+        "lib/m.py": "def inc(x, step=1):\n    return x + step\n",
+        "tests/test_b.py": "from lib.m import inc\n\n\ndef test_b():\n    assert inc(1) == 2\n\n\n"
+        "def test_step():\n    assert inc(1, 2) == 3\n",
+    }
+    verdict = attempt(e, change).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict

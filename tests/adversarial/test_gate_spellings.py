@@ -108,6 +108,77 @@ def test_an_honest_change_is_promoted_however_its_gate_is_spelled(
     assert done.results["passed"] == passed  # type: ignore[attr-defined]
 
 
+def project_venv(root: Path) -> Path:
+    """The project's own virtual environment, the plugin's not in it: pytest and what it
+    needs, linked in from this one (no download), and no other plugin."""
+    import importlib.metadata as md
+    import sysconfig
+
+    venv = root / "project-venv"
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    for name in ("pytest", "pluggy", "iniconfig", "packaging", "pygments"):
+        dist = md.distribution(name)
+        for top in {str(f).split("/")[0] for f in dist.files or ()} - {"..", "bin"}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not (site / top).exists():
+                (site / top).symlink_to(source)
+    return venv
+
+
+def test_a_pytest_in_the_project_s_own_environment_is_given_its_plugins(
+    tmp_path: Path, sandbox_mode: str
+) -> None:
+    """The plugin runs from one environment, the project's tests in their own: its pytest
+    was given the plugin's environment's plugins by name (``-p agentgate``), which are not
+    there, and the gate could not run on the base."""
+    venv = project_venv(tmp_path)
+    command = f"{venv}/bin/python -m pytest {QUIET} -o pythonpath=src tests"
+    repo = src_repo(tmp_path)
+    passed = by_hand(repo, command)
+    gate = GateSpec(commands=(command,), timeout=120, env=dict(PATH_ENV))
+    e = Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
+        sandbox=Settings(mode=sandbox_mode, reads=(venv,)),
+    )  # fmt: skip
+    ws = e.fork(task="docstring")
+    write(ws.path, HONEST)
+    done = e.run_attempt(ws, task="docstring")
+    e.close()
+    assert done.verdict.status == "promoted", (done.verdict.reason, done.verdict.output[-800:])
+    assert done.results["passed"] == passed
+
+
+def test_a_python_a_version_manager_s_shim_runs_is_found_in_the_sandbox(
+    tmp_path: Path, bwrap: str
+) -> None:
+    """``python`` on PATH is a shim (pyenv, rbenv, asdf) that runs the manager's own program
+    beside it: the sandbox showed the shims' folder alone, the shim found nothing to run,
+    and the gate could not run on the base."""
+    manager = tmp_path / "home" / ".manager"
+    (manager / "libexec").mkdir(parents=True)
+    (manager / "shims").mkdir()
+    (manager / "libexec" / "run").write_text(f'#!/bin/sh\nexec {PY} "$@"\n')
+    (manager / "shims" / "python").write_text(
+        '#!/bin/sh\nexec "$(dirname "$0")/../libexec/run" "$@"\n'
+    )
+    for program in (manager / "libexec" / "run", manager / "shims" / "python"):
+        program.chmod(0o755)
+    command = f"python -m pytest {QUIET} -o pythonpath=src tests"
+    repo = src_repo(tmp_path)
+    path = {"PATH": f"{manager / 'shims'}{os.pathsep}{os.environ['PATH']}"}
+    gate = GateSpec(commands=(command,), timeout=120, env=path)
+    e = Engine.open(
+        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
+        sandbox=Settings(mode="bwrap"),
+    )  # fmt: skip
+    ws = e.fork(task="docstring")
+    write(ws.path, HONEST)
+    done = e.run_attempt(ws, task="docstring")
+    e.close()
+    assert done.verdict.status == "promoted", (done.verdict.reason, done.verdict.output[-800:])
+
+
 TOX = f"""[tox]
 env_list = py
 [testenv]
