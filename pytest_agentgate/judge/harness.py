@@ -12,7 +12,8 @@ no attempt may add or change, at any depth:
   ``[tool.pytest]``), compared section by section, so the rest of those files stays editable
   (an agent may add a dependency to ``pyproject.toml``);
 - the ``__init__.py`` of a test directory (one that holds test modules, or is named
-  ``test``, ``tests`` or ``testing``), and ``pytest_plugins`` in a test module;
+  ``test``, ``tests`` or ``testing``; but an empty one in a folder the attempt adds), and
+  ``pytest_plugins`` in a test module;
 - anything that installs code into an interpreter: ``*.pth``, ``*.dist-info/``, ``*.egg-info/``,
   and bytecode (``__pycache__/``, ``*.pyc``: an unchecked-hash ``.pyc`` runs instead of the
   source beside it, so the gate would test code the tree does not show);
@@ -194,13 +195,26 @@ def violations(
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
-            test_dirs = _test_dirs(trees.paths(base_tree)) | _test_dirs(trees.paths(tree))
+            base_paths = trees.paths(base_tree)
+            test_dirs = _test_dirs(base_paths) | _test_dirs(trees.paths(tree))
+            base_dirs = {d for p in base_paths for d in _folders(p)}
             for path in inits:
                 folder = path.rpartition("/")[0]
                 in_tests = folder in test_dirs or folder.rpartition("/")[2] in _TEST_DIR_NAMES
-                if in_tests and not _same_code_file(trees, base_tree, tree, path):
+                if in_tests and not (
+                    _same_code_file(trees, base_tree, tree, path)
+                    # An empty one in a folder the attempt made: it runs nothing, and only
+                    # the attempt's own modules there are imported otherwise.
+                    or (folder not in base_dirs and _runs_nothing(trees, tree, path))
+                ):
                     found.append(f"{path} (__init__.py of a test directory)")
     return found
+
+
+def _runs_nothing(trees: Trees, tree: str, path: str) -> bool:
+    """Whether ``path`` in ``tree`` is a file whose code is an empty file's (comments and a
+    docstring at most), not a link."""
+    return not trees.links(tree, [path]) and same_code(b"", trees.read(tree, path))
 
 
 def _same_code_file(trees: Trees, base_tree: str, tree: str, path: str) -> bool:

@@ -450,9 +450,7 @@ WHOLE_TREE = f"{sys.executable} -m pytest -q -p no:cacheprovider"
     ],
     ids=["a package named with 'test' in it", "a folder that is no package"],
 )
-def test_code_beside_its_tests_is_judged_as_code(
-    tmp_path: Path, broken: dict[str, str]
-) -> None:
+def test_code_beside_its_tests_is_judged_as_code(tmp_path: Path, broken: dict[str, str]) -> None:
     """A folder was taken for one of tests when its name held "test" (``contests``,
     ``latest``) or when it was no package, so its code was set back to the base's in the
     first session: a broken change to it alone landed."""
@@ -501,3 +499,28 @@ def test_a_plugin_a_base_test_module_names_is_not_missed_by_the_second_session(
     }
     verdict = attempt(e, change).verdict  # type: ignore[attr-defined]
     assert verdict.status == "promoted", verdict
+
+
+@pytest.mark.parametrize(
+    ("init", "status"),
+    [("", "promoted"), ('"""The integration tests."""\n', "promoted"),
+     ("import ledger.store\nledger.store.Store.add_entry = lambda self, a: None\n", "rejected")],
+    ids=["empty", "a docstring", "code"],
+)  # fmt: skip
+def test_a_new_test_folder_of_a_package_of_tests_may_have_an_empty_init(
+    service: Path, init: str, status: str
+) -> None:
+    """Tests kept as a package (``tests/__init__.py``): a new folder of them needs an
+    ``__init__.py``, and an empty one runs nothing; one with code is the harness's."""
+    write(service, {"tests/__init__.py": ""})
+    git(service, "add", "-A")
+    git(service, "commit", "-qm", "tests as a package")
+    new = {
+        "tests/integration/__init__.py": init,
+        "tests/integration/test_flow.py": "from ledger.api import handle\n\n\n"
+        "def test_flow():\n    assert handle([]) == [0]\n",
+    }
+    verdict = attempt(engine(service), new).verdict  # type: ignore[attr-defined]
+    assert verdict.status == status, verdict
+    if status == "rejected":
+        assert "__init__.py of a test directory" in verdict.reason

@@ -31,6 +31,16 @@ def test_the_base_s_own_failures_are_not_the_attempt_s() -> None:
     assert compare({**BASE, "t::c": "passed"}, BASE).ok
 
 
+def test_a_base_test_file_that_no_longer_collects_is_lost_not_new() -> None:
+    """Its collection error reports under the file's path: its tests are lost, and the
+    reason said "1 new test(s) do not pass" of the base's own file as well."""
+    found = compare({"t::b": "passed", "t::c": "failed", "t::d": "skipped", "t": "error"}, BASE)
+    assert found.lost == ("t::a",) and found.failed == () and found.new == ()
+    assert "new test" not in found.reason()
+    # A file the base had no test in is the attempt's: its error is a new failure.
+    assert compare({**BASE, "u": "error"}, BASE).failed == ("u",)
+
+
 def test_a_new_test_must_pass_when_the_base_is_known() -> None:
     assert compare({**BASE, "t::e": "skipped"}, BASE).failed == ("t::e",)
     assert compare({**BASE, "t::e": "passed"}, BASE).ok
