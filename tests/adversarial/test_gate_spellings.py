@@ -44,11 +44,14 @@ def src_repo(root: Path, extra: dict[str, str] | None = None) -> Path:
     return repo
 
 
-def engine(repo: Path, command: str, sandbox: str, **spec: object) -> Engine:
-    gate = GateSpec(commands=(command,), timeout=120, env=dict(PATH_ENV), **spec)  # type: ignore[arg-type]
+def engine(
+    repo: Path, command: str, sandbox: str, env: dict[str, str] | None = None,
+    reads: tuple[Path, ...] = (), **spec: object,
+) -> Engine:  # fmt: skip
+    gate = GateSpec(commands=(command,), timeout=120, env=env or dict(PATH_ENV), **spec)  # type: ignore[arg-type]
     return Engine.open(
         repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox=Settings(mode=sandbox),
+        sandbox=Settings(mode=sandbox, reads=reads),
     )  # fmt: skip
 
 
@@ -62,8 +65,10 @@ def by_hand(repo: Path, command: str) -> int:
     return int(re.findall(r"(\d+) passed", done.stdout)[-1])
 
 
-def promoted(repo: Path, command: str, sandbox: str, files: dict[str, str] = HONEST) -> object:
-    e = engine(repo, command, sandbox)
+def promoted(
+    repo: Path, command: str, sandbox: str, files: dict[str, str] = HONEST, **how: object
+) -> object:
+    e = engine(repo, command, sandbox, **how)  # type: ignore[arg-type]
     ws = e.fork(task="docstring")
     write(ws.path, files)
     done = e.run_attempt(ws, task="docstring")
@@ -136,17 +141,8 @@ def test_a_pytest_in_the_project_s_own_environment_is_given_its_plugins(
     command = f"{venv}/bin/python -m pytest {QUIET} -o pythonpath=src tests"
     repo = src_repo(tmp_path)
     passed = by_hand(repo, command)
-    gate = GateSpec(commands=(command,), timeout=120, env=dict(PATH_ENV))
-    e = Engine.open(
-        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox=Settings(mode=sandbox_mode, reads=(venv,)),
-    )  # fmt: skip
-    ws = e.fork(task="docstring")
-    write(ws.path, HONEST)
-    done = e.run_attempt(ws, task="docstring")
-    e.close()
-    assert done.verdict.status == "promoted", (done.verdict.reason, done.verdict.output[-800:])
-    assert done.results["passed"] == passed
+    done = promoted(repo, command, sandbox_mode, reads=(venv,))
+    assert done.results["passed"] == passed  # type: ignore[attr-defined]
 
 
 def test_a_python_a_version_manager_s_shim_runs_is_found_in_the_sandbox(
@@ -167,16 +163,7 @@ def test_a_python_a_version_manager_s_shim_runs_is_found_in_the_sandbox(
     command = f"python -m pytest {QUIET} -o pythonpath=src tests"
     repo = src_repo(tmp_path)
     path = {"PATH": f"{manager / 'shims'}{os.pathsep}{os.environ['PATH']}"}
-    gate = GateSpec(commands=(command,), timeout=120, env=path)
-    e = Engine.open(
-        repo, "main", promote=True, workdir=repo.parent / "work", gate=gate,
-        sandbox=Settings(mode="bwrap"),
-    )  # fmt: skip
-    ws = e.fork(task="docstring")
-    write(ws.path, HONEST)
-    done = e.run_attempt(ws, task="docstring")
-    e.close()
-    assert done.verdict.status == "promoted", (done.verdict.reason, done.verdict.output[-800:])
+    promoted(repo, command, "bwrap", env=path)
 
 
 TOX = f"""[tox]
