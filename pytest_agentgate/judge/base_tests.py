@@ -49,9 +49,16 @@ _CONFIG_NAMES = frozenset(
 )
 #: What pytest collects as tests unless the configuration says otherwise, and its doctest glob.
 DEFAULT_PATTERNS = ("test_*.py", "*_test.py", "test*.txt")
-#: The words a folder of tests is named by (``tests``, ``unit_tests``, ``e2e``, ``spec``):
-#: a whole word of its name, never a part of one (``contests`` and ``latest`` hold code).
-_TEST_WORDS = frozenset({"test", "tests", "testsuite", "e2e", "spec", "specs"})
+#: The words a folder of tests is named by: a folder is one of tests when every word of its
+#: name is one of these (``tests``, ``unit_tests``, ``integration``, ``qa``), never when a
+#: word is another (``contests``, ``openapi_spec``, ``test_server`` hold code).
+_TEST_WORDS = frozenset(
+    {"test", "tests", "testing", "testsuite", "unittests", "unit", "integration", "functional",
+     "acceptance", "e2e", "spec", "specs", "qa", "it"}
+)  # fmt: skip
+#: The words that name tests even for a package of the base (``tests/__init__.py``); a
+#: package named by the others alone (``integration/``, ``testing/``) is code.
+_TESTS = frozenset({"test", "tests", "testsuite", "unittests"})
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,12 @@ class TestFiles:
     gate did, never by the attempt: a file the base's tests came from (by the baseline's test
     ids) that pytest collects as tests, a ``conftest.py`` or pytest configuration file, and
     anything in a test folder of the base. A test folder is one holding such a file (or
-    above it, the outermost) whose name is a word tests are named by (``tests``,
-    ``unit_tests``, ``e2e``, ``spec``; ``testing`` when it is no package of the base: a
-    ``ledger/testing/`` is code). Any other folder holds code beside its tests: a Django
-    app's ``tests.py`` lies beside its models, a ``contests/`` package beside its
-    ``test_scoring.py``; a module merely named like a test, or matched by
+    above it, the outermost) whose name is made of words tests are named by (``tests``,
+    ``unit_tests``, ``integration``, ``e2e``, ``qa``); a package of the base counts only
+    when one of them is ``test`` or ``tests`` (``ledger/testing/`` is code). Any other
+    folder holds code beside its tests: a Django app's ``tests.py`` lies beside its models,
+    a ``contests/`` package beside its ``test_scoring.py``, an ``openapi_spec/`` package
+    above its ``tests/``; a module merely named like a test, or matched by
     ``python_files = *.py``, is code unless the base's tests came from it."""
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
@@ -92,24 +100,21 @@ def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> T
     probe = TestFiles(tuple(patterns))
     holding = frozenset(f for f in {t.partition("::")[0] for t in baseline} if probe.collected(f))
     folders: set[str] = set()
-    packages: set[str] | None = None  # of the base alone: the attempt cannot make a folder code
-    for held_in in {f.rpartition("/")[0] for f in holding} - {""}:
-        parts = held_in.split("/")
+    held_in = {f.rpartition("/")[0] for f in holding} - {""}
+    # Of the base alone: the attempt cannot make a folder code.
+    packages = (
+        {p.rpartition("/")[0] for p in repo.tree_paths(base_tree) if _is_init(p)}
+        if held_in
+        else set()
+    )
+    for folder_of_tests in held_in:
+        parts = folder_of_tests.split("/")
         for depth, name in enumerate(parts):  # the outermost folder named as tests holds them
+            words = {w for w in re.split(r"[\W_]+", name.lower()) if w}
             folder = "/".join(parts[: depth + 1])
-            if name.lower() == "testing":
-                if packages is None:
-                    packages = {
-                        p.rpartition("/")[0]
-                        for p in repo.tree_paths(base_tree)
-                        if p.rpartition("/")[2] == "__init__.py"
-                    }
-                if folder in packages:
-                    continue
-            elif _TEST_WORDS.isdisjoint(re.split(r"[\W_]+", name.lower())):
-                continue
-            folders.add(folder)
-            break
+            if words and words <= _TEST_WORDS and (folder not in packages or words & _TESTS):
+                folders.add(folder)
+                break
     return TestFiles(tuple(patterns), holding, frozenset(folders))
 
 
@@ -226,3 +231,7 @@ def gone(
         and t not in found
         and not results.matches(t, allowed)
     )
+
+
+def _is_init(path: str) -> bool:
+    return path.rpartition("/")[2] == "__init__.py"

@@ -430,76 +430,23 @@ def _own_shadowing(
     read: Reader,
     commands: Sequence[str] = (),
 ) -> list[str]:
-    """New modules that take the place of one of the tree's own, so that the tests import
-    code the tree does not show where they expect it:
+    """New modules that take the place of one of the tree's own (see :mod:`.own_modules`),
+    by the folders the base's tests put on ``sys.path``."""
+    from .own_modules import inserted_folders, taking_place
 
-    - a module or package of the name of one at the top of the tree (or of a folder the
-      configuration or the gate puts on ``sys.path``), in another folder Python is given:
-      a test directory (pytest's default import mode puts it first), the top, ``src``; a
-      ``tests/ledger/`` would be the ``ledger`` every test imports;
-    - beside a source module ``x.py``, a package ``x/`` or an extension module
-      ``x.cpython-311-x86_64-linux-gnu.so``, which Python's finder takes first."""
-    new_paths = all_paths(tree)
     base_paths = all_paths(base_tree)
-    base_set, new_set = set(base_paths), set(new_paths)
-    existing = base_set | {d for p in base_paths for d in _folders(p)}
-    added: dict[str, tuple[str, str]] = {}  # place -> (folder, module), importable now
-    for path in changed:
-        parts = path.split("/")
-        for depth in range(len(parts)):
-            place = "/".join(parts[: depth + 1])
-            module = _module_name(parts[depth])
-            if place not in existing and module.isidentifier() and _importable(new_set, place):
-                added[place] = ("/".join(parts[:depth]), module)
-    if not added:
-        return []
     code_folders = {""} | _configured_paths(base_tree, read) | command_paths(commands)
-    on_path = code_folders | test_directories(base_paths) | test_directories(new_paths)
-    own = _own_modules(base_paths, code_folders)
-    found = []
-    for place, (folder, module) in sorted(added.items()):
-        source = f"{folder}/{module}.py" if folder else f"{module}.py"
-        # In the module's own folder a package comes first: only another folder can shadow.
-        others = sorted(o for o in own.get(module, ()) if o.rpartition("/")[0] != folder)
-        if folder in on_path and others:
-            found.append(f"{place} (shadows the tree's module {module!r}, {others[0]})")
-        elif source in new_set and place != source and _taken_first(new_set, place):
-            found.append(f"{place} (is imported instead of {source})")
-    return found
+    patterns = configured(base_tree, read, "python_files")
 
+    def is_test_module(path: str) -> bool:
+        name = path.rpartition("/")[2]
+        return bool(_TEST_MODULE.search(path)) or any(
+            fnmatch.fnmatchcase(name, p) for p in patterns
+        )
 
-def _own_modules(paths: Sequence[str], folders: set[str]) -> dict[str, set[str]]:
-    """The tree's modules at the top of ``folders``: each name, and where it is. A folder
-    counts when any source lies below it (a namespace package gives way to any other)."""
-    own: dict[str, set[str]] = {}
-    for folder in folders:
-        prefix = f"{folder}/" if folder else ""
-        for path in paths:
-            if not path.startswith(prefix):
-                continue
-            first, below, _ = path[len(prefix) :].partition("/")
-            module = _module_name(first)
-            is_code = path.endswith(".py") if below else module != first
-            # conftest.py has a rule of its own; __init__ and __main__ are no top-level names.
-            named = module.isidentifier() and not module.startswith("__")
-            if is_code and named and module != "conftest":
-                own.setdefault(module, set()).add(prefix + first)
-    return own
-
-
-def _importable(paths: set[str], place: str) -> bool:
-    """Whether ``place`` is a module file or a regular package in the tree ``paths``."""
-    return f"{place}/__init__.py" in paths or (
-        place in paths and _module_name(place.rpartition("/")[2]) != place.rpartition("/")[2]
-    )
-
-
-def _taken_first(paths: set[str], place: str) -> bool:
-    """Whether Python's finder takes ``place`` before a source module of its name beside it:
-    a regular package, or an extension module."""
-    from importlib.machinery import EXTENSION_SUFFIXES
-
-    return f"{place}/__init__.py" in paths or place.endswith(tuple(EXTENSION_SUFFIXES))
+    packages = {p.rpartition("/")[0] for p in base_paths if p.rpartition("/")[2] == "__init__.py"}
+    on_path = code_folders | inserted_folders(base_paths, is_test_module, packages)
+    return taking_place(changed, base_paths, all_paths(tree), on_path, code_folders, _module_name)
 
 
 def _of_runner(module: str) -> bool:

@@ -583,8 +583,9 @@ def run_contained(
     wrap = None
     if sandbox.active:
         path_dirs = [Path(os.path.realpath(d)) for d in run_env.get("PATH", "").split(":") if d]
-        # A version manager's shims (pyenv, rbenv, asdf) run what lies beside them, in its root.
-        path_dirs += [d.parent for d in path_dirs if d.name == "shims"]
+        # A version manager's shims (pyenv, rbenv, asdf) run what lies beside them, in its
+        # root: one that holds its versions (``versions``, ``installs``) or its own program.
+        path_dirs += [d.parent for d in path_dirs if _manager_shims(d)]
 
         def wrap(argv: list[str]) -> list[str]:
             return sandbox.wrap(
@@ -610,3 +611,11 @@ def run_contained(
     if proxy is not None and proxy.refused_count:
         result = replace(result, refused=tuple(proxy.refusals), refused_count=proxy.refused_count)
     return result
+
+
+def _manager_shims(folder: Path) -> bool:
+    """Whether ``folder`` is a version manager's ``shims``, beside what they run."""
+    root = folder.parent
+    if folder.name != "shims" or root == Path.home() or root == root.parent:
+        return False
+    return any((root / name).is_dir() for name in ("versions", "installs", "libexec"))

@@ -524,3 +524,56 @@ def test_a_new_test_folder_of_a_package_of_tests_may_have_an_empty_init(
     assert verdict.status == status, verdict
     if status == "rejected":
         assert "__init__.py of a test directory" in verdict.reason
+
+
+@pytest.mark.parametrize("folder", ["integration", "qa", "unittests", "tests"])
+def test_a_helper_beside_the_tests_in_a_folder_of_tests_is_the_base_s(
+    tmp_path: Path, folder: str
+) -> None:
+    """A helper the tests import from their own folder (``integration/checks.py``) is a test
+    file: made a no-op by the attempt, it would pass the broken store."""
+    repo = _project(tmp_path, {
+        "ledger/__init__.py": "",
+        "ledger/store.py": GOOD_STORE,
+        f"{folder}/checks.py": "def expect(got, want):\n    assert got == want, (got, want)\n",
+        f"{folder}/test_store.py": "from checks import expect\nfrom ledger.store import Store\n\n\n"
+        "def test_add():\n    s = Store()\n    s.add_entry(3)\n    expect(s.entries(), [3])\n",
+    })  # fmt: skip
+    e = engine(repo, command=f"{WHOLE_TREE} {folder}")
+    cheat = {
+        "ledger/store.py": BROKEN_STORE,
+        f"{folder}/checks.py": "def expect(got, want):\n    pass\n",
+    }
+    verdict = attempt(e, cheat).verdict  # type: ignore[attr-defined]
+    assert verdict.status == "rejected", verdict
+
+
+#: A code package named with a test word, its tests in a folder below it.
+SPEC_PACKAGE = {
+    "openapi_spec/__init__.py": "",
+    "openapi_spec/schema.py": "def validate(doc):\n    return isinstance(doc, dict)\n",
+    "openapi_spec/tests/__init__.py": "",
+    "openapi_spec/tests/test_schema.py": "from openapi_spec.schema import validate\n\n\n"
+    "def test_ok():\n    assert validate({})\n",
+    "app/__init__.py": "",
+    "app/main.py": "from openapi_spec.schema import validate\n\n\ndef handle(doc):\n"
+    "    return validate(doc)\n",
+    "tests/test_app.py": "from app.main import handle\n\n\ndef test_handle():\n    assert handle({})\n",
+}
+
+
+def test_a_package_named_with_a_test_word_is_code_above_its_tests(tmp_path: Path) -> None:
+    e = engine(_project(tmp_path, SPEC_PACKAGE), command=WHOLE_TREE)
+    broken = {"openapi_spec/schema.py": "def validate(doc):\n    raise NotImplementedError\n"}
+    assert attempt(e, broken).verdict.status == "rejected"  # type: ignore[attr-defined]
+    honest = {
+        "openapi_spec/schema.py": SPEC_PACKAGE["openapi_spec/schema.py"]
+        + "\n\ndef normalize(doc):\n    return dict(doc)\n",
+        "app/main.py": "from openapi_spec.schema import normalize, validate\n\n\n"
+        "def handle(doc):\n    return validate(normalize(doc))\n",
+        "openapi_spec/tests/test_schema.py": SPEC_PACKAGE["openapi_spec/tests/test_schema.py"]
+        + "\n\ndef test_normalize():\n    from openapi_spec.schema import normalize\n\n"
+        "    assert normalize({'a': 1}) == {'a': 1}\n",
+    }
+    verdict = attempt(e, honest, "honest").verdict  # type: ignore[attr-defined]
+    assert verdict.status == "promoted", verdict

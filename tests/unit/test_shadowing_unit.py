@@ -13,29 +13,50 @@ BASE = (
     "ledger/__init__.py", "ledger/store.py", "ledger/report.py", "tests/test_ledger.py",
     "tests/helpers.py", "docs/conf.py", "conftest.py", "fixtures/cases.json", "setup.py",
 )  # fmt: skip
+SO = "cpython-311-x86_64-linux-gnu.so"
 
 
-def found(added: Sequence[str], removed: Sequence[str] = (), commands: Sequence[str] = ()):
-    trees = {"base": BASE, "new": tuple(p for p in BASE if p not in removed) + tuple(added)}
+def found(
+    added: Sequence[str],
+    removed: Sequence[str] = (),
+    commands: Sequence[str] = (),
+    base: Sequence[str] = (),
+) -> list[str]:
+    old = (*BASE, *base)
+    trees = {"base": old, "new": tuple(p for p in old if p not in removed) + tuple(added)}
     return _own_shadowing(
         [*added, *removed], "base", "new", trees.__getitem__, lambda t, p: None, commands
     )
 
 
 @pytest.mark.parametrize(
-    ("added", "named"),
+    ("added", "base", "named"),
     [
-        (["tests/ledger/__init__.py"], "tests/ledger (shadows the tree's module 'ledger'"),
-        (["tests/ledger.py"], "tests/ledger.py (shadows"),
-        (["tests/sub/test_x.py", "tests/sub/ledger.py"], "tests/sub/ledger.py (shadows"),
-        (["tests/setup.py"], "tests/setup.py (shadows the tree's module 'setup'"),
-        (["ledger/store/__init__.py"], "ledger/store (is imported instead of ledger/store.py)"),
-        (["ledger/store.cpython-311-x86_64-linux-gnu.so"], "is imported instead of"),
-        (["ledger/store.abi3.so"], "is imported instead of"),
+        (["tests/ledger/__init__.py"], [], "tests/ledger (shadows the tree's module 'ledger'"),
+        (["tests/ledger.py"], [], "tests/ledger.py (shadows"),
+        (["tests/setup.py"], [], "tests/setup.py (shadows the tree's module 'setup'"),
+        (["ledger/store/__init__.py"], [], "ledger/store (is imported instead of ledger/store.py)"),
+        ([f"ledger/store.{SO}"], [], "is imported instead of"),
+        (["ledger/store.abi3.so"], [], "is imported instead of"),
+        # A package whose __init__ is compiled.
+        ([f"ledger/store/__init__.{SO}"], [], "ledger/store (is imported instead of"),
+        ([f"tests/ledger/__init__.{SO}"], [], "tests/ledger (shadows"),
+        # A data folder of the base made a package.
+        (["tests/ledger/__init__.py"], ["tests/ledger/sample.csv"], "tests/ledger (shadows"),
+        (["ledger/store/__init__.py"], ["ledger/store/schema.sql"], "is imported instead of"),
+        # The folder of a conftest.py is on the path too (tests in a package below it).
+        (
+            ["it/ledger/__init__.py"],
+            ["it/conftest.py", "it/api/__init__.py", "it/api/test_api.py"],
+            "it/ledger (shadows",
+        ),
     ],
 )
-def test_what_takes_the_place_of_the_tree_s_own(added: list[str], named: str) -> None:
-    assert any(named in line for line in found(added)), found(added)
+def test_what_takes_the_place_of_the_tree_s_own(
+    added: list[str], base: list[str], named: str
+) -> None:
+    lines = found(added, base=base)
+    assert any(named in line for line in lines), lines
 
 
 def test_a_folder_the_gate_puts_on_its_path_is_looked_at_too() -> None:
@@ -44,18 +65,26 @@ def test_a_folder_the_gate_puts_on_its_path_is_looked_at_too() -> None:
 
 
 @pytest.mark.parametrize(
-    "added",
+    ("added", "base"),
     [
-        ["ledger.py"],  # beside the package: the package is imported first
-        ["tests/fixtures/cases.json", "tests/data/__init__.py"],  # not the tree's names
-        ["tests/docs/notes.md"],  # no module there
-        ["tests/sub/conftest.py"],  # conftest.py has its own rule
-        ["ledger/sub/__init__.py", "ledger/extra.py"],
-        ["ledger/store.pyi"],  # read by type checkers, never imported
+        (["ledger.py"], []),  # beside the package: the package is imported first
+        (["tests/fixtures/cases.json", "tests/data/__init__.py"], []),  # not the tree's names
+        (["tests/docs/notes.md"], []),  # no module there
+        (["tests/docs/__init__.py"], []),  # docs/ is no package of the tree
+        (["tests/sub/conftest.py"], []),  # conftest.py has its own rule
+        (["ledger/sub/__init__.py", "ledger/extra.py"], []),
+        (["ledger/store.pyi"], []),  # read by type checkers, never imported
+        # A new test folder is not on the path of the base's tests (its modules are the
+        # second session's, which judges nothing of the base).
+        (["tests/sub/test_x.py", "tests/sub/ledger.py"], []),
+        # Tests kept as a package: pytest puts the folder above them on the path.
+        (["tests/ledger/__init__.py", "tests/ledger/test_store.py"], ["tests/__init__.py"]),
+        # Tests inside the package: a submodule named like another top-level package.
+        (["ledger/utils.py"], ["utils/__init__.py", "ledger/test_store.py"]),
     ],
 )
-def test_honest_layouts_shadow_nothing(added: list[str]) -> None:
-    assert found(added) == []
+def test_honest_layouts_shadow_nothing(added: list[str], base: list[str]) -> None:
+    assert found(added, base=base) == []
 
 
 def test_a_module_turned_into_a_package_shadows_nothing() -> None:
