@@ -408,7 +408,15 @@ def _shadowing(
     new_paths = all_paths(tree)
     on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
     on_path |= _configured_paths(base_tree, read) | command_paths(commands)
-    existing = set(base_paths) | {d for p in base_paths for d in _folders(p)}
+    on_path |= _inserted(base_tree, base_paths, read)
+    # A folder of the base the attempt made a package is new as a module.
+    base_set, new_set = set(base_paths), set(new_paths)
+    inits = [f"/__init__{suffix}" for suffix in _all_suffixes()]
+    existing = base_set | {
+        d
+        for d in {d for p in base_paths for d in _folders(p)}
+        if not any(d + i in new_set and d + i not in base_set for i in inits)
+    }
     # The runner's own names shadow wherever a folder that is no package could be put on
     # sys.path by a wrapper whose PYTHONPATH no rule reads (a Makefile, tox's setenv).
     # Packages of the base alone: a folder the attempt makes a package is on a PYTHONPATH
@@ -432,10 +440,19 @@ def _own_shadowing(
 ) -> list[str]:
     """New modules that take the place of one of the tree's own (see :mod:`.own_modules`),
     by the folders the base's tests put on ``sys.path``."""
-    from .own_modules import inserted_folders, taking_place
+    from .own_modules import taking_place
 
     base_paths = all_paths(base_tree)
     code_folders = {""} | _configured_paths(base_tree, read) | command_paths(commands)
+    on_path = code_folders | _inserted(base_tree, base_paths, read)
+    return taking_place(changed, base_paths, all_paths(tree), on_path, code_folders, _module_name)
+
+
+def _inserted(base_tree: str, base_paths: Sequence[str], read: Reader) -> set[str]:
+    """The folders pytest's default import mode puts on ``sys.path`` for the base's tests
+    (see :func:`.own_modules.inserted_folders`), its own ``python_files`` counted."""
+    from .own_modules import inserted_folders
+
     patterns = configured(base_tree, read, "python_files")
 
     def is_test_module(path: str) -> bool:
@@ -445,8 +462,13 @@ def _own_shadowing(
         )
 
     packages = {p.rpartition("/")[0] for p in base_paths if p.rpartition("/")[2] == "__init__.py"}
-    on_path = code_folders | inserted_folders(base_paths, is_test_module, packages)
-    return taking_place(changed, base_paths, all_paths(tree), on_path, code_folders, _module_name)
+    return inserted_folders(base_paths, is_test_module, packages)
+
+
+def _all_suffixes() -> list[str]:
+    from importlib.machinery import all_suffixes
+
+    return all_suffixes()
 
 
 def _of_runner(module: str) -> bool:

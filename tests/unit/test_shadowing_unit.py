@@ -89,3 +89,21 @@ def test_honest_layouts_shadow_nothing(added: list[str], base: list[str]) -> Non
 
 def test_a_module_turned_into_a_package_shadows_nothing() -> None:
     assert found(["ledger/report/__init__.py"], removed=["ledger/report.py"]) == []
+
+
+def test_a_data_folder_made_a_package_shadows_the_standard_library_too() -> None:
+    """``tests/xml/`` held data in the base; an ``__init__.py`` there makes it the ``xml``
+    the runner imports (the older rule took the folder for the base's)."""
+    from pytest_agentgate.judge.harness import _shadowing
+
+    base = (*BASE, "tests/xml/sample.xml")
+    trees = {"base": base, "new": (*base, "tests/xml/__init__.py")}
+    lines = _shadowing(
+        ["tests/xml/__init__.py"], "base", "new", trees.__getitem__, lambda t, p: None
+    )
+    assert lines == ["tests/xml (shadows the module 'xml')"], lines
+    trees["new"] = (*base, "tests/xml/more.xml")  # more data: no module
+    assert (
+        _shadowing(["tests/xml/more.xml"], "base", "new", trees.__getitem__, lambda t, p: None)
+        == []
+    )
