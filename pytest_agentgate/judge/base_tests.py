@@ -49,16 +49,27 @@ _CONFIG_NAMES = frozenset(
 )
 #: What pytest collects as tests unless the configuration says otherwise, and its doctest glob.
 DEFAULT_PATTERNS = ("test_*.py", "*_test.py", "test*.txt")
-#: The words a folder of tests is named by: a folder is one of tests when every word of its
-#: name is one of these (``tests``, ``unit_tests``, ``integration``, ``qa``), never when a
-#: word is another (``contests``, ``openapi_spec``, ``test_server`` hold code).
+#: Words that make a folder one of tests wherever they stand in its name (``tests``,
+#: ``regression_tests``, ``test_suite``, ``unittest``), as whole words: never a part of one
+#: (``contests`` and ``latest`` hold code).
+_TESTS = frozenset(
+    {"test", "tests", "testsuite", "testsuites", "unittest", "unittests", "testcases", "pytests"}
+)
+#: Words that name a folder of tests when its name is made of them alone (``e2e``,
+#: ``integration``, ``qa``); with another word beside them (``openapi_spec``) it is code.
 _TEST_WORDS = frozenset(
-    {"test", "tests", "testing", "testsuite", "unittests", "unit", "integration", "functional",
-     "acceptance", "e2e", "spec", "specs", "qa", "it"}
+    {"testing", "unit", "integration", "functional", "acceptance", "e2e", "spec", "specs",
+     "qa", "it", "regression", "smoke", "system"}
 )  # fmt: skip
-#: The words that name tests even for a package of the base (``tests/__init__.py``); a
-#: package named by the others alone (``integration/``, ``testing/``) is code.
-_TESTS = frozenset({"test", "tests", "testsuite", "unittests"})
+
+
+def _names_tests(name: str, package: bool) -> bool:
+    """Whether a folder's name says it holds tests (``testing`` only when it is no package:
+    ``numpy.testing`` is code)."""
+    words = {w for w in re.split(r"[\W_]+", name.lower()) if w}
+    if words & _TESTS:
+        return True
+    return bool(words) and words <= _TEST_WORDS and not (package and words == {"testing"})
 
 
 @dataclass(frozen=True)
@@ -67,13 +78,14 @@ class TestFiles:
     gate did, never by the attempt: a file the base's tests came from (by the baseline's test
     ids) that pytest collects as tests, a ``conftest.py`` or pytest configuration file, and
     anything in a test folder of the base. A test folder is one holding such a file (or
-    above it, the outermost) whose name is made of words tests are named by (``tests``,
-    ``unit_tests``, ``integration``, ``e2e``, ``qa``); a package of the base counts only
-    when one of them is ``test`` or ``tests`` (``ledger/testing/`` is code). Any other
-    folder holds code beside its tests: a Django app's ``tests.py`` lies beside its models,
-    a ``contests/`` package beside its ``test_scoring.py``, an ``openapi_spec/`` package
-    above its ``tests/``; a module merely named like a test, or matched by
-    ``python_files = *.py``, is code unless the base's tests came from it."""
+    above it, the outermost) whose name has a whole word ``test`` or ``tests`` (or
+    ``testsuite``, ``unittests``...: ``regression_tests``, ``test_suite``), or is made of
+    words tests are named by alone (``e2e``, ``integration``, ``qa``; ``testing`` when it is
+    no package: ``ledger/testing/`` is code). Any other folder holds code beside its tests:
+    a Django app's ``tests.py`` lies beside its models, a ``contests/`` package beside its
+    ``test_scoring.py``, an ``openapi_spec/`` package above its ``tests/``; a module merely
+    named like a test, or matched by ``python_files = *.py``, is code unless the base's
+    tests came from it."""
 
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
     #: The files the base's tests came from, collected as tests.
@@ -110,9 +122,8 @@ def test_files(repo: BaseRepo, base_tree: str, baseline: Mapping[str, str]) -> T
     for folder_of_tests in held_in:
         parts = folder_of_tests.split("/")
         for depth, name in enumerate(parts):  # the outermost folder named as tests holds them
-            words = {w for w in re.split(r"[\W_]+", name.lower()) if w}
             folder = "/".join(parts[: depth + 1])
-            if words and words <= _TEST_WORDS and (folder not in packages or words & _TESTS):
+            if _names_tests(name, folder in packages):
                 folders.add(folder)
                 break
     return TestFiles(tuple(patterns), holding, frozenset(folders))

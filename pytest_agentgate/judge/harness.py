@@ -191,7 +191,7 @@ def violations(
         found += _wrapper_files(commands, changed, base_tree, tree, read)
     if "shadowing" in rules:
         found += _shadowing(changed, base_tree, tree, trees.paths, read, commands)
-        found += _own_shadowing(changed, base_tree, tree, trees.paths, read, commands)
+        found += _own_shadowing(changed, base_tree, tree, trees, commands)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -431,21 +431,23 @@ def _shadowing(
 
 
 def _own_shadowing(
-    changed: Sequence[str],
-    base_tree: str,
-    tree: str,
-    all_paths: Callable[[str], Sequence[str]],
-    read: Reader,
-    commands: Sequence[str] = (),
+    changed: Sequence[str], base_tree: str, tree: str, trees: Trees, commands: Sequence[str] = ()
 ) -> list[str]:
     """New modules that take the place of one of the tree's own (see :mod:`.own_modules`),
     by the folders the base's tests put on ``sys.path``."""
     from .own_modules import taking_place
 
-    base_paths = all_paths(base_tree)
-    code_folders = {""} | _configured_paths(base_tree, read) | command_paths(commands)
-    on_path = code_folders | _inserted(base_tree, base_paths, read)
-    return taking_place(changed, base_paths, all_paths(tree), on_path, code_folders, _module_name)
+    base_paths = trees.paths(base_tree)
+    inserted = _inserted(base_tree, base_paths, trees.read)
+    code_folders = {""} | _configured_paths(base_tree, trees.read) | command_paths(commands)
+    return taking_place(
+        changed,
+        (base_paths, trees.paths(tree)),
+        code_folders | inserted,
+        code_folders | inserted,
+        _module_name,
+        trees.links(tree, changed),
+    )
 
 
 def _inserted(base_tree: str, base_paths: Sequence[str], read: Reader) -> set[str]:

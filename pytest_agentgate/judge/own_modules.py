@@ -23,22 +23,27 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 
 def taking_place(
     changed: Sequence[str],
-    base_paths: Sequence[str],
-    new_paths: Sequence[str],
+    trees: tuple[Sequence[str], Sequence[str]],
     on_path: Collection[str],
     code_folders: Iterable[str],
     module_name: Callable[[str], str],
+    links: Collection[str] = (),
 ) -> list[str]:
-    """What of ``changed`` takes the place of one of the tree's own modules, as lines."""
+    """What of ``changed`` takes the place of one of the tree's own modules, as lines.
+
+    ``trees``: the base's paths and the new tree's; ``on_path``: the folders Python is
+    given; ``code_folders``: those whose modules are the tree's own (with every top-level
+    regular package, wherever it lies); ``links``: the changed paths that are symbolic
+    links in the new tree (Python follows one as readily as a folder)."""
     from importlib.machinery import all_suffixes
 
     inits = tuple(f"/__init__{suffix}" for suffix in all_suffixes())
-    base_set, new_set = set(base_paths), set(new_paths)
+    base_set, new_set = set(trees[0]), set(trees[1])
 
     def importable(paths: set[str], place: str) -> bool:
         name = place.rpartition("/")[2]
         return any(place + init in paths for init in inits) or (
-            place in paths and module_name(name) != name
+            place in paths and (module_name(name) != name or (paths is new_set and place in links))
         )
 
     added: dict[str, tuple[str, str]] = {}  # place -> (folder, module)
@@ -52,7 +57,7 @@ def taking_place(
                 added[place] = ("/".join(parts[:depth]), module)
     if not added:
         return []
-    own = _own_modules(base_set, code_folders, module_name, importable)
+    own = _own_modules(base_set, code_folders, module_name)
     found = []
     for place, (folder, module) in sorted(added.items()):
         source = f"{folder}/{module}.py" if folder else f"{module}.py"
@@ -82,25 +87,33 @@ def inserted_folders(
 
 
 def _own_modules(
-    paths: set[str],
-    folders: Iterable[str],
-    module_name: Callable[[str], str],
-    importable: Callable[[set[str], str], bool],
+    paths: set[str], folders: Iterable[str], module_name: Callable[[str], str]
 ) -> dict[str, set[str]]:
-    """The tree's modules and regular packages at the top of ``folders``: each name, and
-    where it is. ``conftest`` has a rule of its own; ``__init__`` and ``__main__`` are no
-    top-level names."""
+    """The tree's own modules, each name and where it is: those at the top of ``folders``
+    (a module, or a folder with Python source below it: a regular package of that name
+    anywhere on ``sys.path`` comes before a namespace package), and every top-level
+    regular package wherever it lies (a ``conftest.py`` or a gate that changes folder may
+    put its folder on the path). ``conftest`` has a rule of its own; ``__init__`` and
+    ``__main__`` are no top-level names."""
     own: dict[str, set[str]] = {}
+
+    def add(place: str) -> None:
+        module = module_name(place.rpartition("/")[2])
+        if module.isidentifier() and not module.startswith("__") and module != "conftest":
+            own.setdefault(module, set()).add(place)
+
+    packages = {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2].startswith("__init__.")}
+    for package in packages:
+        if package and package.rpartition("/")[0] not in packages:
+            add(package)
     for folder in folders:
         prefix = f"{folder}/" if folder else ""
         for path in paths:
-            if not path.startswith(prefix):
-                continue
-            first = path[len(prefix) :].partition("/")[0]
-            module = module_name(first)
-            named = module.isidentifier() and not module.startswith("__") and module != "conftest"
-            if named and importable(paths, prefix + first):
-                own.setdefault(module, set()).add(prefix + first)
+            if path.startswith(prefix):
+                first, below, _ = path[len(prefix) :].partition("/")
+                name = first if below else module_name(first)
+                if path.endswith(".py") if below else name != first:
+                    add(prefix + first)
     return own
 
 

@@ -526,7 +526,7 @@ def test_a_new_test_folder_of_a_package_of_tests_may_have_an_empty_init(
         assert "__init__.py of a test directory" in verdict.reason
 
 
-@pytest.mark.parametrize("folder", ["integration", "qa", "unittests", "tests"])
+@pytest.mark.parametrize("folder", ["integration", "qa", "unittests", "regression_tests", "tests"])
 def test_a_helper_beside_the_tests_in_a_folder_of_tests_is_the_base_s(
     tmp_path: Path, folder: str
 ) -> None:

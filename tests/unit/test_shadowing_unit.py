@@ -16,17 +16,36 @@ BASE = (
 SO = "cpython-311-x86_64-linux-gnu.so"
 
 
+class Trees:
+    """Two trees as the rules read them: their paths, no file contents, links by name."""
+
+    def __init__(self, base: Sequence[str], new: Sequence[str], links: Sequence[str] = ()):
+        self.trees = {"base": tuple(base), "new": tuple(new)}
+        self.linked = set(links)
+
+    def paths(self, tree: str) -> Sequence[str]:
+        return self.trees[tree]
+
+    def read(self, tree: str, path: str) -> bytes | None:
+        return None
+
+    def links(self, tree: str, paths: Sequence[str]) -> set[str]:
+        return {p for p in paths if p in self.linked} if tree == "new" else set()
+
+    def attributes(self, tree: str, paths: Sequence[str], names: Sequence[str]):  # type: ignore[no-untyped-def]
+        return {}
+
+
 def found(
     added: Sequence[str],
     removed: Sequence[str] = (),
     commands: Sequence[str] = (),
     base: Sequence[str] = (),
+    links: Sequence[str] = (),
 ) -> list[str]:
     old = (*BASE, *base)
-    trees = {"base": old, "new": tuple(p for p in old if p not in removed) + tuple(added)}
-    return _own_shadowing(
-        [*added, *removed], "base", "new", trees.__getitem__, lambda t, p: None, commands
-    )
+    trees = Trees(old, tuple(p for p in old if p not in removed) + tuple(added), links)
+    return _own_shadowing([*added, *removed], "base", "new", trees, commands)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +63,12 @@ def found(
         # A data folder of the base made a package.
         (["tests/ledger/__init__.py"], ["tests/ledger/sample.csv"], "tests/ledger (shadows"),
         (["ledger/store/__init__.py"], ["ledger/store/schema.sql"], "is imported instead of"),
+        # The base's package is a namespace one: any regular package comes first.
+        (["tests/ledger/__init__.py"], [], "tests/ledger (shadows"),
+        # A top-level package outside the configured folders (a conftest puts it on the path).
+        (["tests/inventory/__init__.py"], ["src/inventory/__init__.py"], "tests/inventory"),
+        # A helper at the top of one folder of tests, shadowed from another.
+        (["tests/unit/helpers.py"], ["tests/unit/test_unit.py"], "tests/unit/helpers.py"),
         # The folder of a conftest.py is on the path too (tests in a package below it).
         (
             ["it/ledger/__init__.py"],
@@ -70,7 +95,6 @@ def test_a_folder_the_gate_puts_on_its_path_is_looked_at_too() -> None:
         (["ledger.py"], []),  # beside the package: the package is imported first
         (["tests/fixtures/cases.json", "tests/data/__init__.py"], []),  # not the tree's names
         (["tests/docs/notes.md"], []),  # no module there
-        (["tests/docs/__init__.py"], []),  # docs/ is no package of the tree
         (["tests/sub/conftest.py"], []),  # conftest.py has its own rule
         (["ledger/sub/__init__.py", "ledger/extra.py"], []),
         (["ledger/store.pyi"], []),  # read by type checkers, never imported
@@ -107,3 +131,15 @@ def test_a_data_folder_made_a_package_shadows_the_standard_library_too() -> None
         _shadowing(["tests/xml/more.xml"], "base", "new", trees.__getitem__, lambda t, p: None)
         == []
     )
+
+
+def test_a_link_named_like_the_tree_s_module_is_followed() -> None:
+    lines = found(["tests/ledger", "tests/_vendor/__init__.py"], links=["tests/ledger"])
+    assert any(line.startswith("tests/ledger (shadows") for line in lines), lines
+
+
+def test_a_namespace_package_of_the_tree_is_its_own() -> None:
+    base = [p for p in BASE if p != "ledger/__init__.py"]
+    trees = Trees(base, (*base, "tests/ledger/__init__.py"))
+    lines = _own_shadowing(["tests/ledger/__init__.py"], "base", "new", trees)
+    assert lines and lines[0].startswith("tests/ledger (shadows"), lines
