@@ -58,16 +58,68 @@ def taking_place(
     if not added:
         return []
     own = _own_modules(base_set, code_folders, module_name)
+    # The tree's own folders without an ``__init__`` (namespace packages): a module file
+    # beside one comes first, and a folder of its name elsewhere joins it, ahead of it.
+    namespaces = {p for places in own.values() for p in places if not importable(base_set, p)}
+    base_dirs = {d for p in base_set for d in _folders(p)}
     found = []
     for place, (folder, module) in sorted(added.items()):
         source = f"{folder}/{module}.py" if folder else f"{module}.py"
-        # In the module's own folder a package comes first: only another folder can shadow.
+        beside = f"{folder}/{module}" if folder else module
+        # In its own folder a regular package comes first: only another folder shadows it.
         others = sorted(o for o in own.get(module, ()) if o.rpartition("/")[0] != folder)
         if folder in on_path and others:
             found.append(f"{place} (shadows the tree's module {module!r}, {others[0]})")
         elif source in new_set and place != source and _taken_first(new_set, place, inits):
             found.append(f"{place} (is imported instead of {source})")
+        elif place != beside and beside in base_dirs and not importable(base_set, beside):
+            found.append(f"{place} (is imported instead of the folder {beside}/)")
+    found += _joining(changed, base_set, on_path, namespaces, module_name)
     return found
+
+
+def _joining(
+    changed: Sequence[str],
+    base_set: set[str],
+    on_path: Collection[str],
+    namespaces: set[str],
+    module_name: Callable[[str], str],
+) -> list[str]:
+    """New source in a folder on the path named like one of the tree's namespace packages
+    elsewhere, holding a module of a name that one holds: Python joins the two, in the
+    order of ``sys.path``, so ``tests/acme/x.py`` would be the ``acme.x`` the tests import
+    (a ``tests/acme/test_x.py`` beside it takes nothing's place)."""
+    names = {module_name(p.rpartition("/")[2]): p for p in sorted(namespaces)}
+    held: dict[str, set[str]] = {}  # a namespace folder -> the module names directly in it
+    for path in base_set:
+        for namespace in names.values():
+            if path.startswith(namespace + "/"):
+                below = path[len(namespace) + 1 :].split("/")[0]
+                held.setdefault(namespace, set()).add(module_name(below))
+    found: dict[str, str] = {}
+    for path in changed:
+        if path in base_set or not path.endswith((".py", ".so", ".pyd")):
+            continue
+        parts = path.split("/")
+        for depth in range(len(parts) - 1):
+            folder, first = "/".join(parts[:depth]), parts[depth]
+            place = f"{folder}/{first}" if folder else first
+            theirs = names.get(first)
+            inner = module_name(parts[depth + 1])
+            if (
+                folder in on_path
+                and theirs is not None
+                and theirs != place
+                and inner in held.get(theirs, set())
+            ):
+                found.setdefault(place, f"{place} (joins the tree's namespace package "
+                                        f"{first!r} ahead of {theirs}/)")  # fmt: skip
+    return [found[k] for k in sorted(found)]
+
+
+def _folders(path: str) -> list[str]:
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def inserted_folders(
@@ -92,9 +144,10 @@ def _own_modules(
     """The tree's own modules, each name and where it is: those at the top of ``folders``
     (a module, or a folder with Python source below it: a regular package of that name
     anywhere on ``sys.path`` comes before a namespace package), and every top-level
-    regular package wherever it lies (a ``conftest.py`` or a gate that changes folder may
-    put its folder on the path). ``conftest`` has a rule of its own; ``__init__`` and
-    ``__main__`` are no top-level names."""
+    regular package of a ``src`` or of a project's root, wherever it lies (a
+    ``conftest.py`` or a gate that changes folder may put that folder on the path).
+    ``conftest`` has a rule of its own; ``__init__`` and ``__main__`` are no top-level
+    names."""
     own: dict[str, set[str]] = {}
 
     def add(place: str) -> None:
@@ -104,7 +157,8 @@ def _own_modules(
 
     packages = {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2].startswith("__init__.")}
     for package in packages:
-        if package and package.rpartition("/")[0] not in packages:
+        parent = package.rpartition("/")[0]
+        if package and parent not in packages and _a_root(paths, parent):
             add(package)
     for folder in folders:
         prefix = f"{folder}/" if folder else ""
@@ -115,6 +169,19 @@ def _own_modules(
                 if path.endswith(".py") if below else name != first:
                     add(prefix + first)
     return own
+
+
+def _a_root(paths: set[str], folder: str) -> bool:
+    """Whether ``folder`` is where a project's code is imported from: a ``src``, or the
+    root of a project (its packaging or its pytest configuration lies there). A package
+    in a benchmark's or a test's data folder is not the tree's code."""
+    if folder.rpartition("/")[2] == "src":
+        return True
+    prefix = f"{folder}/" if folder else ""
+    return any(prefix + name in paths for name in _ROOT_FILES)
+
+
+_ROOT_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "conftest.py", "pytest.ini", "tox.ini")
 
 
 def _taken_first(paths: set[str], place: str, inits: Sequence[str]) -> bool:

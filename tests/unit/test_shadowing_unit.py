@@ -67,6 +67,12 @@ def found(
         (["tests/ledger/__init__.py"], [], "tests/ledger (shadows"),
         # A top-level package outside the configured folders (a conftest puts it on the path).
         (["tests/inventory/__init__.py"], ["src/inventory/__init__.py"], "tests/inventory"),
+        (["tests/billing.py"], ["svc/pyproject.toml", "svc/billing/__init__.py"], "tests/bill"),
+        # A module file beside a folder without __init__ comes first, at any depth.
+        (["plugins.py"], ["plugins/calc.py"], "plugins.py (is imported instead of the folder"),
+        (["ledger/core.py"], ["ledger/core/calc.py"], "ledger/core.py (is imported instead"),
+        # A folder named like the tree's namespace package joins it, ahead of it.
+        (["tests/plugins/calc.py"], ["plugins/calc.py"], "tests/plugins (joins the tree's"),
         # A helper at the top of one folder of tests, shadowed from another.
         (["tests/unit/helpers.py"], ["tests/unit/test_unit.py"], "tests/unit/helpers.py"),
         # The folder of a conftest.py is on the path too (tests in a package below it).
@@ -105,6 +111,12 @@ def test_a_folder_the_gate_puts_on_its_path_is_looked_at_too() -> None:
         (["tests/ledger/__init__.py", "tests/ledger/test_store.py"], ["tests/__init__.py"]),
         # Tests inside the package: a submodule named like another top-level package.
         (["ledger/utils.py"], ["utils/__init__.py", "ledger/test_store.py"]),
+        # Tests that mirror a namespace package: nothing of it is taken.
+        (["tests/plugins/test_calc.py"], ["plugins/calc.py"]),
+        # Packages no code is imported from: a benchmark's, a test's data, another service's.
+        (["tests/utils.py"], ["benchmarks/utils/__init__.py"]),
+        (["tests/worker/__init__.py"], ["services/worker/__init__.py"]),
+        (["tests/app.py"], ["tests/data/sample/app/__init__.py"]),
     ],
 )
 def test_honest_layouts_shadow_nothing(added: list[str], base: list[str]) -> None:
@@ -143,3 +155,10 @@ def test_a_namespace_package_of_the_tree_is_its_own() -> None:
     trees = Trees(base, (*base, "tests/ledger/__init__.py"))
     lines = _own_shadowing(["tests/ledger/__init__.py"], "base", "new", trees)
     assert lines and lines[0].startswith("tests/ledger (shadows"), lines
+
+
+def test_a_folder_named_like_a_namespace_package_of_src_joins_it() -> None:
+    added = ["tests/acme/billing/__init__.py", "tests/acme/billing/calc.py"]
+    base = ["src/acme/billing/__init__.py", "src/acme/billing/calc.py"]
+    lines = found(added, base=base, commands=["PYTHONPATH=src python -m pytest"])
+    assert any(line.startswith("tests/acme (joins the tree's namespace") for line in lines)
