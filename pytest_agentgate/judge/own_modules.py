@@ -55,8 +55,16 @@ def taking_place(
                 continue
             if importable(new_set, place) and not importable(base_set, place):
                 added[place] = ("/".join(parts[:depth]), module)
+    compiled = [  # a package's compiled __init__ runs instead of the __init__.py it shows
+        f"{path} (is imported instead of {path.rpartition('/')[0]}/__init__.py)"
+        for path in changed
+        if path.rpartition("/")[2].startswith("__init__.")
+        and path.rpartition("/")[0]
+        and _taken_first(new_set, path, ())
+        and f"{path.rpartition('/')[0]}/__init__.py" in new_set
+    ]
     if not added:
-        return []
+        return compiled
     own = _own_modules(base_set, code_folders, module_name)
     # The tree's own folders without an ``__init__`` (namespace packages): a module file
     # beside one comes first, and a folder of its name elsewhere joins it, ahead of it.
@@ -74,21 +82,23 @@ def taking_place(
             found.append(f"{place} (is imported instead of {source})")
         elif place != beside and beside in base_dirs and not importable(base_set, beside):
             found.append(f"{place} (is imported instead of the folder {beside}/)")
-    found += _joining(changed, base_set, on_path, namespaces, module_name)
-    return found
+    found += _joining(changed, (base_set, new_set), on_path, namespaces, module_name, inits)
+    return compiled + found
 
 
 def _joining(
     changed: Sequence[str],
-    base_set: set[str],
+    trees: tuple[set[str], set[str]],
     on_path: Collection[str],
     namespaces: set[str],
     module_name: Callable[[str], str],
+    inits: Sequence[str],
 ) -> list[str]:
     """New source in a folder on the path named like one of the tree's namespace packages
     elsewhere, holding a module of a name that one holds: Python joins the two, in the
     order of ``sys.path``, so ``tests/acme/x.py`` would be the ``acme.x`` the tests import
     (a ``tests/acme/test_x.py`` beside it takes nothing's place)."""
+    base_set, new_set = trees
     names = {module_name(p.rpartition("/")[2]): p for p in sorted(namespaces)}
     held: dict[str, set[str]] = {}  # a namespace folder -> the module names directly in it
     for path in base_set:
@@ -106,11 +116,17 @@ def _joining(
             place = f"{folder}/{first}" if folder else first
             theirs = names.get(first)
             inner = module_name(parts[depth + 1])
+            # Chosen first only as a module or a regular package: a bare folder there is
+            # one more namespace portion, which gives way to the tree's regular package.
+            taken = depth + 2 == len(parts) or any(
+                "/".join(parts[: depth + 2]) + init in new_set for init in inits
+            )
             if (
                 folder in on_path
                 and theirs is not None
                 and theirs != place
                 and inner in held.get(theirs, set())
+                and taken
             ):
                 found.setdefault(place, f"{place} (joins the tree's namespace package "
                                         f"{first!r} ahead of {theirs}/)")  # fmt: skip
@@ -156,9 +172,11 @@ def _own_modules(
             own.setdefault(module, set()).add(place)
 
     packages = {p.rpartition("/")[0] for p in paths if p.rpartition("/")[2].startswith("__init__.")}
+    # A folder above one whose tests run is a project's root too (``svc/`` above ``svc/tests``).
+    above_tests = {f.rpartition("/")[0] for f in folders if f}
     for package in packages:
         parent = package.rpartition("/")[0]
-        if package and parent not in packages and _a_root(paths, parent):
+        if package and parent not in packages and (parent in above_tests or _a_root(paths, parent)):
             add(package)
     for folder in folders:
         prefix = f"{folder}/" if folder else ""

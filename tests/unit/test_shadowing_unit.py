@@ -57,6 +57,9 @@ def found(
         (["ledger/store/__init__.py"], [], "ledger/store (is imported instead of ledger/store.py)"),
         ([f"ledger/store.{SO}"], [], "is imported instead of"),
         (["ledger/store.abi3.so"], [], "is imported instead of"),
+        # A package's compiled __init__ beside the __init__.py it shows.
+        ([f"ledger/__init__.{SO}"], [], f"ledger/__init__.{SO} (is imported instead of"),
+        (["ledger/__init__.abi3.so"], [], "is imported instead of ledger/__init__.py"),
         # A package whose __init__ is compiled.
         ([f"ledger/store/__init__.{SO}"], [], "ledger/store (is imported instead of"),
         ([f"tests/ledger/__init__.{SO}"], [], "tests/ledger (shadows"),
@@ -68,6 +71,12 @@ def found(
         # A top-level package outside the configured folders (a conftest puts it on the path).
         (["tests/inventory/__init__.py"], ["src/inventory/__init__.py"], "tests/inventory"),
         (["tests/billing.py"], ["svc/pyproject.toml", "svc/billing/__init__.py"], "tests/bill"),
+        # A gate that changes into svc/ runs svc/tests: svc/ is where its code is imported from.
+        (
+            ["svc/tests/billing/__init__.py"],
+            ["svc/billing/__init__.py", "svc/tests/test_billing.py"],
+            "svc/tests/billing (shadows",
+        ),
         # A module file beside a folder without __init__ comes first, at any depth.
         (["plugins.py"], ["plugins/calc.py"], "plugins.py (is imported instead of the folder"),
         (["ledger/core.py"], ["ledger/core/calc.py"], "ledger/core.py (is imported instead"),
@@ -113,6 +122,7 @@ def test_a_folder_the_gate_puts_on_its_path_is_looked_at_too() -> None:
         (["ledger/utils.py"], ["utils/__init__.py", "ledger/test_store.py"]),
         # Tests that mirror a namespace package: nothing of it is taken.
         (["tests/plugins/test_calc.py"], ["plugins/calc.py"]),
+        (["tests/acme/core/test_engine.py"], ["acme/core/__init__.py", "acme/core/engine.py"]),
         # Packages no code is imported from: a benchmark's, a test's data, another service's.
         (["tests/utils.py"], ["benchmarks/utils/__init__.py"]),
         (["tests/worker/__init__.py"], ["services/worker/__init__.py"]),
