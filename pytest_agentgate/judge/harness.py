@@ -40,6 +40,9 @@ from typing import Protocol
 
 import iniconfig
 
+from .own_modules import folders_of as _folders
+from .own_modules import inserted_folders, package_inits, taking_place
+
 #: The rules that protect the harness, each by its name.
 DEFAULT_HARNESS = (
     "conftest.py",
@@ -190,8 +193,9 @@ def violations(
     if "wrappers" in rules and commands:
         found += _wrapper_files(commands, changed, base_tree, tree, read)
     if "shadowing" in rules:
-        found += _shadowing(changed, base_tree, tree, trees.paths, read, commands)
-        found += _own_shadowing(changed, base_tree, tree, trees, commands)
+        inserted = _inserted(base_tree, trees.paths(base_tree), read)
+        found += _shadowing(changed, base_tree, tree, trees.paths, read, commands, inserted)
+        found += _own_shadowing(changed, base_tree, tree, trees, commands, inserted)
     if "__init__.py" in rules:
         inits = [p for p in changed if p.split("/")[-1] == "__init__.py"]
         if inits:
@@ -372,6 +376,7 @@ def _shadowing(
     all_paths: Callable[[str], Sequence[str]],
     read: Reader,
     commands: Sequence[str] = (),
+    inserted: set[str] | None = None,
 ) -> list[str]:
     """New modules or packages that shadow a module Python or the test runner imports, where
     Python looks first: the top of the tree (``python -m pytest`` puts the checkout on
@@ -408,10 +413,10 @@ def _shadowing(
     new_paths = all_paths(tree)
     on_path = {""} | test_directories(base_paths) | test_directories(new_paths)
     on_path |= _configured_paths(base_tree, read) | command_paths(commands)
-    on_path |= _inserted(base_tree, base_paths, read)
+    on_path |= _inserted(base_tree, base_paths, read) if inserted is None else inserted
     # A folder of the base the attempt made a package is new as a module.
     base_set, new_set = set(base_paths), set(new_paths)
-    inits = [f"/__init__{suffix}" for suffix in _all_suffixes()]
+    inits = package_inits()
     existing = base_set | {
         d
         for d in {d for p in base_paths for d in _folders(p)}
@@ -431,30 +436,30 @@ def _shadowing(
 
 
 def _own_shadowing(
-    changed: Sequence[str], base_tree: str, tree: str, trees: Trees, commands: Sequence[str] = ()
+    changed: Sequence[str],
+    base_tree: str,
+    tree: str,
+    trees: Trees,
+    commands: Sequence[str] = (),
+    inserted: set[str] | None = None,
 ) -> list[str]:
     """New modules that take the place of one of the tree's own (see :mod:`.own_modules`),
     by the folders the base's tests put on ``sys.path``."""
-    from .own_modules import taking_place
-
     base_paths = trees.paths(base_tree)
-    inserted = _inserted(base_tree, base_paths, trees.read)
+    if inserted is None:
+        inserted = _inserted(base_tree, base_paths, trees.read)
     code_folders = {""} | _configured_paths(base_tree, trees.read) | command_paths(commands)
+    # The folders Python is given are those whose modules are the tree's own.
+    given = code_folders | inserted
     return taking_place(
-        changed,
-        (base_paths, trees.paths(tree)),
-        code_folders | inserted,
-        code_folders | inserted,
-        _module_name,
+        changed, (base_paths, trees.paths(tree)), given, given, _module_name,
         trees.links(tree, changed),
-    )
+    )  # fmt: skip
 
 
 def _inserted(base_tree: str, base_paths: Sequence[str], read: Reader) -> set[str]:
     """The folders pytest's default import mode puts on ``sys.path`` for the base's tests
     (see :func:`.own_modules.inserted_folders`), its own ``python_files`` counted."""
-    from .own_modules import inserted_folders
-
     patterns = configured(base_tree, read, "python_files")
 
     def is_test_module(path: str) -> bool:
@@ -465,12 +470,6 @@ def _inserted(base_tree: str, base_paths: Sequence[str], read: Reader) -> set[st
 
     packages = {p.rpartition("/")[0] for p in base_paths if p.rpartition("/")[2] == "__init__.py"}
     return inserted_folders(base_paths, is_test_module, packages)
-
-
-def _all_suffixes() -> list[str]:
-    from importlib.machinery import all_suffixes
-
-    return all_suffixes()
 
 
 def _of_runner(module: str) -> bool:
@@ -605,11 +604,6 @@ def _configured_paths(base_tree: str, read: Reader) -> set[str]:
             folder = folder[2:]
         found.add("" if folder in ("", ".") else folder)
     return found
-
-
-def _folders(path: str) -> list[str]:
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def _module_name(name: str) -> str:

@@ -21,6 +21,20 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 
 
+def package_inits() -> tuple[str, ...]:
+    """The ends of a package's ``__init__`` paths, one for each suffix Python imports
+    (``/__init__.py``, ``/__init__.cpython-311-x86_64-linux-gnu.so``...)."""
+    from importlib.machinery import all_suffixes
+
+    return tuple(f"/__init__{suffix}" for suffix in all_suffixes())
+
+
+def folders_of(path: str) -> list[str]:
+    """The folders ``path`` lies in, outermost first (``a/b/c.py``: ``a``, ``a/b``)."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def taking_place(
     changed: Sequence[str],
     trees: tuple[Sequence[str], Sequence[str]],
@@ -35,9 +49,7 @@ def taking_place(
     given; ``code_folders``: those whose modules are the tree's own (with every top-level
     regular package, wherever it lies); ``links``: the changed paths that are symbolic
     links in the new tree (Python follows one as readily as a folder)."""
-    from importlib.machinery import all_suffixes
-
-    inits = tuple(f"/__init__{suffix}" for suffix in all_suffixes())
+    inits = package_inits()
     base_set, new_set = set(trees[0]), set(trees[1])
 
     def importable(paths: set[str], place: str) -> bool:
@@ -69,7 +81,7 @@ def taking_place(
     # The tree's own folders without an ``__init__`` (namespace packages): a module file
     # beside one comes first, and a folder of its name elsewhere joins it, ahead of it.
     namespaces = {p for places in own.values() for p in places if not importable(base_set, p)}
-    base_dirs = {d for p in base_set for d in _folders(p)}
+    base_dirs = {d for p in base_set for d in folders_of(p)}
     found = []
     for place, (folder, module) in sorted(added.items()):
         source = f"{folder}/{module}.py" if folder else f"{module}.py"
@@ -131,11 +143,6 @@ def _joining(
                 found.setdefault(place, f"{place} (joins the tree's namespace package "
                                         f"{first!r} ahead of {theirs}/)")  # fmt: skip
     return [found[k] for k in sorted(found)]
-
-
-def _folders(path: str) -> list[str]:
-    parts = path.split("/")[:-1]
-    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 def inserted_folders(
